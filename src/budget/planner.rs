@@ -1,0 +1,132 @@
+//! The pure heart of budgeting: which fresh results of one message to
+//! persist. No I/O, no clocks, no locks; property-tested below.
+
+/// One tool_result of a user message, as the planner sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Candidate {
+    /// Size as it will be sent if not chosen now.
+    pub size: u64,
+    /// A fresh eligible result; anything else has its fate fixed already
+    /// (ineligible, frozen, or a reapplied replacement whose `size` is then
+    /// the replacement's).
+    pub fresh: bool,
+}
+
+/// The indexes of the candidates to persist, in the order they were chosen:
+/// every fresh result above `max_result`, then the largest remaining fresh
+/// results (ties by position) while the message total exceeds `max_message`.
+/// A result that already fits is never chosen. `replacement_size(i)` is the
+/// size candidate `i` will have once replaced; it is asked only of chosen
+/// candidates.
+pub fn choose(
+    candidates: &[Candidate],
+    max_result: u64,
+    max_message: u64,
+    mut replacement_size: impl FnMut(usize) -> u64,
+) -> Vec<(usize, u64)> {
+    let mut order: Vec<usize> = (0..candidates.len())
+        .filter(|&i| candidates[i].fresh)
+        .collect();
+    // Stable sort keeps position order among equal sizes.
+    order.sort_by(|&a, &b| candidates[b].size.cmp(&candidates[a].size));
+
+    let mut total: u64 = candidates.iter().map(|c| c.size).sum();
+    let mut chosen = Vec::new();
+    for i in order {
+        let c = candidates[i];
+        if c.size <= max_result && total <= max_message {
+            break;
+        }
+        let replaced = replacement_size(i);
+        total = total - c.size + replaced;
+        chosen.push((i, replaced));
+    }
+    chosen
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Replacements are a fixed-size header plus a preview of at most
+    /// `PREVIEW` units, so they may be larger than a small original.
+    const PREVIEW: u64 = 300;
+    fn replacement(c: &[Candidate], i: usize) -> u64 {
+        120 + c[i].size.min(PREVIEW)
+    }
+
+    fn candidates() -> impl Strategy<Value = Vec<Candidate>> {
+        prop::collection::vec(
+            (0u64..5_000, prop::bool::weighted(0.7))
+                .prop_map(|(size, fresh)| Candidate { size, fresh }),
+            0..24,
+        )
+    }
+
+    fn run(c: &[Candidate], max_result: u64, max_message: u64) -> Vec<usize> {
+        choose(c, max_result, max_message, |i| replacement(c, i))
+            .into_iter()
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    fn total_after(c: &[Candidate], chosen: &[usize]) -> u64 {
+        c.iter()
+            .enumerate()
+            .map(|(i, x)| {
+                if chosen.contains(&i) {
+                    replacement(c, i)
+                } else {
+                    x.size
+                }
+            })
+            .sum()
+    }
+
+    /// Fresh indexes, largest first, ties by position.
+    fn largest_first(c: &[Candidate]) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..c.len()).filter(|&i| c[i].fresh).collect();
+        order.sort_by(|&a, &b| c[b].size.cmp(&c[a].size).then(a.cmp(&b)));
+        order
+    }
+
+    proptest! {
+        #[test]
+        fn fits_unless_only_fixed_content_remains(c in candidates(), max_result in 0u64..6_000, max_message in 0u64..40_000) {
+            let chosen = run(&c, max_result, max_message);
+            let all_fresh = c.iter().filter(|x| x.fresh).count();
+            prop_assert!(total_after(&c, &chosen) <= max_message || chosen.len() == all_fresh);
+        }
+
+        #[test]
+        fn chosen_is_the_shortest_sufficient_largest_first_prefix(c in candidates(), max_result in 0u64..6_000, max_message in 0u64..40_000) {
+            let chosen = run(&c, max_result, max_message);
+            let order = largest_first(&c);
+            prop_assert_eq!(&chosen[..], &order[..chosen.len()]);
+            // Every result above the per-result limit is in.
+            for &i in &order {
+                if c[i].size > max_result { prop_assert!(chosen.contains(&i)); }
+            }
+            // No shorter prefix satisfies both limits.
+            if let Some(k) = chosen.len().checked_sub(1) {
+                let shorter = &order[..k];
+                let over_result = order[k..].iter().any(|&i| c[i].size > max_result);
+                prop_assert!(over_result || total_after(&c, shorter) > max_message);
+            }
+        }
+
+        #[test]
+        fn choosing_again_after_applying_changes_nothing(c in candidates(), max_result in 0u64..6_000, max_message in 0u64..40_000) {
+            let chosen = run(&c, max_result, max_message);
+            // After the commit every fresh result is decided: chosen ones carry
+            // their replacement, the others are frozen as they were.
+            let applied: Vec<Candidate> = c.iter().enumerate().map(|(i, x)| Candidate {
+                size: if chosen.contains(&i) { replacement(&c, i) } else { x.size },
+                fresh: false,
+            }).collect();
+            prop_assert!(run(&applied, max_result, max_message).is_empty());
+            prop_assert_eq!(total_after(&applied, &[]), total_after(&c, &chosen));
+        }
+    }
+}

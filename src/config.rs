@@ -1,0 +1,270 @@
+//! Configuration: built-in defaults, then `toolwire.toml` at the workspace
+//! root, then `initialize`'s `initializationOptions`, then per-request
+//! `limits` (PROTOCOL.md section 3).
+//!
+//! Layers are merged as JSON objects (TOML's snake_case keys are folded to
+//! camelCase first) and the result is deserialized once with unknown keys
+//! denied, so a typo or a bad value is an error that names its key instead of
+//! a silent default.
+
+use std::path::{Path, PathBuf};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+
+/// Size limits, all counted in `sizeUnit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Limits {
+    /// A single fresh tool result larger than this is persisted.
+    pub max_result_chars: u64,
+    /// Aggregate tool_result size allowed in one outbound user message.
+    pub max_message_chars: u64,
+    /// Size of the preview kept in place of a persisted result.
+    pub preview_chars: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_result_chars: 50_000,
+            max_message_chars: 200_000,
+            preview_chars: 2_000,
+        }
+    }
+}
+
+/// Per-request overrides of [`Limits`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LimitsOverride {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_result_chars: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_message_chars: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview_chars: Option<u64>,
+}
+
+impl Limits {
+    pub fn with(self, over: Option<&LimitsOverride>) -> Limits {
+        let Some(over) = over else { return self };
+        Limits {
+            max_result_chars: over.max_result_chars.unwrap_or(self.max_result_chars),
+            max_message_chars: over.max_message_chars.unwrap_or(self.max_message_chars),
+            preview_chars: over.preview_chars.unwrap_or(self.preview_chars),
+        }
+    }
+}
+
+/// What an interrupted tool pair becomes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum AbortMode {
+    /// The buffered pair is dropped unwritten.
+    #[default]
+    Discard,
+    /// The pair is committed with an `is_error` result for each unanswered call.
+    Synthetic,
+}
+
+/// Whether each commit reaches the disk before its reply.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Durability {
+    #[default]
+    Fsync,
+    None,
+}
+
+/// How sizes are counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum SizeUnit {
+    /// Unicode scalar values.
+    #[default]
+    Chars,
+    /// UTF-16 code units, as JavaScript's `length`.
+    Utf16,
+    /// UTF-8 bytes.
+    Bytes,
+}
+
+/// The whole configuration, as accepted in `toolwire.toml` and in
+/// `initializationOptions`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Config {
+    /// Root of everything toolwire writes; relative paths are taken from the
+    /// workspace root. Default: `<workspace>/.toolwire`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<PathBuf>,
+    pub limits: Limits,
+    /// Tool names whose results are never replaced.
+    pub exempt_tools: Vec<String>,
+    pub abort_mode: AbortMode,
+    pub durability: Durability,
+    pub size_unit: SizeUnit,
+}
+
+/// The configuration in force for one connection, with paths resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Effective {
+    pub workspace: PathBuf,
+    pub data_dir: PathBuf,
+    pub limits: Limits,
+    pub exempt_tools: Vec<String>,
+    pub abort_mode: AbortMode,
+    pub durability: Durability,
+    pub size_unit: SizeUnit,
+}
+
+impl Effective {
+    pub fn fsync(&self) -> bool {
+        self.durability == Durability::Fsync
+    }
+}
+
+/// Name of the per-workspace configuration file.
+pub const CONFIG_FILE: &str = "toolwire.toml";
+
+/// Build the configuration for a workspace from its `toolwire.toml` (when
+/// present) and the client's `initializationOptions` (when given).
+pub fn load(workspace: &Path, init_options: Option<&Value>) -> Result<Effective> {
+    let mut merged = Value::Object(Map::new());
+    let file = workspace.join(CONFIG_FILE);
+    match std::fs::read_to_string(&file) {
+        Ok(text) => {
+            let table: toml::Table = toml::from_str(&text).map_err(|err| {
+                Error::invalid_params(
+                    "toolwire.toml",
+                    format!("{}: {}", file.display(), err.message()),
+                )
+            })?;
+            let value = serde_json::to_value(table)
+                .map_err(|err| Error::invalid_params("toolwire.toml", err.to_string()))?;
+            merge(&mut merged, camel_keys(value));
+        }
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+        Err(err) => return Err(Error::storage(&file, &err)),
+    }
+    match init_options {
+        None | Some(Value::Null) => {}
+        Some(value @ Value::Object(_)) => merge(&mut merged, camel_keys(value.clone())),
+        Some(_) => {
+            return Err(Error::invalid_params(
+                "initializationOptions",
+                "expected an object (a toolwire Config)",
+            ));
+        }
+    }
+    let config: Config = crate::error::from_value(merged, "initializationOptions")?;
+    Ok(resolve(workspace, config))
+}
+
+/// Resolve a parsed [`Config`] against its workspace root.
+pub fn resolve(workspace: &Path, config: Config) -> Effective {
+    let data_dir = match config.data_dir {
+        Some(dir) if dir.is_absolute() => dir,
+        Some(dir) => workspace.join(dir),
+        None => workspace.join(".toolwire"),
+    };
+    Effective {
+        workspace: workspace.to_path_buf(),
+        data_dir,
+        limits: config.limits,
+        exempt_tools: config.exempt_tools,
+        abort_mode: config.abort_mode,
+        durability: config.durability,
+        size_unit: config.size_unit,
+    }
+}
+
+/// Overlay `top` onto `base`, object by object.
+fn merge(base: &mut Value, top: Value) {
+    match (base, top) {
+        (Value::Object(base), Value::Object(top)) => {
+            for (key, value) in top {
+                match base.get_mut(&key) {
+                    Some(slot) => merge(slot, value),
+                    None => {
+                        base.insert(key, value);
+                    }
+                }
+            }
+        }
+        (slot, top) => *slot = top,
+    }
+}
+
+/// `max_result_chars` → `maxResultChars`, recursively through objects.
+fn camel_keys(value: Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(key, value)| (to_camel(&key), camel_keys(value)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+fn to_camel(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    let mut upper = false;
+    for ch in key.chars() {
+        if ch == '_' {
+            upper = true;
+        } else if upper {
+            out.extend(ch.to_uppercase());
+            upper = false;
+        } else {
+            out.push(ch);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn layers_rise_in_precedence_and_bad_values_name_their_key() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join(CONFIG_FILE),
+            "abort_mode = \"synthetic\"\n[limits]\nmax_result_chars = 10\npreview_chars = 5\n",
+        )
+        .unwrap();
+        let eff = load(dir.path(), Some(&json!({"limits": {"previewChars": 7}}))).unwrap();
+        assert_eq!(eff.abort_mode, AbortMode::Synthetic);
+        assert_eq!(eff.limits.max_result_chars, 10);
+        assert_eq!(eff.limits.preview_chars, 7);
+        assert_eq!(eff.limits.max_message_chars, 200_000);
+        assert_eq!(eff.data_dir, dir.path().join(".toolwire"));
+
+        let err = load(
+            dir.path(),
+            Some(&json!({"limits": {"maxMessageChars": -1}})),
+        )
+        .unwrap_err();
+        match err {
+            Error::InvalidParams { path, .. } => {
+                assert_eq!(path, "initializationOptions.limits.maxMessageChars")
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        let err = load(dir.path(), Some(&json!({"sizeUnit": "words"}))).unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidParams { ref path, .. } if path == "initializationOptions.sizeUnit"),
+            "{err:?}"
+        );
+        let err = load(dir.path(), Some(&json!({"abortmode": "discard"}))).unwrap_err();
+        assert!(err.to_string().contains("abortmode"), "{err}");
+    }
+}

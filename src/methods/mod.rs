@@ -1,0 +1,192 @@
+//! The method table: every custom method, where it runs, and its handler.
+//!
+//! A method runs in one of two ways, declared here once:
+//!
+//! - `session`: it changes a session. The reader parses its params and
+//!   pushes it onto that session's queue at once, so it takes effect in
+//!   arrival order; the handler gets the session exclusively.
+//! - `concurrent`: it reads published snapshots or touches no session; it
+//!   runs on its own task.
+//!
+//! Adding a method is a file here, its types in `protocol.rs` and one line
+//! in [`method_table!`].
+
+mod budget_apply;
+mod pair_append;
+mod pair_flush;
+mod state_fork;
+mod state_get;
+mod state_reconstruct;
+mod transcript_repair;
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+
+use futures_util::future::BoxFuture;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Effective;
+use crate::error::{Error, Result};
+use crate::protocol::{self, Method, ProgressToken, SessionId};
+use crate::server::Server;
+use crate::session::{Session, SessionKey, Slot};
+use crate::transport::Outbox;
+
+/// What a handler knows about the request it serves.
+#[derive(Clone)]
+pub struct RequestCx {
+    pub server: Arc<Server>,
+    pub conn: Arc<ConnShared>,
+    pub config: Arc<Effective>,
+    pub cancel: CancellationToken,
+}
+
+/// Per-connection facts shared with handlers.
+pub struct ConnShared {
+    pub id: u64,
+    pub outbox: Outbox,
+    /// Sessions this connection appended to: their pairs are flushed when
+    /// the connection ends.
+    pub touched: Mutex<HashMap<SessionKey, Arc<Slot>>>,
+}
+
+impl RequestCx {
+    pub fn check_cancelled(&self) -> Result<()> {
+        if self.cancel.is_cancelled() {
+            Err(Error::Cancelled)
+        } else {
+            Ok(())
+        }
+    }
+
+    pub fn slot(&self, id: &SessionId) -> Arc<Slot> {
+        self.server.registry.slot(&self.config.data_dir, id)
+    }
+
+    /// Send an LSP `$/progress` notification when the client gave a token.
+    pub fn progress(&self, token: Option<&ProgressToken>, value: Value) {
+        if let Some(token) = token {
+            self.conn
+                .outbox
+                .notify("$/progress", json!({ "token": token, "value": value }));
+        }
+    }
+}
+
+/// A reply that may complete after the session's queue moves on (a fork
+/// finishes in its target session's queue, never blocking the source's).
+pub enum Reply<T> {
+    Now(T),
+    Later(BoxFuture<'static, Result<T>>),
+}
+
+pub trait SessionMethod: Method {
+    fn session_id(params: &Self::Params) -> &SessionId;
+    fn run<'a>(
+        session: &'a mut Session,
+        cx: &'a RequestCx,
+        params: Self::Params,
+    ) -> BoxFuture<'a, Result<Reply<Self::Result>>>;
+}
+
+pub trait ConcurrentMethod: Method {
+    fn run(cx: RequestCx, params: Self::Params) -> BoxFuture<'static, Result<Self::Result>>;
+}
+
+/// The answer to a request, once it is ready.
+pub type Pending = BoxFuture<'static, Result<Value>>;
+type Route = fn(RequestCx, Value) -> Result<Pending>;
+
+fn params<P: serde::de::DeserializeOwned>(value: Value) -> Result<P> {
+    let value = if value.is_null() { json!({}) } else { value };
+    crate::error::from_value(value, "")
+}
+
+fn encode<T: serde::Serialize>(result: T) -> Result<Value> {
+    serde_json::to_value(result).map_err(|err| Error::Internal(format!("encoding result: {err}")))
+}
+
+fn route_session<M: SessionMethod>(cx: RequestCx, raw: Value) -> Result<Pending> {
+    let params: M::Params = params(raw)?;
+    let slot = cx.slot(M::session_id(&params));
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    slot.enqueue(Box::new(move |session| {
+        Box::pin(async move {
+            let outcome = match cx.check_cancelled() {
+                Ok(()) => M::run(session, &cx, params).await,
+                Err(err) => Err(err),
+            };
+            let _ = tx.send(outcome);
+        })
+    }))?;
+    Ok(Box::pin(async move {
+        let reply = rx
+            .await
+            .map_err(|_| Error::Internal("session job was dropped".into()))??;
+        match reply {
+            Reply::Now(result) => encode(result),
+            Reply::Later(later) => encode(later.await?),
+        }
+    }))
+}
+
+fn route_concurrent<M: ConcurrentMethod>(cx: RequestCx, raw: Value) -> Result<Pending> {
+    let params: M::Params = params(raw)?;
+    Ok(Box::pin(async move { encode(M::run(cx, params).await?) }))
+}
+
+/// Something that wants to see every method with its types (schemas, docs).
+pub trait MethodVisitor {
+    fn visit<M: Method>(&mut self, exec: Exec);
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exec {
+    Lifecycle,
+    Session,
+    Concurrent,
+}
+
+macro_rules! method_table {
+    ($($exec:ident $ty:ident),* $(,)?) => {
+        /// Names of every custom method, for `initialize`'s capabilities.
+        pub const CUSTOM_METHODS: &[&str] = &[$(<protocol::$ty as Method>::NAME),*];
+
+        static ROUTES: LazyLock<HashMap<&'static str, Route>> = LazyLock::new(|| {
+            HashMap::from([$((<protocol::$ty as Method>::NAME, method_table!(@route $exec $ty))),*])
+        });
+
+        /// Visit every method the server answers, lifecycle ones first.
+        pub fn visit_all(visitor: &mut impl MethodVisitor) {
+            visitor.visit::<protocol::Initialize>(Exec::Lifecycle);
+            visitor.visit::<protocol::Shutdown>(Exec::Lifecycle);
+            $(visitor.visit::<protocol::$ty>(method_table!(@exec $exec));)*
+        }
+    };
+    (@route session $ty:ident) => { route_session::<protocol::$ty> as Route };
+    (@route concurrent $ty:ident) => { route_concurrent::<protocol::$ty> as Route };
+    (@exec session) => { Exec::Session };
+    (@exec concurrent) => { Exec::Concurrent };
+}
+
+method_table! {
+    session BudgetApply,
+    session StateFork,
+    session StateReconstruct,
+    concurrent StateGet,
+    session PairAppend,
+    session PairFlush,
+    concurrent TranscriptRepair,
+}
+
+/// Start a custom method: parse its params and queue or spawn its work.
+/// Never waits for other work; errors here are answered at once.
+pub fn dispatch(method: &str, cx: RequestCx, params: Value) -> Result<Pending> {
+    match ROUTES.get(method) {
+        Some(route) => route(cx, params),
+        None => Err(Error::MethodNotFound(method.to_owned())),
+    }
+}
+
+pub use pair_flush::flush_for_connection;

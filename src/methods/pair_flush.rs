@@ -1,0 +1,91 @@
+//! `pair/flush`: resolve the buffered pair now, as the harness does from its
+//! single exit path on abort, failover and rate limit. Also what happens to
+//! a client's pairs when its connection ends or it shuts down.
+
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+
+use super::{Reply, RequestCx, SessionMethod};
+use crate::config::AbortMode;
+use crate::error::Result;
+use crate::protocol::{FlushResult, PairFlush, PairFlushParams, SessionId};
+use crate::session::{Session, Slot};
+
+impl SessionMethod for PairFlush {
+    fn session_id(params: &PairFlushParams) -> &SessionId {
+        &params.session_id
+    }
+
+    fn run<'a>(
+        session: &'a mut Session,
+        cx: &'a RequestCx,
+        params: PairFlushParams,
+    ) -> BoxFuture<'a, Result<Reply<FlushResult>>> {
+        Box::pin(async move {
+            let mode = params.mode.unwrap_or(cx.config.abort_mode);
+            let reason = params.reason.as_deref().unwrap_or("flushed by the client");
+            cx.check_cancelled()?;
+            flush(session, mode, reason, cx.config.fsync(), None)
+                .await
+                .map(Reply::Now)
+        })
+    }
+}
+
+/// Resolve the pending pair (only if `owner` buffered it, when given).
+async fn flush(
+    session: &mut Session,
+    mode: AbortMode,
+    reason: &str,
+    fsync: bool,
+    owner: Option<u64>,
+) -> Result<FlushResult> {
+    let loaded = session.load().await?;
+    let owned = match (loaded.guard.pending(), owner) {
+        (None, _) => false,
+        (Some(p), Some(owner)) => p.owner == owner,
+        (Some(_), None) => true,
+    };
+    if !owned {
+        return Ok(FlushResult {
+            mode,
+            discarded: Vec::new(),
+            synthesized: Vec::new(),
+            written: 0,
+        });
+    }
+    let (lines, result) = loaded.guard.flush(mode, reason);
+    session.write(lines, fsync, true).await?;
+    let loaded = session.load().await?;
+    loaded
+        .guard
+        .apply(crate::transcript::guard::Transition::Clear);
+    session.publish();
+    Ok(result)
+}
+
+/// Flush every pair connection `owner` left pending in `slots`, waiting
+/// until each is resolved.
+pub async fn flush_for_connection(
+    slots: Vec<Arc<Slot>>,
+    owner: u64,
+    mode: AbortMode,
+    fsync: bool,
+    reason: &'static str,
+) {
+    for slot in slots {
+        let outcome = slot
+            .run(move |session| Box::pin(flush(session, mode, reason, fsync, Some(owner))))
+            .await;
+        match outcome {
+            Ok(result) if !result.discarded.is_empty() || !result.synthesized.is_empty() => {
+                tracing::info!(session = %slot.key.id, ?result, reason, "flushed a pending pair");
+            }
+            Ok(_) => {}
+            Err(err) => {
+                tracing::error!(session = %slot.key.id, %err, "could not flush a pending pair")
+            }
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! `state/fork`: a new session starting from a snapshot of another.
+//!
+//! The snapshot is taken in the source's queue (after every change received
+//! before the fork) and costs O(1): the replacement state is a persistent
+//! map shared with the source until either side changes. The target is then
+//! set up in its own queue, so a fork never holds the source's queue while
+//! it copies the transcript, and two sessions forking onto each other
+//! cannot wait on one another.
+
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures_util::future::BoxFuture;
+
+use super::{Reply, RequestCx, SessionMethod};
+use crate::error::{Error, Result};
+use crate::protocol::{SessionId, StateFork, StateForkParams, StateForkResult};
+use crate::session::{Loaded, Session};
+use crate::transcript::writer::{self, TranscriptWriter};
+
+impl SessionMethod for StateFork {
+    fn session_id(params: &StateForkParams) -> &SessionId {
+        &params.session_id
+    }
+
+    fn run<'a>(
+        session: &'a mut Session,
+        cx: &'a RequestCx,
+        params: StateForkParams,
+    ) -> BoxFuture<'a, Result<Reply<StateForkResult>>> {
+        Box::pin(async move {
+            let source_id = params.session_id.clone();
+            let loaded = session.load().await?;
+            if !loaded.exists {
+                return Err(Error::SessionNotFound {
+                    session_id: source_id.to_string(),
+                });
+            }
+            let state = loaded.state.clone();
+            let tool_names = loaded.tool_names.clone();
+            // The committed transcript as of now: its path and length.
+            let transcript = match (&loaded.transcript, params.copy_transcript.unwrap_or(true)) {
+                (Some(t), true) => {
+                    let t = t.lock().unwrap_or_else(|p| p.into_inner());
+                    Some((t.path().to_path_buf(), t.len()))
+                }
+                _ => None,
+            };
+            let target_id = match params.new_session_id {
+                Some(id) => id,
+                None => fresh_id()?,
+            };
+            let target = cx.slot(&target_id);
+            let files = session.storage().files.clone();
+            let later = async move {
+                target
+                    .run(move |target_session| {
+                        Box::pin(async move {
+                            if target_session.load().await?.exists {
+                                return Err(Error::SessionExists {
+                                    session_id: target_session.key().id.to_string(),
+                                });
+                            }
+                            let path = target_session.key().transcript_path();
+                            let writer = match transcript {
+                                Some((from, len)) => Some(
+                                    tokio::task::spawn_blocking(move || {
+                                        copy_prefix(&from, len, &path).map(|file| {
+                                            TranscriptWriter::new(path, files.wrap(file), len)
+                                        })
+                                    })
+                                    .await
+                                    .map_err(|e| Error::Internal(e.to_string()))??,
+                                ),
+                                None => None,
+                            };
+                            let result = StateForkResult {
+                                session_id: target_session.key().id.clone(),
+                                seen_count: state.seen_count(),
+                                replacement_count: state.replacement_count(),
+                            };
+                            target_session.set_loaded(Loaded {
+                                exists: true,
+                                state,
+                                tool_names,
+                                transcript: writer.map(|w| Arc::new(Mutex::new(w))),
+                                guard: Default::default(),
+                            });
+                            Ok(result)
+                        })
+                    })
+                    .await
+            };
+            Ok(Reply::Later(Box::pin(later)))
+        })
+    }
+}
+
+/// Copy the first `len` bytes of `from` into a new transcript at `to`,
+/// atomically and without replacing anything; returns it opened and locked.
+fn copy_prefix(from: &std::path::Path, len: u64, to: &std::path::Path) -> Result<std::fs::File> {
+    let storage = |err: std::io::Error| Error::storage(to, &err);
+    let dir = to
+        .parent()
+        .ok_or_else(|| Error::Internal("transcript path has no directory".into()))?;
+    let mut source = std::fs::File::open(from)
+        .map_err(|err| Error::storage(from, &err))?
+        .take(len);
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".fork-")
+        .tempfile_in(dir)
+        .map_err(storage)?;
+    writer::lock(tmp.as_file(), to)?;
+    std::io::copy(&mut source, &mut tmp).map_err(storage)?;
+    tmp.flush().map_err(storage)?;
+    tmp.as_file().sync_all().map_err(storage)?;
+    let file = tmp.persist_noclobber(to).map_err(|err| {
+        if err.error.kind() == std::io::ErrorKind::AlreadyExists {
+            Error::SessionExists {
+                session_id: to
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            }
+        } else {
+            storage(err.error)
+        }
+    })?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(storage)?;
+    // Reopen for appending; the lock lives on the inode we still hold.
+    let appender = std::fs::OpenOptions::new()
+        .append(true)
+        .read(true)
+        .open(to)
+        .map_err(storage)?;
+    drop(file);
+    writer::lock(&appender, to)?;
+    Ok(appender)
+}
+
+/// A new session id nobody has used: time, process and a counter, hashed.
+fn fresh_id() -> Result<SessionId> {
+    use sha2::{Digest, Sha256};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let seed = format!(
+        "{nanos}-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    );
+    let digest = Sha256::digest(seed.as_bytes());
+    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    SessionId::try_from(format!("fork-{hex}")).map_err(Error::Internal)
+}

@@ -1,0 +1,510 @@
+//! Every toolwire method declared once: its name, its params and its result.
+//!
+//! These types are the wire contract (PROTOCOL.md sections 2, 5 and 6).
+//! The router, the `initialize` capabilities, the JSON Schemas and the
+//! OpenRPC document are all derived from them, so they cannot drift apart.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::artifact::ArtifactKind;
+use crate::config::{AbortMode, LimitsOverride};
+use crate::error::code;
+
+/// A request method: its name, params and result.
+pub trait Method {
+    const NAME: &'static str;
+    /// One line for the OpenRPC document.
+    const SUMMARY: &'static str;
+    /// Application error codes this method may answer, besides the generic ones.
+    const ERRORS: &'static [i64];
+    type Params: serde::de::DeserializeOwned + JsonSchema + Send + 'static;
+    type Result: Serialize + JsonSchema + Send + 'static;
+}
+
+macro_rules! method {
+    ($ty:ident, $name:literal, $params:ty, $result:ty, [$($err:expr),*], $summary:literal) => {
+        #[doc = $summary]
+        pub enum $ty {}
+        impl Method for $ty {
+            const NAME: &'static str = $name;
+            const SUMMARY: &'static str = $summary;
+            const ERRORS: &'static [i64] = &[$($err),*];
+            type Params = $params;
+            type Result = $result;
+        }
+    };
+}
+
+method!(
+    Initialize,
+    "initialize",
+    InitializeParams,
+    InitializeResult,
+    [],
+    "Start the connection: workspace root, client info and configuration."
+);
+method!(
+    Shutdown,
+    "shutdown",
+    Option<Value>,
+    Value,
+    [],
+    "Flush this client's pending pairs and prepare to exit."
+);
+method!(
+    BudgetApply,
+    "budget/apply",
+    BudgetApplyParams,
+    BudgetApplyResult,
+    [code::STORAGE, code::TRANSCRIPT_LOCKED, code::CANCELLED],
+    "Keep each user message's tool results within the size budget, persisting the largest fresh ones."
+);
+method!(
+    StateFork,
+    "state/fork",
+    StateForkParams,
+    StateForkResult,
+    [
+        code::SESSION_NOT_FOUND,
+        code::SESSION_EXISTS,
+        code::STORAGE,
+        code::TRANSCRIPT_LOCKED,
+        code::CANCELLED
+    ],
+    "Start a new session from a snapshot of another's replacement state."
+);
+method!(
+    StateReconstruct,
+    "state/reconstruct",
+    StateReconstructParams,
+    StateReconstructResult,
+    [code::STORAGE, code::TRANSCRIPT_LOCKED, code::CANCELLED],
+    "Rebuild a session's replacement state from messages, records and a transcript."
+);
+method!(
+    StateGet,
+    "state/get",
+    StateGetParams,
+    StateGetResult,
+    [code::STORAGE, code::TRANSCRIPT_LOCKED],
+    "Read a session's replacement state and pending tool calls."
+);
+method!(
+    PairAppend,
+    "pair/append",
+    PairAppendParams,
+    PairAppendResult,
+    [
+        code::UNKNOWN_TOOL_RESULT,
+        code::STORAGE,
+        code::TRANSCRIPT_LOCKED,
+        code::CANCELLED
+    ],
+    "Append a message to the session transcript; tool calls are committed only with all their results."
+);
+method!(
+    PairFlush,
+    "pair/flush",
+    PairFlushParams,
+    FlushResult,
+    [code::STORAGE, code::TRANSCRIPT_LOCKED, code::CANCELLED],
+    "Resolve the pending tool pair: discard it or close it with synthetic error results."
+);
+method!(
+    TranscriptRepair,
+    "transcript/repair",
+    TranscriptRepairParams,
+    TranscriptRepairResult,
+    [code::STORAGE, code::TRANSCRIPT_LOCKED, code::CANCELLED],
+    "Rewrite a transcript so that every tool call is directly followed by all its results."
+);
+
+// ---------------------------------------------------------------- shared --
+
+/// A session id: 1–128 characters of `[A-Za-z0-9._-]`, not starting with `.`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct SessionId(String);
+
+impl SessionId {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for SessionId {
+    type Error = String;
+    fn try_from(id: String) -> Result<Self, String> {
+        let ok = (1..=128).contains(&id.len())
+            && !id.starts_with('.')
+            && id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+        if ok {
+            Ok(SessionId(id))
+        } else {
+            Err(format!(
+                "invalid session id {id:?}: use 1-128 characters of [A-Za-z0-9._-], not starting with '.'"
+            ))
+        }
+    }
+}
+
+impl From<SessionId> for String {
+    fn from(id: SessionId) -> String {
+        id.0
+    }
+}
+
+impl std::fmt::Display for SessionId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl JsonSchema for SessionId {
+    fn schema_name() -> Cow<'static, str> {
+        "SessionId".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "1-128 characters of [A-Za-z0-9._-], not starting with '.'",
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 128,
+            "pattern": "^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$"
+        })
+    }
+}
+
+/// A message in the Anthropic Messages API shape. Every field and block the
+/// server does not know is kept exactly as received.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Message(pub Value);
+
+impl JsonSchema for Message {
+    fn schema_name() -> Cow<'static, str> {
+        "Message".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "A message in the Anthropic Messages API shape; unknown fields and blocks round-trip unchanged.",
+            "type": "object",
+            "required": ["role", "content"],
+            "properties": {
+                "role": { "type": "string", "enum": ["user", "assistant"] },
+                "content": {
+                    "anyOf": [
+                        { "type": "string" },
+                        { "type": "array", "items": {
+                            "type": "object",
+                            "required": ["type"],
+                            "properties": { "type": { "type": "string" } },
+                            "additionalProperties": true
+                        } }
+                    ]
+                }
+            },
+            "additionalProperties": true
+        })
+    }
+}
+
+/// An LSP progress token (`workDoneToken`): `$/progress` notifications for
+/// long work carry it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum ProgressToken {
+    Number(i64),
+    String(String),
+}
+
+/// The exact string that was sent in place of an original tool result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplacementRecord {
+    /// `"tool-result"`; records of other kinds are ignored on read.
+    pub kind: String,
+    pub tool_use_id: String,
+    pub replacement: String,
+}
+
+pub const RECORD_KIND: &str = "tool-result";
+
+// ------------------------------------------------------------- lifecycle --
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InitializeParams {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_id: Option<i64>,
+    /// The workspace root as a `file://` URI.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_uri: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_folders: Option<Vec<WorkspaceFolder>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_info: Option<NameVersion>,
+    /// A toolwire `Config` (see `config.json`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initialization_options: Option<Value>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct WorkspaceFolder {
+    pub uri: String,
+    #[serde(default)]
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct NameVersion {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InitializeResult {
+    pub server_info: NameVersion,
+    pub capabilities: ServerCapabilities,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ServerCapabilities {
+    pub experimental: Experimental,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Experimental {
+    pub toolwire: ToolwireCapabilities,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolwireCapabilities {
+    pub protocol_version: u32,
+    /// Every custom method this server supports.
+    pub methods: Vec<String>,
+}
+
+// ---------------------------------------------------------------- budget --
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BudgetApplyParams {
+    pub session_id: SessionId,
+    /// The conversation, or its tail, about to be sent.
+    pub messages: Vec<Message>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<LimitsOverride>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetApplyResult {
+    /// Same length and order as the input, replacements applied.
+    pub messages: Vec<Message>,
+    /// Newly made replacements only, for journaling.
+    pub records: Vec<ReplacementRecord>,
+    pub persisted: Vec<Persisted>,
+    pub failures: Vec<PersistFailure>,
+    /// Indexes of messages still above `maxMessageChars`.
+    pub over_limit: Vec<usize>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Persisted {
+    pub tool_use_id: String,
+    /// Absolute path of the artifact.
+    pub path: String,
+    /// The original's size in the configured `sizeUnit`.
+    pub original_chars: u64,
+    /// `text` (saved as `.txt`) or `json` (a block array, saved as `.json`).
+    pub content_type: ArtifactKind,
+    /// An identical artifact was already on disk and was kept.
+    pub reused: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PersistFailure {
+    pub tool_use_id: String,
+    pub message: String,
+}
+
+// ----------------------------------------------------------------- state --
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StateForkParams {
+    pub session_id: SessionId,
+    /// A fresh id is chosen when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_session_id: Option<SessionId>,
+    /// Copy the source's committed transcript (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy_transcript: Option<bool>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StateForkResult {
+    /// The new session's id.
+    pub session_id: SessionId,
+    pub seen_count: usize,
+    pub replacement_count: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StateReconstructParams {
+    pub session_id: SessionId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub messages: Option<Vec<Message>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records: Option<Vec<ReplacementRecord>>,
+    /// A parent's replacements, for a fork that did not copy its transcript.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inherited_replacements: Option<BTreeMap<String, String>>,
+    /// Path of a transcript file to read as well.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transcript: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub work_done_token: Option<ProgressToken>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StateReconstructResult {
+    pub seen_count: usize,
+    pub replacement_count: usize,
+    pub messages_read: usize,
+    pub records_read: usize,
+    /// Torn or unparsable transcript lines that were skipped.
+    pub skipped_lines: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StateGetParams {
+    pub session_id: SessionId,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StateGetResult {
+    pub seen_ids: Vec<String>,
+    pub replacements: BTreeMap<String, String>,
+    /// tool_use ids of the pair now buffered.
+    pub pending: Vec<String>,
+}
+
+// ------------------------------------------------------------------ pair --
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PairAppendParams {
+    pub session_id: SessionId,
+    pub message: Message,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum AppendStatus {
+    /// Held back until every pending tool call has its result.
+    Buffered,
+    /// Written to the transcript.
+    Committed,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PairAppendResult {
+    pub status: AppendStatus,
+    /// tool_use ids still waiting for their results.
+    pub pending: Vec<String>,
+    /// Transcript lines this call wrote, including any flush it caused.
+    pub written: usize,
+    /// Present when this message interrupted a pending pair.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flushed: Option<FlushResult>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PairFlushParams {
+    pub session_id: SessionId,
+    /// Default: the session's `abortMode`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<AbortMode>,
+    /// Named in synthetic error results.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FlushResult {
+    pub mode: AbortMode,
+    /// Ids of calls dropped unwritten.
+    pub discarded: Vec<String>,
+    /// Ids closed with a synthetic error result.
+    pub synthesized: Vec<String>,
+    pub written: usize,
+}
+
+// ------------------------------------------------------------ transcript --
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TranscriptRepairParams {
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dry_run: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub work_done_token: Option<ProgressToken>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TranscriptRepairResult {
+    /// Lines kept.
+    pub kept: usize,
+    pub dropped_tool_uses: Vec<String>,
+    pub dropped_tool_results: Vec<String>,
+    pub torn_lines: usize,
+}
+
+/// One line of a session transcript.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum TranscriptLine {
+    Message { message: Message },
+    Replacement { record: ReplacementRecord },
+}
+
+/// The `data` member of every toolwire error.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorData {
+    /// Stable machine-readable error kind, e.g. `unknownToolResult`.
+    pub kind: String,
+    /// For `invalidParams`: the offending field; for storage and lock errors: the file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_use_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+}

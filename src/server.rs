@@ -1,0 +1,372 @@
+//! The server: one process-wide [`Server`] (sessions and storage) serving
+//! any number of connections, each with the LSP lifecycle.
+//!
+//! A connection's reader decodes frames and dispatches each message without
+//! waiting for any handler: lifecycle messages are handled inline (they only
+//! touch the connection), session-changing requests are queued on their
+//! session, and everything else runs on its own task. Replies go out as they
+//! complete, in any order, through the connection's writer task.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::mpsc;
+use tokio_util::codec::FramedRead;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{self, Effective};
+use crate::error::{Error, Result};
+use crate::methods::{self, ConnShared, RequestCx};
+use crate::protocol::{
+    Experimental, InitializeParams, InitializeResult, NameVersion, ServerCapabilities,
+    ToolwireCapabilities,
+};
+use crate::session::{Registry, Storage};
+use crate::transport::codec::{Frame, LspCodec};
+use crate::transport::{self, Incoming, Outbox};
+
+pub const PROTOCOL_VERSION: u32 = 1;
+
+pub struct Server {
+    pub registry: Registry,
+    next_conn: AtomicU64,
+}
+
+impl Server {
+    pub fn new(storage: Storage) -> Arc<Server> {
+        Arc::new(Server {
+            registry: Registry::new(storage),
+            next_conn: AtomicU64::new(1),
+        })
+    }
+}
+
+/// How a connection ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionEnd {
+    /// The client sent `exit`.
+    pub exit: bool,
+    /// `shutdown` was received before the end.
+    pub shutdown: bool,
+}
+
+impl ConnectionEnd {
+    /// The LSP exit code for a process serving this one connection.
+    pub fn exit_code(&self) -> i32 {
+        if self.shutdown { 0 } else { 1 }
+    }
+}
+
+enum Phase {
+    Uninitialized,
+    Running(Arc<Effective>),
+    ShuttingDown(Arc<Effective>),
+}
+
+/// Where a reply goes: straight out, or into a batch being assembled.
+#[derive(Clone)]
+enum ReplySink {
+    Direct(Outbox),
+    Batch(mpsc::UnboundedSender<Value>),
+}
+
+impl ReplySink {
+    fn reply(&self, id: &Value, result: Result<Value>) {
+        let message = transport::response(id, result);
+        match self {
+            ReplySink::Direct(outbox) => outbox.send_value(&message),
+            ReplySink::Batch(tx) => {
+                let _ = tx.send(message);
+            }
+        }
+    }
+}
+
+struct Connection {
+    server: Arc<Server>,
+    shared: Arc<ConnShared>,
+    phase: Phase,
+    inflight: Arc<Mutex<HashMap<String, CancellationToken>>>,
+    end: ConnectionEnd,
+}
+
+/// Serve one client until it exits or its input ends; then flush every pair
+/// it left pending and wait for its replies to be written.
+pub async fn serve_connection<R, W>(server: Arc<Server>, reader: R, writer: W) -> ConnectionEnd
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (outbox, writer_task) = transport::spawn_writer(writer);
+    let id = server.next_conn.fetch_add(1, Ordering::Relaxed);
+    let mut conn = Connection {
+        server,
+        shared: Arc::new(ConnShared {
+            id,
+            outbox,
+            touched: Mutex::new(HashMap::new()),
+        }),
+        phase: Phase::Uninitialized,
+        inflight: Arc::new(Mutex::new(HashMap::new())),
+        end: ConnectionEnd {
+            exit: false,
+            shutdown: false,
+        },
+    };
+    let mut frames = FramedRead::new(reader, LspCodec::default());
+    while let Some(frame) = frames.next().await {
+        match frame {
+            Ok(Frame::Body(body)) => conn.on_body(&body),
+            Ok(Frame::Malformed(reason)) => {
+                tracing::warn!(%reason, "malformed frame");
+                ReplySink::Direct(conn.shared.outbox.clone())
+                    .reply(&Value::Null, Err(Error::Parse(reason)));
+            }
+            Err(err) => {
+                tracing::warn!(%err, "reading from the client failed");
+                break;
+            }
+        }
+        if conn.end.exit {
+            break;
+        }
+    }
+    conn.flush_pairs("client connection ended").await;
+    let end = conn.end;
+    drop(conn);
+    let _ = writer_task.await;
+    end
+}
+
+impl Connection {
+    fn on_body(&mut self, body: &[u8]) {
+        let direct = ReplySink::Direct(self.shared.outbox.clone());
+        let value: Value = match serde_json::from_slice(body) {
+            Ok(value) => value,
+            Err(err) => {
+                direct.reply(&Value::Null, Err(Error::Parse(err.to_string())));
+                return;
+            }
+        };
+        match value {
+            Value::Array(items) if items.is_empty() => {
+                direct.reply(
+                    &Value::Null,
+                    Err(Error::InvalidRequest("empty batch".into())),
+                );
+            }
+            Value::Array(items) => self.on_batch(items),
+            single => self.on_message(Incoming::classify(single), &direct),
+        }
+    }
+
+    /// A JSON-RPC batch: every element is dispatched in order, and the
+    /// replies go back together in one array once all are ready.
+    fn on_batch(&mut self, items: Vec<Value>) {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let sink = ReplySink::Batch(tx);
+        let mut expected = 0;
+        for item in items {
+            let incoming = Incoming::classify(item);
+            if matches!(
+                incoming,
+                Incoming::Request { .. } | Incoming::Invalid { .. }
+            ) {
+                expected += 1;
+            }
+            self.on_message(incoming, &sink);
+        }
+        drop(sink);
+        let outbox = self.shared.outbox.clone();
+        tokio::spawn(async move {
+            let mut replies = Vec::with_capacity(expected);
+            while let Some(reply) = rx.recv().await {
+                replies.push(reply);
+            }
+            if !replies.is_empty() {
+                outbox.send_value(&Value::Array(replies));
+            }
+        });
+    }
+
+    fn on_message(&mut self, incoming: Incoming, sink: &ReplySink) {
+        match incoming {
+            Incoming::Invalid { id, error } => sink.reply(&id, Err(error)),
+            Incoming::Response => {}
+            Incoming::Notification { method, params } => self.on_notification(&method, params),
+            Incoming::Request { id, method, params } => self.on_request(id, &method, params, sink),
+        }
+    }
+
+    fn on_notification(&mut self, method: &str, params: Value) {
+        match method {
+            "exit" => self.end.exit = true,
+            "$/cancelRequest" => {
+                if let Some(id) = params.get("id") {
+                    let inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Some(token) = inflight.get(&id.to_string()) {
+                        token.cancel();
+                    }
+                }
+            }
+            // `initialized`, `$/setTrace` and unknown notifications need no answer.
+            _ => tracing::debug!(method, "notification ignored"),
+        }
+    }
+
+    fn on_request(&mut self, id: Value, method: &str, params: Value, sink: &ReplySink) {
+        let config = match (&self.phase, method) {
+            (Phase::Uninitialized, "initialize") => {
+                let result = self.initialize(params);
+                sink.reply(&id, result);
+                return;
+            }
+            (Phase::Uninitialized, _) => return sink.reply(&id, Err(Error::NotInitialized)),
+            (_, "initialize") => {
+                return sink.reply(
+                    &id,
+                    Err(Error::InvalidRequest(
+                        "`initialize` may be sent only once".into(),
+                    )),
+                );
+            }
+            (Phase::ShuttingDown(_), _) => {
+                return sink.reply(
+                    &id,
+                    Err(Error::InvalidRequest("the server is shutting down".into())),
+                );
+            }
+            (Phase::Running(config), "shutdown") => {
+                let config = config.clone();
+                self.phase = Phase::ShuttingDown(config.clone());
+                self.end.shutdown = true;
+                let slots = self.take_touched();
+                let (owner, sink, id) = (self.shared.id, sink.clone(), id);
+                tokio::spawn(async move {
+                    methods::flush_for_connection(
+                        slots,
+                        owner,
+                        config.abort_mode,
+                        config.fsync(),
+                        "server shutting down",
+                    )
+                    .await;
+                    sink.reply(&id, Ok(Value::Null));
+                });
+                return;
+            }
+            (Phase::Running(config), _) => config.clone(),
+        };
+
+        let token = CancellationToken::new();
+        let key = id.to_string();
+        self.inflight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.clone(), token.clone());
+        let cx = RequestCx {
+            server: self.server.clone(),
+            conn: self.shared.clone(),
+            config,
+            cancel: token,
+        };
+        let inflight = self.inflight.clone();
+        let done = move || {
+            inflight
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&key);
+        };
+        match methods::dispatch(method, cx, params) {
+            Err(err) => {
+                done();
+                sink.reply(&id, Err(err));
+            }
+            Ok(pending) => {
+                let sink = sink.clone();
+                tokio::spawn(async move {
+                    let result = pending.await;
+                    done();
+                    sink.reply(&id, result);
+                });
+            }
+        }
+    }
+
+    fn initialize(&mut self, raw: Value) -> Result<Value> {
+        let raw = if raw.is_null() { json!({}) } else { raw };
+        let params: InitializeParams = crate::error::from_value(raw, "")?;
+        let workspace = workspace_root(&params)?;
+        let config = config::load(&workspace, params.initialization_options.as_ref())?;
+        tracing::info!(workspace = %workspace.display(), data_dir = %config.data_dir.display(), client = ?params.client_info.as_ref().map(|c| &c.name), "initialized");
+        self.phase = Phase::Running(Arc::new(config));
+        let result = InitializeResult {
+            server_info: NameVersion {
+                name: "toolwire".into(),
+                version: Some(env!("CARGO_PKG_VERSION").into()),
+            },
+            capabilities: ServerCapabilities {
+                experimental: Experimental {
+                    toolwire: ToolwireCapabilities {
+                        protocol_version: PROTOCOL_VERSION,
+                        methods: methods::CUSTOM_METHODS
+                            .iter()
+                            .map(|m| m.to_string())
+                            .collect(),
+                    },
+                },
+            },
+        };
+        serde_json::to_value(result).map_err(|e| Error::Internal(e.to_string()))
+    }
+
+    fn take_touched(&self) -> Vec<Arc<crate::session::Slot>> {
+        let mut touched = self
+            .shared
+            .touched
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        touched.drain().map(|(_, slot)| slot).collect()
+    }
+
+    async fn flush_pairs(&mut self, reason: &'static str) {
+        let config = match &self.phase {
+            Phase::Running(c) | Phase::ShuttingDown(c) => c.clone(),
+            Phase::Uninitialized => return,
+        };
+        let slots = self.take_touched();
+        methods::flush_for_connection(
+            slots,
+            self.shared.id,
+            config.abort_mode,
+            config.fsync(),
+            reason,
+        )
+        .await;
+    }
+}
+
+/// The workspace root: `rootUri`, else the first workspace folder, else the
+/// current directory.
+fn workspace_root(params: &InitializeParams) -> Result<PathBuf> {
+    let (uri, path) = match (&params.root_uri, &params.workspace_folders) {
+        (Some(uri), _) => (uri.as_str(), "rootUri"),
+        (None, Some(folders)) if !folders.is_empty() => {
+            (folders[0].uri.as_str(), "workspaceFolders[0].uri")
+        }
+        _ => {
+            return std::env::current_dir()
+                .map_err(|err| Error::Internal(format!("no current directory: {err}")));
+        }
+    };
+    url::Url::parse(uri)
+        .ok()
+        .filter(|u| u.scheme() == "file")
+        .and_then(|u| u.to_file_path().ok())
+        .ok_or_else(|| Error::invalid_params(path, format!("expected a file:// URI, got {uri:?}")))
+}

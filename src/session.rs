@@ -1,0 +1,346 @@
+//! The session registry: one ordered queue and one worker task per session.
+//!
+//! Requests that change a session are turned into jobs and pushed, by the
+//! connection reader, onto that session's queue without waiting; the
+//! session's worker runs them one at a time in arrival order. So mutations
+//! of one session take effect in the order the server received them (across
+//! all connections), while different sessions run side by side and a reader
+//! never waits for a handler.
+//!
+//! The worker owns the [`Session`]: its replacement state, its pair guard
+//! and its open transcript. After every change it publishes an immutable
+//! snapshot ([`Published`]) that readers such as `state/get` take without
+//! queueing; a snapshot is only ever replaced whole, after the work it
+//! reflects has completed.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::BufReader;
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+
+use futures_util::FutureExt;
+use futures_util::future::BoxFuture;
+use rpds::HashTrieMapSync;
+use tokio::sync::mpsc;
+
+use crate::artifact::ArtifactStore;
+use crate::error::{Error, Result};
+use crate::protocol::SessionId;
+use crate::state::ReplacementState;
+use crate::transcript::Lines;
+use crate::transcript::guard::PairGuard;
+use crate::transcript::reader::{self, SessionImage};
+use crate::transcript::writer::{self, LogFileFactory, TranscriptWriter};
+
+/// Sessions are told apart by data directory and id: two clients with
+/// different `dataDir`s never share a session by accident.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SessionKey {
+    pub data_dir: PathBuf,
+    pub id: SessionId,
+}
+
+impl SessionKey {
+    pub fn transcript_path(&self) -> PathBuf {
+        self.data_dir
+            .join("sessions")
+            .join(format!("{}.jsonl", self.id))
+    }
+
+    pub fn session_dir(&self) -> PathBuf {
+        self.data_dir.join("sessions").join(self.id.as_str())
+    }
+
+    pub fn artifact_dir(&self) -> PathBuf {
+        crate::artifact::session_dir(&self.data_dir, self.id.as_str())
+    }
+}
+
+/// Where bytes go; swapped for fault-injecting versions in tests.
+pub struct Storage {
+    pub artifacts: Arc<dyn ArtifactStore>,
+    pub files: Arc<dyn LogFileFactory>,
+}
+
+impl Default for Storage {
+    fn default() -> Self {
+        Storage {
+            artifacts: Arc::new(crate::artifact::FsArtifactStore),
+            files: Arc::new(writer::PlainFiles),
+        }
+    }
+}
+
+pub type Job = Box<dyn for<'a> FnOnce(&'a mut Session) -> BoxFuture<'a, ()> + Send>;
+
+/// What readers may see of a session without queueing.
+#[derive(Clone, Default)]
+pub struct Published {
+    pub state: ReplacementState,
+    pub pending: Vec<String>,
+}
+
+pub struct Slot {
+    pub key: SessionKey,
+    queue: mpsc::UnboundedSender<Job>,
+    published: RwLock<Option<Arc<Published>>>,
+}
+
+impl Slot {
+    /// Queue a job; it runs after every job queued before it.
+    pub fn enqueue(&self, job: Job) -> Result<()> {
+        self.queue
+            .send(job)
+            .map_err(|_| Error::Internal(format!("session {} worker has stopped", self.key.id)))
+    }
+
+    /// Run `f` on the session in queue order and wait for its answer.
+    pub async fn run<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: for<'a> FnOnce(&'a mut Session) -> BoxFuture<'a, Result<T>> + Send + 'static,
+    {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.enqueue(Box::new(move |session| {
+            Box::pin(async move {
+                let _ = tx.send(f(session).await);
+            })
+        }))?;
+        rx.await
+            .map_err(|_| Error::Internal(format!("session {} job was dropped", self.key.id)))?
+    }
+
+    /// The latest snapshot, once the session has been loaded.
+    pub fn published(&self) -> Option<Arc<Published>> {
+        self.published.read().ok().and_then(|p| p.clone())
+    }
+}
+
+pub struct Registry {
+    slots: Mutex<HashMap<SessionKey, Arc<Slot>>>,
+    storage: Arc<Storage>,
+}
+
+impl Registry {
+    pub fn new(storage: Storage) -> Self {
+        Registry {
+            slots: Mutex::new(HashMap::new()),
+            storage: Arc::new(storage),
+        }
+    }
+
+    pub fn storage(&self) -> &Arc<Storage> {
+        &self.storage
+    }
+
+    /// The slot of a session, starting its worker on first use. Cheap and
+    /// never blocks on I/O: loading from disk is the worker's first job.
+    pub fn slot(&self, data_dir: &Path, id: &SessionId) -> Arc<Slot> {
+        let key = SessionKey {
+            data_dir: data_dir.to_path_buf(),
+            id: id.clone(),
+        };
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(slot) = slots.get(&key) {
+            return slot.clone();
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let slot = Arc::new(Slot {
+            key: key.clone(),
+            queue: tx,
+            published: RwLock::new(None),
+        });
+        let session = Session {
+            slot: slot.clone(),
+            storage: self.storage.clone(),
+            loaded: None,
+        };
+        tokio::spawn(run_worker(session, rx));
+        slots.insert(key, slot.clone());
+        slot
+    }
+}
+
+async fn run_worker(mut session: Session, mut queue: mpsc::UnboundedReceiver<Job>) {
+    while let Some(job) = queue.recv().await {
+        let outcome = AssertUnwindSafe(job(&mut session)).catch_unwind().await;
+        if outcome.is_err() {
+            // A bug, not bad input. Forget what is in memory; the next job
+            // reloads the session from disk, which holds only whole commits.
+            tracing::error!(session = %session.slot.key.id, "session job panicked; reloading from disk");
+            session.loaded = None;
+            session.publish_none();
+        }
+    }
+}
+
+/// A session as its worker holds it.
+pub struct Session {
+    slot: Arc<Slot>,
+    storage: Arc<Storage>,
+    loaded: Option<Loaded>,
+}
+
+/// A session's contents once read from disk.
+#[derive(Default)]
+pub struct Loaded {
+    /// Whether the session has come into being (PROTOCOL.md section 5).
+    pub exists: bool,
+    pub state: ReplacementState,
+    /// Tool name of each tool_use id committed so far (for `exemptTools`).
+    pub tool_names: HashTrieMapSync<Arc<str>, Arc<str>>,
+    pub transcript: Option<Arc<Mutex<TranscriptWriter>>>,
+    pub guard: PairGuard,
+}
+
+impl Session {
+    pub fn key(&self) -> &SessionKey {
+        &self.slot.key
+    }
+
+    pub fn storage(&self) -> &Arc<Storage> {
+        &self.storage
+    }
+
+    /// The session's contents, read from disk on first use: its transcript
+    /// (locked, a torn tail cut off) and the state it records.
+    pub async fn load(&mut self) -> Result<&mut Loaded> {
+        if self.loaded.is_none() {
+            let key = self.slot.key.clone();
+            let files = self.storage.files.clone();
+            let loaded = tokio::task::spawn_blocking(move || load_from_disk(&key, &*files))
+                .await
+                .map_err(|err| Error::Internal(format!("loading session: {err}")))??;
+            self.loaded = Some(loaded);
+            self.publish();
+        }
+        self.loaded
+            .as_mut()
+            .ok_or_else(|| Error::Internal("session not loaded".into()))
+    }
+
+    /// Publish the current state for lock-free readers.
+    pub fn publish(&self) {
+        let snapshot = self.loaded.as_ref().map(|l| {
+            Arc::new(Published {
+                state: l.state.clone(),
+                pending: l.guard.pending_ids(),
+            })
+        });
+        if let Ok(mut p) = self.slot.published.write() {
+            *p = snapshot;
+        }
+    }
+
+    fn publish_none(&self) {
+        if let Ok(mut p) = self.slot.published.write() {
+            *p = None;
+        }
+    }
+
+    /// Append `lines` to the transcript as one durable commit. Without a
+    /// transcript, one is created when `create` is set; otherwise nothing is
+    /// written and `false` is returned.
+    pub async fn write(&mut self, lines: Lines, fsync: bool, create: bool) -> Result<bool> {
+        let key = self.slot.key.clone();
+        let files = self.storage.files.clone();
+        let loaded = self.load().await?;
+        if loaded.transcript.is_none() {
+            if !create {
+                return Ok(false);
+            }
+            let writer = tokio::task::spawn_blocking(move || create_transcript(&key, &*files))
+                .await
+                .map_err(|err| Error::Internal(format!("creating transcript: {err}")))??;
+            loaded.transcript = Some(Arc::new(Mutex::new(writer)));
+        }
+        if lines.is_empty() {
+            return Ok(true);
+        }
+        let Some(transcript) = loaded.transcript.clone() else {
+            return Ok(false);
+        };
+        tokio::task::spawn_blocking(move || {
+            let mut writer = transcript.lock().unwrap_or_else(|p| p.into_inner());
+            writer.commit(&lines.bytes, fsync)
+        })
+        .await
+        .map_err(|err| Error::Internal(format!("writing transcript: {err}")))??;
+        Ok(true)
+    }
+
+    /// Replace the whole loaded contents (fork targets, reconstruct).
+    pub fn set_loaded(&mut self, loaded: Loaded) {
+        self.loaded = Some(loaded);
+        self.publish();
+    }
+}
+
+fn create_transcript(key: &SessionKey, files: &dyn LogFileFactory) -> Result<TranscriptWriter> {
+    let path = key.transcript_path();
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|err| Error::storage(dir, &err))?;
+    }
+    let file = writer::open_locked(&path, true)?;
+    let len = file
+        .metadata()
+        .map_err(|err| Error::storage(&path, &err))?
+        .len();
+    Ok(TranscriptWriter::new(path, files.wrap(file), len))
+}
+
+fn load_from_disk(key: &SessionKey, files: &dyn LogFileFactory) -> Result<Loaded> {
+    let path = key.transcript_path();
+    let mut loaded = Loaded::default();
+    match std::fs::symlink_metadata(&path) {
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            loaded.exists = key.session_dir().is_dir();
+            return Ok(loaded);
+        }
+        Err(err) => return Err(Error::storage(&path, &err)),
+        Ok(_) => {}
+    }
+    let file = writer::open_locked(&path, false)?;
+    let storage = |err: std::io::Error| Error::storage(&path, &err);
+    let read = File::open(&path).map_err(storage)?;
+    let mut image = SessionImage::default();
+    let (complete, torn) =
+        reader::read_lines(BufReader::new(read), |span, entry| image.add(span, entry))
+            .map_err(storage)?;
+    let keep = image.open_call_at.unwrap_or(complete);
+    let actual = file.metadata().map_err(storage)?.len();
+    if keep < actual {
+        // A crash between writing the two halves of a commit: cut the torn
+        // line and any call left without its results, so no reader ever sees
+        // an orphan.
+        tracing::warn!(path = %path.display(), torn, cut_bytes = actual - keep, "cutting an incomplete commit off the transcript tail");
+        file.set_len(keep).map_err(storage)?;
+        file.sync_all().map_err(storage)?;
+    }
+    let mut decisions: Vec<(Arc<str>, Option<Arc<str>>)> = image
+        .seen
+        .iter()
+        .map(|id| (id.clone(), image.replacements.get(id).cloned()))
+        .collect();
+    // A replacement journaled by `budget/apply` whose message was never
+    // appended is still a decision already sent to the provider.
+    decisions.extend(
+        image
+            .replacements
+            .iter()
+            .map(|(id, r)| (id.clone(), Some(r.clone()))),
+    );
+    loaded.state.commit_decisions(decisions);
+    for (id, name) in image.tool_names {
+        loaded.tool_names.insert_mut(id, name);
+    }
+    loaded.transcript = Some(Arc::new(Mutex::new(TranscriptWriter::new(
+        path,
+        files.wrap(file),
+        keep,
+    ))));
+    loaded.exists = true;
+    Ok(loaded)
+}

@@ -1,0 +1,57 @@
+//! Session transcripts: JSON Lines at `<dataDir>/sessions/<sessionId>.jsonl`.
+//!
+//! ```text
+//! {"type":"message","message":{"role":"assistant","content":[{"type":"tool_use",...}]}}
+//! {"type":"message","message":{"role":"user","content":[{"type":"tool_result",...}]}}
+//! {"type":"replacement","record":{"kind":"tool-result","toolUseId":"...","replacement":"..."}}
+//! ```
+//!
+//! [`writer`] appends commits durably, [`guard`] decides what a message
+//! appends (holding tool calls back until all their results are in),
+//! [`reader`] streams a transcript back, and [`repair`] rewrites a broken one.
+
+pub mod guard;
+pub mod reader;
+pub mod repair;
+pub mod writer;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::protocol::ReplacementRecord;
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+enum LineRef<'a> {
+    Message { message: &'a Value },
+    Replacement { record: &'a ReplacementRecord },
+}
+
+/// Lines ready to be appended in one write.
+#[derive(Debug, Default, Clone)]
+pub struct Lines {
+    pub bytes: Vec<u8>,
+    pub count: usize,
+}
+
+impl Lines {
+    pub fn push_message(&mut self, message: &Value) {
+        self.push(&LineRef::Message { message });
+    }
+
+    pub fn push_record(&mut self, record: &ReplacementRecord) {
+        self.push(&LineRef::Replacement { record });
+    }
+
+    fn push(&mut self, line: &LineRef) {
+        // Serializing a `Value` or plain strings cannot fail.
+        if serde_json::to_writer(&mut self.bytes, line).is_ok() {
+            self.bytes.push(b'\n');
+            self.count += 1;
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+}

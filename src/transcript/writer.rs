@@ -1,0 +1,120 @@
+//! The durable transcript writer.
+//!
+//! Each commit is one append of complete lines followed (under `fsync`
+//! durability) by `fdatasync` before the caller is answered. A failed write
+//! is rolled back by truncating to the last committed length, so a full disk
+//! never leaves half a line behind in a file the server keeps using. The
+//! process holds an exclusive `flock` on every transcript it has open.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// The file operations a transcript needs. Behind a trait so tests can make
+/// the disk fail mid-commit.
+pub trait LogFile: Send {
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()>;
+    fn sync(&mut self) -> io::Result<()>;
+    fn truncate(&mut self, len: u64) -> io::Result<()>;
+}
+
+impl LogFile for File {
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.write_all(bytes)
+    }
+    fn sync(&mut self) -> io::Result<()> {
+        self.sync_data()
+    }
+    fn truncate(&mut self, len: u64) -> io::Result<()> {
+        self.set_len(len)
+    }
+}
+
+/// Turns an opened (and locked) transcript file into a [`LogFile`].
+pub trait LogFileFactory: Send + Sync + 'static {
+    fn wrap(&self, file: File) -> Box<dyn LogFile>;
+}
+
+/// Plain files.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PlainFiles;
+
+impl LogFileFactory for PlainFiles {
+    fn wrap(&self, file: File) -> Box<dyn LogFile> {
+        Box::new(file)
+    }
+}
+
+pub struct TranscriptWriter {
+    path: PathBuf,
+    file: Box<dyn LogFile>,
+    len: u64,
+}
+
+impl TranscriptWriter {
+    /// Adopt an opened, locked file whose committed length is `len`.
+    pub fn new(path: PathBuf, file: Box<dyn LogFile>, len: u64) -> Self {
+        TranscriptWriter { path, file, len }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Length of the committed transcript.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Append `bytes` (complete lines) as one commit.
+    pub fn commit(&mut self, bytes: &[u8], fsync: bool) -> Result<()> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let outcome = self
+            .file
+            .append(bytes)
+            .and_then(|()| if fsync { self.file.sync() } else { Ok(()) });
+        match outcome {
+            Ok(()) => {
+                self.len += bytes.len() as u64;
+                Ok(())
+            }
+            Err(err) => {
+                // Take back whatever part of the commit reached the file.
+                if let Err(undo) = self.file.truncate(self.len) {
+                    tracing::error!(path = %self.path.display(), %undo, "could not roll back a failed commit; the torn tail is cut on next open");
+                }
+                Err(Error::storage(&self.path, &err))
+            }
+        }
+    }
+}
+
+/// Open (creating if asked) and exclusively lock a transcript file.
+pub fn open_locked(path: &Path, create: bool) -> Result<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(create)
+        .open(path)
+        .map_err(|err| Error::storage(path, &err))?;
+    lock(&file, path)?;
+    Ok(file)
+}
+
+pub fn lock(file: &File, path: &Path) -> Result<()> {
+    match file.try_lock() {
+        Ok(()) => Ok(()),
+        Err(std::fs::TryLockError::WouldBlock) => Err(Error::TranscriptLocked {
+            path: path.display().to_string(),
+        }),
+        Err(std::fs::TryLockError::Error(err)) => Err(Error::storage(path, &err)),
+    }
+}

@@ -1,0 +1,154 @@
+//! JSON-RPC 2.0 over LSP framing: the wire values and the outgoing queue.
+//!
+//! The transport knows nothing of toolwire's methods. A connection has one
+//! reader (which decodes frames and hands messages to the server without
+//! waiting on any handler) and one writer task draining an [`Outbox`].
+
+pub mod codec;
+
+use bytes::Bytes;
+use serde_json::{Value, json};
+use tokio::io::AsyncWrite;
+use tokio::sync::mpsc;
+use tokio_util::codec::FramedWrite;
+
+use crate::error::Error;
+
+/// The sending side of a connection's writer task. Cloning is cheap;
+/// sending never waits.
+#[derive(Clone, Debug)]
+pub struct Outbox(mpsc::UnboundedSender<Bytes>);
+
+impl Outbox {
+    pub fn send_value(&self, value: &Value) {
+        match serde_json::to_vec(value) {
+            Ok(body) => {
+                // The writer is gone only when the client is: nothing to do.
+                let _ = self.0.send(Bytes::from(body));
+            }
+            Err(err) => tracing::error!(%err, "could not encode an outgoing message"),
+        }
+    }
+
+    pub fn notify(&self, method: &str, params: Value) {
+        self.send_value(&json!({"jsonrpc": "2.0", "method": method, "params": params}));
+    }
+}
+
+/// Start the writer task for `writer`; it ends when every [`Outbox`] clone
+/// is dropped, after flushing.
+pub fn spawn_writer<W>(writer: W) -> (Outbox, tokio::task::JoinHandle<()>)
+where
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    use futures_util::SinkExt;
+    let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
+    let task = tokio::spawn(async move {
+        let mut framed = FramedWrite::new(writer, codec::LspCodec::default());
+        while let Some(body) = rx.recv().await {
+            // Write everything queued, then flush once.
+            if framed.feed(body).await.is_err() {
+                return;
+            }
+            while let Ok(more) = rx.try_recv() {
+                if framed.feed(more).await.is_err() {
+                    return;
+                }
+            }
+            if framed.flush().await.is_err() {
+                return;
+            }
+        }
+    });
+    (Outbox(tx), task)
+}
+
+pub fn response(id: &Value, result: Result<Value, Error>) -> Value {
+    match result {
+        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+        Err(err) => json!({"jsonrpc": "2.0", "id": id, "error": err.to_rpc()}),
+    }
+}
+
+/// One incoming JSON-RPC message.
+#[derive(Debug)]
+pub enum Incoming {
+    Request {
+        id: Value,
+        method: String,
+        params: Value,
+    },
+    Notification {
+        method: String,
+        params: Value,
+    },
+    /// A response to a server request (toolwire sends none): ignored.
+    Response,
+    /// Not a valid message; `id` is echoed when it could be read.
+    Invalid {
+        id: Value,
+        error: Error,
+    },
+}
+
+impl Incoming {
+    pub fn classify(value: Value) -> Incoming {
+        let Value::Object(mut obj) = value else {
+            return Incoming::Invalid {
+                id: Value::Null,
+                error: Error::InvalidRequest("a message must be a JSON object".into()),
+            };
+        };
+        let id = obj.remove("id");
+        let id_ok = matches!(
+            id,
+            None | Some(Value::String(_) | Value::Number(_) | Value::Null)
+        );
+        let echo = if id_ok {
+            id.clone().unwrap_or(Value::Null)
+        } else {
+            Value::Null
+        };
+        if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+            return Incoming::Invalid {
+                id: echo,
+                error: Error::InvalidRequest("`jsonrpc` must be \"2.0\"".into()),
+            };
+        }
+        if !id_ok {
+            return Incoming::Invalid {
+                id: Value::Null,
+                error: Error::InvalidRequest("`id` must be a string, a number or null".into()),
+            };
+        }
+        let method = match obj.remove("method") {
+            Some(Value::String(m)) => m,
+            Some(_) => {
+                return Incoming::Invalid {
+                    id: echo,
+                    error: Error::InvalidRequest("`method` must be a string".into()),
+                };
+            }
+            None if obj.contains_key("result") || obj.contains_key("error") => {
+                return Incoming::Response;
+            }
+            None => {
+                return Incoming::Invalid {
+                    id: echo,
+                    error: Error::InvalidRequest("missing `method`".into()),
+                };
+            }
+        };
+        let params = obj.remove("params").unwrap_or(Value::Null);
+        if !matches!(params, Value::Object(_) | Value::Array(_) | Value::Null) {
+            return Incoming::Invalid {
+                id: echo,
+                error: Error::InvalidRequest("`params` must be an object or an array".into()),
+            };
+        }
+        match id {
+            Some(id) => Incoming::Request { id, method, params },
+            None => Incoming::Notification { method, params },
+        }
+    }
+}
