@@ -63,7 +63,10 @@ fn serve() -> ExitCode {
     };
     let end = rt.block_on(async {
         let server = Server::new(Storage::default());
-        server::serve_connection(server, tokio::io::stdin(), tokio::io::stdout()).await
+        let end =
+            server::serve_connection(server.clone(), tokio::io::stdin(), tokio::io::stdout()).await;
+        server.registry.close_all().await;
+        end
     });
     // Session workers may still be idle in the background; the client is
     // gone and every pair it left has been flushed, so stop here.

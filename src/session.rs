@@ -82,10 +82,12 @@ pub struct Published {
     pub pending: Vec<String>,
 }
 
+type PublishedCell = Arc<RwLock<Option<Arc<Published>>>>;
+
 pub struct Slot {
     pub key: SessionKey,
     queue: mpsc::UnboundedSender<Job>,
-    published: RwLock<Option<Arc<Published>>>,
+    published: PublishedCell,
 }
 
 impl Slot {
@@ -147,19 +149,42 @@ impl Registry {
             return slot.clone();
         }
         let (tx, rx) = mpsc::unbounded_channel();
+        let published = PublishedCell::default();
         let slot = Arc::new(Slot {
             key: key.clone(),
             queue: tx,
-            published: RwLock::new(None),
+            published: published.clone(),
         });
+        // The worker holds no handle to its own queue: it ends (closing the
+        // transcript and releasing its lock) once every slot handle is gone.
         let session = Session {
-            slot: slot.clone(),
+            key: key.clone(),
+            published,
             storage: self.storage.clone(),
             loaded: None,
         };
         tokio::spawn(run_worker(session, rx));
         slots.insert(key, slot.clone());
         slot
+    }
+
+    /// Unload every session (closing transcripts, releasing their locks)
+    /// after the work already queued on it. Used when the process winds down.
+    pub async fn close_all(&self) {
+        let slots: Vec<Arc<Slot>> = {
+            let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            slots.drain().map(|(_, slot)| slot).collect()
+        };
+        for slot in slots {
+            let _ = slot
+                .run(|session| {
+                    Box::pin(async move {
+                        session.unload();
+                        Ok(())
+                    })
+                })
+                .await;
+        }
     }
 }
 
@@ -169,16 +194,16 @@ async fn run_worker(mut session: Session, mut queue: mpsc::UnboundedReceiver<Job
         if outcome.is_err() {
             // A bug, not bad input. Forget what is in memory; the next job
             // reloads the session from disk, which holds only whole commits.
-            tracing::error!(session = %session.slot.key.id, "session job panicked; reloading from disk");
-            session.loaded = None;
-            session.publish_none();
+            tracing::error!(session = %session.key.id, "session job panicked; reloading from disk");
+            session.unload();
         }
     }
 }
 
 /// A session as its worker holds it.
 pub struct Session {
-    slot: Arc<Slot>,
+    key: SessionKey,
+    published: PublishedCell,
     storage: Arc<Storage>,
     loaded: Option<Loaded>,
 }
@@ -197,7 +222,7 @@ pub struct Loaded {
 
 impl Session {
     pub fn key(&self) -> &SessionKey {
-        &self.slot.key
+        &self.key
     }
 
     pub fn storage(&self) -> &Arc<Storage> {
@@ -208,7 +233,7 @@ impl Session {
     /// (locked, a torn tail cut off) and the state it records.
     pub async fn load(&mut self) -> Result<&mut Loaded> {
         if self.loaded.is_none() {
-            let key = self.slot.key.clone();
+            let key = self.key.clone();
             let files = self.storage.files.clone();
             let loaded = tokio::task::spawn_blocking(move || load_from_disk(&key, &*files))
                 .await
@@ -229,13 +254,15 @@ impl Session {
                 pending: l.guard.pending_ids(),
             })
         });
-        if let Ok(mut p) = self.slot.published.write() {
+        if let Ok(mut p) = self.published.write() {
             *p = snapshot;
         }
     }
 
-    fn publish_none(&self) {
-        if let Ok(mut p) = self.slot.published.write() {
+    /// Drop what is in memory; the next job reloads from disk.
+    pub fn unload(&mut self) {
+        self.loaded = None;
+        if let Ok(mut p) = self.published.write() {
             *p = None;
         }
     }
@@ -244,7 +271,7 @@ impl Session {
     /// transcript, one is created when `create` is set; otherwise nothing is
     /// written and `false` is returned.
     pub async fn write(&mut self, lines: Lines, fsync: bool, create: bool) -> Result<bool> {
-        let key = self.slot.key.clone();
+        let key = self.key.clone();
         let files = self.storage.files.clone();
         let loaded = self.load().await?;
         if loaded.transcript.is_none() {

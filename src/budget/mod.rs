@@ -169,3 +169,74 @@ pub fn message_total(message: &Value, unit: SizeUnit) -> u64 {
         .map(|(i, _)| ResultContent::of(&blocks[i]).size(unit))
         .sum()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+    use std::collections::HashMap;
+
+    /// One simulated apply: plan, pretend every persist succeeds, commit,
+    /// render. Returns the rendered message.
+    fn apply(msg: &Value, state: &mut ReplacementState, cx: &PlanContext) -> Value {
+        let plan = plan_message(msg, state, cx);
+        let replaced: HashMap<Arc<str>, Arc<str>> = plan
+            .chosen
+            .iter()
+            .map(|c| (c.tool_use_id.clone(), c.replacement.clone()))
+            .collect();
+        state.commit_decisions(plan.fresh.into_iter().map(|id| {
+            let r = replaced.get(&id).cloned();
+            (id, r)
+        }));
+        let mut out = msg.clone();
+        render_message(&mut out, state, cx);
+        out
+    }
+
+    proptest! {
+        /// Turn after turn, with ids recurring in later messages: once an id
+        /// has been sent, it is sent the same way forever, and a message
+        /// ends within budget unless only decided content remains.
+        #[test]
+        fn a_seen_result_is_sent_identically_forever(
+            turns in prop::collection::vec(prop::collection::vec(0usize..12, 1..6), 1..8),
+            sizes in prop::collection::vec(0usize..3000, 12),
+            max_result in 100u64..2500,
+            max_message in 500u64..6000,
+        ) {
+            let dir = std::path::PathBuf::from("/data/sessions/s/tool-results");
+            let never = |_: &str| false;
+            let cx = PlanContext {
+                limits: Limits { max_result_chars: max_result, max_message_chars: max_message, preview_chars: 60 },
+                unit: SizeUnit::Chars,
+                artifact_dir: &dir,
+                is_exempt: &never,
+            };
+            let mut state = ReplacementState::default();
+            let mut sent: HashMap<String, Value> = HashMap::new();
+            for turn in turns {
+                // A tool_use_id always carries the same original.
+                let blocks: Vec<Value> = turn.iter().map(|id| json!({
+                    "type": "tool_result", "tool_use_id": format!("t{id}"), "content": "x".repeat(sizes[*id]),
+                })).collect();
+                let msg = json!({"role": "user", "content": blocks});
+                let before: std::collections::HashSet<String> = state.iter().map(|(k, _)| k.to_string()).collect();
+                let out = apply(&msg, &mut state, &cx);
+                for (i, block) in out["content"].as_array().unwrap().iter().enumerate() {
+                    let id = format!("t{}", turn[i]);
+                    if before.contains(&id)
+                        && let Some(prev) = sent.get(&id)
+                    {
+                        prop_assert_eq!(prev, &block["content"]);
+                    }
+                    sent.entry(id).or_insert_with(|| block["content"].clone());
+                }
+                // Applying the same message again changes nothing.
+                let again = apply(&msg, &mut state, &cx);
+                prop_assert_eq!(&again, &out);
+            }
+        }
+    }
+}

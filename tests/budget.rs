@@ -1,0 +1,577 @@
+//! `budget/apply` end to end, through an in-memory connection.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use common::*;
+use serde_json::{Value, json};
+use toolwire::artifact::{ArtifactStore, FsArtifactStore, Written};
+use toolwire::server::Server;
+use toolwire::session::Storage;
+
+fn tr(content: Value, id: &str) -> Value {
+    json!({"type": "tool_result", "tool_use_id": id, "content": content})
+}
+
+fn user(blocks: Vec<Value>) -> Value {
+    json!({"role": "user", "content": blocks})
+}
+
+fn artifact(dir: &Path, session: &str, name: &str) -> PathBuf {
+    dir.join(".toolwire/sessions")
+        .join(session)
+        .join("tool-results")
+        .join(name)
+}
+
+async fn setup(options: Value) -> (tempfile::TempDir, MemClient) {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut client, _task) = connect(new_server());
+    client.initialize(dir.path(), options).await;
+    (dir, client)
+}
+
+fn content_of(result: &Value, msg: usize, block: usize) -> Value {
+    result["messages"][msg]["content"][block]["content"].clone()
+}
+
+#[tokio::test]
+async fn preview_bytes_are_exact_and_replayed_byte_for_byte() {
+    let (dir, mut c) = setup(json!({})).await;
+    let big = "x".repeat(60_000);
+    let lines: String = (0..6000).map(|i| format!("line {i:04}\n")).collect();
+    let msgs = json!([
+        assistant_calls(&["toolu_1", "toolu_2"]),
+        user(vec![tr(json!(big), "toolu_1"), tr(json!(lines), "toolu_2")]),
+    ]);
+    let r = c
+        .call("budget/apply", json!({"sessionId": "s1", "messages": msgs}))
+        .await;
+
+    let p1 = artifact(dir.path(), "s1", "toolu_1.txt");
+    let p2 = artifact(dir.path(), "s1", "toolu_2.txt");
+    let expected1 = format!(
+        "<persisted-output>\nOutput too large (58.6KB). Full output saved to: {}\n\nPreview (first 2KB):\n{}\n...\n</persisted-output>",
+        p1.display(),
+        "x".repeat(2000)
+    );
+    // 200 lines of 10 characters fill the 2000 exactly; the last newline
+    // (at 1999) is past the middle, so the preview stops just before it.
+    let preview2: String = lines[..1999].to_owned();
+    let expected2 = format!(
+        "<persisted-output>\nOutput too large (58.6KB). Full output saved to: {}\n\nPreview (first 2KB):\n{}\n...\n</persisted-output>",
+        p2.display(),
+        preview2
+    );
+    assert_eq!(content_of(&r, 1, 0), json!(expected1));
+    assert_eq!(content_of(&r, 1, 1), json!(expected2));
+    assert_eq!(std::fs::read_to_string(&p1).unwrap(), big);
+    assert_eq!(std::fs::read_to_string(&p2).unwrap(), lines);
+    assert_eq!(r["records"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        r["records"][0],
+        json!({"kind": "tool-result", "toolUseId": "toolu_1", "replacement": expected1})
+    );
+    assert_eq!(r["persisted"][0]["originalChars"], json!(60_000));
+    assert_eq!(r["persisted"][0]["contentType"], json!("text"));
+    assert_eq!(r["persisted"][0]["reused"], json!(false));
+    assert_eq!(r["persisted"][0]["path"], json!(p1.display().to_string()));
+    assert_eq!(r["overLimit"], json!([]));
+
+    // Again with the originals, and with what was sent: same bytes, no records.
+    let again = c
+        .call("budget/apply", json!({"sessionId": "s1", "messages": msgs}))
+        .await;
+    assert_eq!(again["messages"], r["messages"]);
+    assert_eq!(again["records"], json!([]));
+    assert_eq!(again["persisted"], json!([]));
+    let sent = c
+        .call(
+            "budget/apply",
+            json!({"sessionId": "s1", "messages": r["messages"]}),
+        )
+        .await;
+    assert_eq!(sent["messages"], r["messages"]);
+    assert_eq!(sent["records"], json!([]));
+}
+
+#[tokio::test]
+async fn small_originals_fit_the_preview_whole_without_the_ellipsis() {
+    let (dir, mut c) = setup(json!({"limits": {"maxResultChars": 10}})).await;
+    let r = c
+        .call("budget/apply", json!({"sessionId": "s", "messages": [user(vec![tr(json!("a\nb\nc\nd\ne\nf"), "t1")])]}))
+        .await;
+    let path = artifact(dir.path(), "s", "t1.txt");
+    assert_eq!(
+        content_of(&r, 0, 0),
+        json!(format!(
+            "<persisted-output>\nOutput too large (11 bytes). Full output saved to: {}\n\nPreview (first 2KB):\na\nb\nc\nd\ne\nf\n</persisted-output>",
+            path.display()
+        ))
+    );
+}
+
+#[tokio::test]
+async fn largest_fresh_results_are_chosen_until_the_message_fits() {
+    let (_dir, mut c) = setup(json!({})).await;
+    // Five results of 45k: none over maxResultChars, 225k together.
+    let blocks: Vec<Value> = (0..5)
+        .map(|i| tr(json!("y".repeat(45_000 + i)), &format!("t{i}")))
+        .collect();
+    let r = c
+        .call(
+            "budget/apply",
+            json!({"sessionId": "s", "messages": [user(blocks)]}),
+        )
+        .await;
+    let ids: Vec<&str> = r["persisted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["toolUseId"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["t4"], "only the largest is needed to fit");
+
+    // One over the per-result limit is chosen even when the message fits.
+    let r = c
+        .call("budget/apply", json!({"sessionId": "s2", "messages": [user(vec![tr(json!("z".repeat(50_001)), "a"), tr(json!("z".repeat(50_000)), "b")])]}))
+        .await;
+    let ids: Vec<&str> = r["persisted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["toolUseId"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["a"]);
+    assert_eq!(content_of(&r, 0, 1), json!("z".repeat(50_000)));
+
+    // Ties go by position.
+    let r = c
+        .call("budget/apply", json!({"sessionId": "s3", "messages": [user(vec![tr(json!("q".repeat(30)), "first"), tr(json!("q".repeat(30)), "second")])], "limits": {"maxMessageChars": 50, "maxResultChars": 100, "previewChars": 5}}))
+        .await;
+    let ids: Vec<&str> = r["persisted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["toolUseId"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids[0], "first");
+}
+
+#[tokio::test]
+async fn decided_results_are_frozen_and_each_message_is_budgeted_on_its_own() {
+    let (_dir, mut c) = setup(json!({})).await;
+    let first = user(vec![tr(json!("small"), "t1")]);
+    let r = c
+        .call(
+            "budget/apply",
+            json!({"sessionId": "s", "messages": [first]}),
+        )
+        .await;
+    assert_eq!(r["persisted"], json!([]));
+    // The same id now arrives huge: its fate was decided, it stays as is.
+    let later = user(vec![
+        tr(json!("h".repeat(80_000)), "t1"),
+        tr(json!("h".repeat(80_000)), "t2"),
+    ]);
+    let r = c
+        .call(
+            "budget/apply",
+            json!({"sessionId": "s", "messages": [later.clone()]}),
+        )
+        .await;
+    let ids: Vec<&str> = r["persisted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["toolUseId"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["t2"]);
+    assert_eq!(content_of(&r, 0, 0), json!("h".repeat(80_000)));
+    let state = c.call("state/get", json!({"sessionId": "s"})).await;
+    assert_eq!(state["seenIds"], json!(["t1", "t2"]));
+    assert_eq!(state["replacements"].as_object().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn ineligible_results_are_left_alone() {
+    let (_dir, mut c) = setup(json!({"exemptTools": ["Read"]})).await;
+    let huge = "r".repeat(90_000);
+    let already = format!("<persisted-output>\n{}", "p".repeat(90_000));
+    let msgs = json!([
+        assistant_tool("read1", "Read"),
+        user(vec![tr(json!(huge), "read1")]),
+        user(vec![tr(
+            json!([{"type": "text", "text": huge}, {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]),
+            "img1"
+        )]),
+        user(vec![tr(json!(already), "prev1")]),
+    ]);
+    let r = c
+        .call("budget/apply", json!({"sessionId": "s", "messages": msgs}))
+        .await;
+    assert_eq!(r["persisted"], json!([]));
+    assert_eq!(r["messages"], msgs);
+    assert_eq!(
+        r["overLimit"],
+        json!([]),
+        "each message is on its own under 200k"
+    );
+    let state = c.call("state/get", json!({"sessionId": "s"})).await;
+    assert_eq!(
+        state["seenIds"],
+        json!([]),
+        "ineligible results do not become seen"
+    );
+
+    // Exempt through the transcript: the tool_use was committed earlier.
+    c.call(
+        "pair/append",
+        json!({"sessionId": "t", "message": assistant_tool("read2", "Read")}),
+    )
+    .await;
+    let r = c
+        .call(
+            "budget/apply",
+            json!({"sessionId": "t", "messages": [user(vec![tr(json!(huge), "read2")])]}),
+        )
+        .await;
+    assert_eq!(r["persisted"], json!([]));
+}
+
+#[tokio::test]
+async fn block_array_results_are_saved_as_json() {
+    let (dir, mut c) = setup(json!({})).await;
+    let content = json!([{"type": "text", "text": "a".repeat(30_000)}, {"type": "text", "text": "b".repeat(30_000)}]);
+    let r = c
+        .call(
+            "budget/apply",
+            json!({"sessionId": "s", "messages": [user(vec![tr(content.clone(), "j1")])]}),
+        )
+        .await;
+    assert_eq!(r["persisted"][0]["contentType"], json!("json"));
+    assert_eq!(r["persisted"][0]["originalChars"], json!(60_000));
+    let saved: Value =
+        serde_json::from_slice(&std::fs::read(artifact(dir.path(), "s", "j1.json")).unwrap())
+            .unwrap();
+    assert_eq!(saved, content);
+    let text = content_of(&r, 0, 0);
+    assert!(
+        text.as_str()
+            .unwrap()
+            .starts_with("<persisted-output>\nOutput too large (58.6KB)."),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn size_units_count_as_configured() {
+    // 30 emoji: 30 chars, 60 UTF-16 units, 120 bytes.
+    let text = "\u{1F600}".repeat(30);
+    for (unit, persisted) in [("chars", false), ("utf16", true), ("bytes", true)] {
+        let (_dir, mut c) =
+            setup(json!({"sizeUnit": unit, "limits": {"maxResultChars": 50}})).await;
+        let r = c
+            .call(
+                "budget/apply",
+                json!({"sessionId": "s", "messages": [user(vec![tr(json!(text), "e")])]}),
+            )
+            .await;
+        assert_eq!(
+            !r["persisted"].as_array().unwrap().is_empty(),
+            persisted,
+            "{unit}"
+        );
+        if persisted {
+            let expect = if unit == "utf16" { 60 } else { 120 };
+            assert_eq!(r["persisted"][0]["originalChars"], json!(expect));
+        }
+    }
+}
+
+#[tokio::test]
+async fn per_request_limits_override_the_configuration() {
+    let (_dir, mut c) = setup(json!({})).await;
+    let m = user(vec![tr(json!("k".repeat(500)), "k1")]);
+    let r = c.call("budget/apply", json!({"sessionId": "s", "messages": [m], "limits": {"maxResultChars": 100, "previewChars": 50}})).await;
+    assert_eq!(r["persisted"].as_array().unwrap().len(), 1);
+    assert!(
+        content_of(&r, 0, 0)
+            .as_str()
+            .unwrap()
+            .contains("Preview (first 50 bytes):\n")
+    );
+    c.fails(
+        "budget/apply",
+        json!({"sessionId": "s", "messages": [], "limits": {"maxResultChar": 1}}),
+        -32602,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn hostile_ids_never_reach_outside_the_artifact_directory() {
+    let (dir, mut c) = setup(json!({"limits": {"maxResultChars": 10}})).await;
+    let long = "L".repeat(5000);
+    let ids = [
+        "../escape",
+        "/etc/passwd",
+        "a\u{0}b",
+        "..",
+        "a/../../b",
+        long.as_str(),
+        "x\\y",
+        "%2e%2e",
+    ];
+    let blocks: Vec<Value> = ids
+        .iter()
+        .map(|id| tr(json!(format!("payload for {id:?}")), id))
+        .collect();
+    let r = c
+        .call(
+            "budget/apply",
+            json!({"sessionId": "s", "messages": [user(blocks)]}),
+        )
+        .await;
+    let tool_results = dir.path().join(".toolwire/sessions/s/tool-results");
+    let persisted = r["persisted"].as_array().unwrap();
+    assert_eq!(persisted.len(), ids.len(), "{r}");
+    for p in persisted {
+        let path = PathBuf::from(p["path"].as_str().unwrap());
+        assert_eq!(path.parent().unwrap(), tool_results, "{path:?}");
+        assert!(path.file_name().unwrap().len() < 100);
+        assert!(path.is_file());
+    }
+    // Nothing else was created anywhere in the workspace.
+    let mut found = Vec::new();
+    walk(dir.path(), &mut found);
+    for f in found {
+        assert!(f.starts_with(&tool_results), "unexpected file {f:?}");
+    }
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            walk(&path, out)
+        } else {
+            out.push(path)
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_link_planted_in_the_artifact_directory_is_never_followed() {
+    let (dir, mut c) = setup(json!({})).await;
+    let outside = dir.path().join("precious.txt");
+    std::fs::write(&outside, "do not touch").unwrap();
+    let tool_results = dir.path().join(".toolwire/sessions/s/tool-results");
+    std::fs::create_dir_all(&tool_results).unwrap();
+    std::os::unix::fs::symlink(&outside, tool_results.join("evil.txt")).unwrap();
+
+    let big = "e".repeat(60_000);
+    let r = c
+        .call(
+            "budget/apply",
+            json!({"sessionId": "s", "messages": [user(vec![tr(json!(big), "evil")])]}),
+        )
+        .await;
+    assert_eq!(r["persisted"], json!([]));
+    assert_eq!(r["failures"][0]["toolUseId"], json!("evil"));
+    assert!(
+        r["failures"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("link"),
+        "{r}"
+    );
+    assert_eq!(
+        content_of(&r, 0, 0),
+        json!(big),
+        "a failed persist leaves the result as it was"
+    );
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "do not touch");
+    // Frozen as original: not retried on the next turn.
+    let state = c.call("state/get", json!({"sessionId": "s"})).await;
+    assert_eq!(state["seenIds"], json!(["evil"]));
+    assert_eq!(state["replacements"], json!({}));
+}
+
+/// Fails every write.
+struct BrokenDisk;
+impl ArtifactStore for BrokenDisk {
+    fn write_once(&self, _: &Path, _: &[u8], _: bool) -> std::io::Result<Written> {
+        Err(std::io::Error::other("No space left on device (injected)"))
+    }
+}
+
+#[tokio::test]
+async fn failed_persists_are_reported_frozen_and_over_limit() {
+    let server = Server::new(Storage {
+        artifacts: Arc::new(BrokenDisk),
+        ..Storage::default()
+    });
+    let (mut c, _t) = connect(server);
+    let dir = tempfile::tempdir().unwrap();
+    c.initialize(dir.path(), json!({})).await;
+    let blocks: Vec<Value> = (0..3)
+        .map(|i| tr(json!("f".repeat(90_000)), &format!("f{i}")))
+        .collect();
+    let msgs = json!([user_text("hi"), user(blocks)]);
+    let r = c
+        .call("budget/apply", json!({"sessionId": "s", "messages": msgs}))
+        .await;
+    assert_eq!(r["failures"].as_array().unwrap().len(), 3);
+    assert!(
+        r["failures"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("injected")
+    );
+    assert_eq!(r["messages"], msgs);
+    assert_eq!(r["overLimit"], json!([1]));
+    assert_eq!(r["records"], json!([]));
+    let state = c.call("state/get", json!({"sessionId": "s"})).await;
+    assert_eq!(state["seenIds"], json!(["f0", "f1", "f2"]));
+}
+
+#[tokio::test]
+async fn unknown_fields_and_blocks_round_trip_unchanged() {
+    let (_dir, mut c) = setup(json!({})).await;
+    let raw = r#"{"sessionId":"s","messages":[{"role":"assistant","content":[{"type":"thinking","thinking":"hm","signature":"sig"},{"type":"tool_use","id":"u1","name":"Bash","input":{"n":12345678901234567890123,"f":1.50,"z":{"b":1,"a":2}},"cache_control":{"type":"ephemeral"}}],"custom":{"y":1,"x":2}},{"role":"user","content":[{"type":"tool_result","tool_use_id":"u1","content":"ok","is_error":false,"extra":[1,2]},{"type":"mystery","data":null}],"meta":"kept"}]}"#;
+    let params: Value = serde_json::from_str(raw).unwrap();
+    let r = c.call("budget/apply", params.clone()).await;
+    assert_eq!(r["messages"], params["messages"]);
+    let text = serde_json::to_string(&r["messages"]).unwrap();
+    assert!(
+        text.contains("12345678901234567890123"),
+        "big integers keep their digits: {text}"
+    );
+    assert!(
+        text.contains(r#""z":{"b":1,"a":2}"#),
+        "key order is kept: {text}"
+    );
+}
+
+#[tokio::test]
+async fn records_are_journaled_and_artifacts_reused_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = "j".repeat(70_000);
+    let msgs = json!([assistant_calls(&["t1"]), user(vec![tr(json!(big), "t1")])]);
+    let first;
+    {
+        let server = new_server();
+        let (mut c, _t) = connect(server.clone());
+        c.initialize(dir.path(), json!({})).await;
+        c.call(
+            "pair/append",
+            json!({"sessionId": "s", "message": user_text("start")}),
+        )
+        .await;
+        first = c
+            .call("budget/apply", json!({"sessionId": "s", "messages": msgs}))
+            .await;
+        let lines = transcript_lines(&dir.path().join(".toolwire/sessions/s.jsonl"));
+        assert_eq!(lines.len(), 2);
+        assert_eq!(
+            lines[1],
+            json!({"type": "replacement", "record": first["records"][0]})
+        );
+        // A session without a transcript journals nothing and writes no file.
+        c.call(
+            "budget/apply",
+            json!({"sessionId": "nofile", "messages": msgs}),
+        )
+        .await;
+        assert!(!dir.path().join(".toolwire/sessions/nofile.jsonl").exists());
+        c.close().await;
+        server.registry.close_all().await;
+    }
+    // A new server resumes the session from its transcript.
+    let (mut c, _t) = connect(new_server());
+    c.initialize(dir.path(), json!({})).await;
+    let state = c.call("state/get", json!({"sessionId": "s"})).await;
+    assert_eq!(
+        state["replacements"]["t1"],
+        first["records"][0]["replacement"]
+    );
+    let again = c
+        .call("budget/apply", json!({"sessionId": "s", "messages": msgs}))
+        .await;
+    assert_eq!(again["messages"], first["messages"]);
+    assert_eq!(again["records"], json!([]));
+    // A session with no journal decides again, and finds its artifact.
+    let fresh = c
+        .call(
+            "budget/apply",
+            json!({"sessionId": "nofile", "messages": msgs}),
+        )
+        .await;
+    assert_eq!(fresh["persisted"][0]["reused"], json!(true));
+    assert_eq!(
+        fresh["messages"][1]["content"][0]["content"]
+            .as_str()
+            .unwrap()
+            .replace("nofile", "s"),
+        first["messages"][1]["content"][0]["content"]
+            .as_str()
+            .unwrap()
+    );
+}
+
+#[tokio::test]
+async fn an_existing_artifact_with_other_bytes_is_a_failure_not_a_wrong_preview() {
+    let (dir, mut c) = setup(json!({})).await;
+    let path = artifact(dir.path(), "s", "t.txt");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    FsArtifactStore
+        .write_once(&path, b"something else", false)
+        .unwrap();
+    let r = c
+        .call(
+            "budget/apply",
+            json!({"sessionId": "s", "messages": [user(vec![tr(json!("w".repeat(60_000)), "t")])]}),
+        )
+        .await;
+    assert_eq!(r["persisted"], json!([]));
+    assert!(
+        r["failures"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("other content"),
+        "{r}"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), b"something else");
+}
+
+#[tokio::test]
+async fn malformed_messages_are_rejected_naming_the_field_without_changing_state() {
+    let (_dir, mut c) = setup(json!({})).await;
+    let e = c.fails("budget/apply", json!({"sessionId": "s", "messages": [user_text("ok"), {"role": "robot", "content": "x"}]}), -32602).await;
+    assert_eq!(e["data"]["path"], json!("messages[1].role"));
+    let e = c.fails("budget/apply", json!({"sessionId": "s", "messages": [{"role": "user", "content": [{"type": "tool_result", "content": "x"}]}]}), -32602).await;
+    assert_eq!(
+        e["data"]["path"],
+        json!("messages[0].content[0].tool_use_id")
+    );
+    let e = c
+        .fails(
+            "budget/apply",
+            json!({"sessionId": "../s", "messages": []}),
+            -32602,
+        )
+        .await;
+    assert_eq!(e["data"]["path"], json!("sessionId"));
+    let e = c
+        .fails("budget/apply", json!({"sessionId": "s"}), -32602)
+        .await;
+    assert!(e["message"].as_str().unwrap().contains("messages"), "{e}");
+    let state = c.call("state/get", json!({"sessionId": "s"})).await;
+    assert_eq!(
+        state,
+        json!({"seenIds": [], "replacements": {}, "pending": []})
+    );
+}

@@ -1,0 +1,279 @@
+//! A small JSON-RPC client that speaks toolwire's framing, used by every
+//! end-to-end test: over an in-memory duplex to an in-process server, or
+//! over the pipes of the real binary.
+#![allow(dead_code)]
+
+use std::collections::VecDeque;
+use std::path::Path;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio_util::codec::{FramedRead, FramedWrite};
+
+use toolwire::server::{self, ConnectionEnd, Server};
+use toolwire::session::Storage;
+use toolwire::transport::codec::{Frame, LspCodec};
+
+pub struct Client<R, W> {
+    reader: FramedRead<R, LspCodec>,
+    writer: FramedWrite<W, LspCodec>,
+    next_id: i64,
+    /// Messages read while waiting for something else.
+    stash: VecDeque<Value>,
+    pub notifications: Vec<Value>,
+}
+
+pub type MemClient = Client<
+    tokio::io::ReadHalf<tokio::io::DuplexStream>,
+    tokio::io::WriteHalf<tokio::io::DuplexStream>,
+>;
+
+/// Connect a new in-memory client to `server`.
+pub fn connect(server: Arc<Server>) -> (MemClient, tokio::task::JoinHandle<ConnectionEnd>) {
+    let (ours, theirs) = tokio::io::duplex(1 << 20);
+    let (their_read, their_write) = tokio::io::split(theirs);
+    let task = tokio::spawn(server::serve_connection(server, their_read, their_write));
+    let (r, w) = tokio::io::split(ours);
+    (Client::new(r, w), task)
+}
+
+pub fn new_server() -> Arc<Server> {
+    Server::new(Storage::default())
+}
+
+pub fn file_uri(path: &Path) -> String {
+    format!("file://{}", path.display())
+}
+
+impl<R, W> Client<R, W>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    pub fn new(reader: R, writer: W) -> Self {
+        Client {
+            reader: FramedRead::new(reader, LspCodec::default()),
+            writer: FramedWrite::new(writer, LspCodec::default()),
+            next_id: 1,
+            stash: VecDeque::new(),
+            notifications: Vec::new(),
+        }
+    }
+
+    pub async fn send(&mut self, value: &Value) {
+        let body = serde_json::to_vec(value).unwrap();
+        self.writer.send(Bytes::from(body)).await.unwrap();
+    }
+
+    pub async fn send_raw(&mut self, bytes: &[u8]) {
+        let inner = self.writer.get_mut();
+        inner.write_all(bytes).await.unwrap();
+        inner.flush().await.unwrap();
+    }
+
+    /// Send a request without waiting; returns its id.
+    pub async fn start(&mut self, method: &str, params: Value) -> i64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await;
+        id
+    }
+
+    pub async fn notify(&mut self, method: &str, params: Value) {
+        self.send(&json!({"jsonrpc": "2.0", "method": method, "params": params}))
+            .await;
+    }
+
+    /// Read the next message from the server (`None` at end of stream).
+    pub async fn read(&mut self) -> Option<Value> {
+        if let Some(v) = self.stash.pop_front() {
+            return Some(v);
+        }
+        self.read_wire().await
+    }
+
+    async fn read_wire(&mut self) -> Option<Value> {
+        loop {
+            match self.reader.next().await? {
+                Ok(Frame::Body(body)) => {
+                    let value: Value = serde_json::from_slice(&body).unwrap();
+                    if value.get("method").is_some() && value.get("id").is_none() {
+                        self.notifications.push(value);
+                        continue;
+                    }
+                    return Some(value);
+                }
+                other => panic!("server sent a bad frame: {other:?}"),
+            }
+        }
+    }
+
+    /// Wait for the response to `id`, keeping other messages for later.
+    pub async fn response(&mut self, id: i64) -> Value {
+        if let Some(pos) = self.stash.iter().position(|m| m["id"] == json!(id)) {
+            return self.stash.remove(pos).unwrap();
+        }
+        loop {
+            let msg = self
+                .read_wire()
+                .await
+                .expect("server closed before answering");
+            if msg["id"] == json!(id) {
+                return msg;
+            }
+            self.stash.push_back(msg);
+        }
+    }
+
+    /// Call and return `Ok(result)` or `Err(error object)`.
+    pub async fn request(&mut self, method: &str, params: Value) -> Result<Value, Value> {
+        let id = self.start(method, params).await;
+        let msg = self.response(id).await;
+        match msg.get("error") {
+            Some(err) => Err(err.clone()),
+            None => Ok(msg["result"].clone()),
+        }
+    }
+
+    /// Call, expecting success.
+    pub async fn call(&mut self, method: &str, params: Value) -> Value {
+        match self.request(method, params.clone()).await {
+            Ok(v) => v,
+            Err(e) => panic!("{method} failed: {e}\nparams: {params}"),
+        }
+    }
+
+    /// Call, expecting an error with `code`; returns the error object.
+    pub async fn fails(&mut self, method: &str, params: Value, code: i64) -> Value {
+        match self.request(method, params).await {
+            Ok(v) => panic!("{method} succeeded, expected {code}: {v}"),
+            Err(e) => {
+                assert_eq!(e["code"], json!(code), "{e}");
+                assert!(
+                    e["data"]["kind"].is_string(),
+                    "error without data.kind: {e}"
+                );
+                e
+            }
+        }
+    }
+
+    pub async fn initialize(&mut self, root: &Path, options: Value) -> Value {
+        let result = self
+            .call(
+                "initialize",
+                json!({"processId": null, "rootUri": file_uri(root), "initializationOptions": options}),
+            )
+            .await;
+        self.notify("initialized", json!({})).await;
+        result
+    }
+
+    pub async fn close(mut self) {
+        let _ = self.writer.get_mut().shutdown().await;
+    }
+}
+
+// ------------------------------------------------------------- messages --
+
+pub fn user_text(text: &str) -> Value {
+    json!({"role": "user", "content": text})
+}
+
+pub fn assistant_calls(ids: &[&str]) -> Value {
+    let blocks: Vec<Value> = ids
+        .iter()
+        .map(|id| json!({"type": "tool_use", "id": id, "name": "Bash", "input": {"command": "ls"}}))
+        .collect();
+    json!({"role": "assistant", "content": blocks})
+}
+
+pub fn assistant_tool(id: &str, name: &str) -> Value {
+    json!({"role": "assistant", "content": [{"type": "tool_use", "id": id, "name": name, "input": {}}]})
+}
+
+pub fn results(items: &[(&str, &str)]) -> Value {
+    let blocks: Vec<Value> = items
+        .iter()
+        .map(|(id, text)| json!({"type": "tool_result", "tool_use_id": id, "content": text}))
+        .collect();
+    json!({"role": "user", "content": blocks})
+}
+
+/// Lines of a transcript file as JSON values (panics on a bad line).
+pub fn transcript_lines(path: &Path) -> Vec<Value> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad line {l:?}: {e}")))
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// The message lines only.
+pub fn transcript_messages(path: &Path) -> Vec<Value> {
+    transcript_lines(path)
+        .into_iter()
+        .filter(|l| l["type"] == "message")
+        .map(|l| l["message"].clone())
+        .collect()
+}
+
+/// Assert the pair invariant: each tool_use answered in the next user
+/// message(s) before anything else, and no result without its call.
+pub fn assert_paired(messages: &[Value]) {
+    let mut open: Vec<String> = Vec::new();
+    let mut called: std::collections::HashSet<String> = Default::default();
+    for m in messages {
+        let blocks = m["content"].as_array().cloned().unwrap_or_default();
+        if m["role"] == "assistant" {
+            assert!(open.is_empty(), "calls {open:?} left unanswered before {m}");
+            for b in &blocks {
+                if b["type"] == "tool_use" {
+                    let id = b["id"].as_str().unwrap().to_owned();
+                    called.insert(id.clone());
+                    open.push(id);
+                }
+            }
+        } else {
+            for b in &blocks {
+                if b["type"] == "tool_result" {
+                    let id = b["tool_use_id"].as_str().unwrap();
+                    assert!(called.contains(id), "orphan result {id}");
+                    let pos = open.iter().position(|o| o == id);
+                    assert!(pos.is_some(), "result {id} answers nothing open");
+                    open.remove(pos.unwrap());
+                }
+            }
+            if !blocks.iter().any(|b| b["type"] == "tool_result") {
+                assert!(open.is_empty(), "calls {open:?} interrupted by {m}");
+            }
+        }
+    }
+    assert!(open.is_empty(), "transcript ends with open calls {open:?}");
+}
+
+// -------------------------------------------------------------- process --
+
+pub type ProcClient = Client<tokio::process::ChildStdout, tokio::process::ChildStdin>;
+
+/// Start the real `toolwire serve` with `cwd` as its working directory.
+pub fn spawn_binary(cwd: &Path) -> (ProcClient, tokio::process::Child) {
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolwire"))
+        .arg("serve")
+        .current_dir(cwd)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn toolwire");
+    let stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    (Client::new(stdout, stdin), child)
+}

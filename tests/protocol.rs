@@ -1,0 +1,287 @@
+//! Lifecycle, framing, errors, batches, pipelining and cancellation.
+
+mod common;
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use common::*;
+use serde_json::{Value, json};
+use toolwire::artifact::{ArtifactStore, FsArtifactStore, Written};
+use toolwire::server::Server;
+use toolwire::session::Storage;
+
+#[tokio::test]
+async fn lifecycle_follows_lsp() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut c, task) = connect(new_server());
+    let e = c
+        .fails("state/get", json!({"sessionId": "s"}), -32002)
+        .await;
+    assert_eq!(e["data"]["kind"], json!("notInitialized"));
+    // Notifications before initialize are dropped, not answered.
+    c.notify("$/cancelRequest", json!({"id": 99})).await;
+    let init = c.initialize(dir.path(), json!({})).await;
+    assert_eq!(init["serverInfo"]["name"], json!("toolwire"));
+    let caps = &init["capabilities"]["experimental"]["toolwire"];
+    assert_eq!(caps["protocolVersion"], json!(1));
+    let methods: Vec<&str> = caps["methods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap())
+        .collect();
+    for m in [
+        "budget/apply",
+        "state/fork",
+        "state/reconstruct",
+        "state/get",
+        "pair/append",
+        "pair/flush",
+        "transcript/repair",
+    ] {
+        assert!(methods.contains(&m), "{m} missing from {methods:?}");
+    }
+    c.fails("initialize", json!({}), -32600).await;
+    assert_eq!(c.call("shutdown", Value::Null).await, Value::Null);
+    c.fails("state/get", json!({"sessionId": "s"}), -32600)
+        .await;
+    c.notify("exit", Value::Null).await;
+    let end = task.await.unwrap();
+    assert!(end.exit && end.shutdown);
+    assert_eq!(end.exit_code(), 0);
+}
+
+#[tokio::test]
+async fn a_bad_configuration_fails_initialize_naming_the_key_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut c, _t) = connect(new_server());
+    let e = c.fails("initialize", json!({"rootUri": file_uri(dir.path()), "initializationOptions": {"abortMode": "explode"}}), -32602).await;
+    assert_eq!(e["data"]["path"], json!("initializationOptions.abortMode"));
+    let e = c
+        .fails("initialize", json!({"rootUri": "not a uri"}), -32602)
+        .await;
+    assert_eq!(e["data"]["path"], json!("rootUri"));
+    std::fs::write(
+        dir.path().join("toolwire.toml"),
+        "[limits]\npreview_chars = \"many\"\n",
+    )
+    .unwrap();
+    let e = c
+        .fails(
+            "initialize",
+            json!({"rootUri": file_uri(dir.path())}),
+            -32602,
+        )
+        .await;
+    assert!(
+        e["data"]["path"]
+            .as_str()
+            .unwrap()
+            .ends_with("limits.previewChars"),
+        "{e}"
+    );
+    std::fs::write(dir.path().join("toolwire.toml"), "durability = \"none\"\n").unwrap();
+    c.fails("state/get", json!({"sessionId": "s"}), -32002)
+        .await;
+    c.initialize(dir.path(), json!({"dataDir": "elsewhere"}))
+        .await;
+    c.call(
+        "pair/append",
+        json!({"sessionId": "s", "message": user_text("hi")}),
+    )
+    .await;
+    assert!(dir.path().join("elsewhere/sessions/s.jsonl").is_file());
+}
+
+#[tokio::test]
+async fn bad_input_gets_errors_and_the_server_keeps_answering() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut c, _t) = connect(new_server());
+    c.initialize(dir.path(), json!({})).await;
+
+    c.send_raw(b"Content-Length: 9\r\n\r\n{not json").await;
+    let m = c.read().await.unwrap();
+    assert_eq!(m["error"]["code"], json!(-32700));
+    assert_eq!(m["id"], Value::Null);
+
+    c.send_raw(b"Garbage-Header\r\n\r\n").await;
+    assert_eq!(c.read().await.unwrap()["error"]["code"], json!(-32700));
+    c.send_raw(b"Content-Length: many\r\n\r\n").await;
+    assert_eq!(c.read().await.unwrap()["error"]["code"], json!(-32700));
+
+    c.send(&json!({"id": 5, "method": "state/get"})).await;
+    let m = c.read().await.unwrap();
+    assert_eq!(
+        (m["id"].clone(), m["error"]["code"].clone()),
+        (json!(5), json!(-32600))
+    );
+    c.send(&json!([])).await;
+    assert_eq!(c.read().await.unwrap()["error"]["code"], json!(-32600));
+    c.send(&json!("just a string")).await;
+    assert_eq!(c.read().await.unwrap()["error"]["code"], json!(-32600));
+
+    let e = c.fails("no/such", json!({}), -32601).await;
+    assert_eq!(e["data"]["kind"], json!("methodNotFound"));
+    c.fails("state/get", json!({"sessionId": ""}), -32602).await;
+    c.fails("state/get", json!({"sessionId": ".hidden"}), -32602)
+        .await;
+    c.fails("state/get", json!({"sessionId": "x".repeat(129)}), -32602)
+        .await;
+    c.fails("state/get", json!({"sessionId": "a/b"}), -32602)
+        .await;
+    let e = c
+        .fails("state/get", json!({"sessionId": "s", "extra": 1}), -32602)
+        .await;
+    assert!(e["message"].as_str().unwrap().contains("extra"), "{e}");
+    c.fails("state/get", json!([1, 2]), -32602).await;
+    c.fails(
+        "transcript/repair",
+        json!({"path": dir.path().join("none.jsonl")}),
+        -32014,
+    )
+    .await;
+
+    // Still serving.
+    let state = c.call("state/get", json!({"sessionId": "ok-1.2_3"})).await;
+    assert_eq!(state["seenIds"], json!([]));
+}
+
+#[tokio::test]
+async fn batches_are_answered_in_one_array() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut c, _t) = connect(new_server());
+    c.initialize(dir.path(), json!({})).await;
+    c.send(&json!([
+        {"jsonrpc": "2.0", "id": "a", "method": "pair/append", "params": {"sessionId": "s", "message": user_text("one")}},
+        {"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": "zzz"}},
+        {"jsonrpc": "2.0", "id": "b", "method": "state/get", "params": {"sessionId": "s"}},
+        {"jsonrpc": "2.0", "id": "c", "method": "nope"},
+        {"bogus": true}
+    ]))
+    .await;
+    let reply = c.read().await.unwrap();
+    let items = reply.as_array().expect("a batch answer is an array");
+    assert_eq!(items.len(), 4);
+    let by_id = |id: &str| {
+        items
+            .iter()
+            .find(|m| m["id"] == json!(id))
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(by_id("a")["result"]["status"], json!("committed"));
+    assert!(by_id("b")["result"]["seenIds"].is_array());
+    assert_eq!(by_id("c")["error"]["code"], json!(-32601));
+    assert!(items.iter().any(|m| m["error"]["code"] == json!(-32600)));
+}
+
+#[tokio::test]
+async fn pipelined_appends_take_effect_in_the_order_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut c, _t) = connect(new_server());
+    c.initialize(dir.path(), json!({"durability": "none"}))
+        .await;
+    let mut ids = Vec::new();
+    for i in 0..201 {
+        let message = if i % 3 == 1 {
+            assistant_calls(&[&format!("call{i}")])
+        } else if i % 3 == 2 {
+            results(&[(&format!("call{}", i - 1), "out")])
+        } else {
+            user_text(&format!("turn {i}"))
+        };
+        ids.push(
+            c.start("pair/append", json!({"sessionId": "p", "message": message}))
+                .await,
+        );
+    }
+    for id in ids {
+        let r = c.response(id).await;
+        assert!(r.get("result").is_some(), "{r}");
+    }
+    let messages = transcript_messages(&dir.path().join(".toolwire/sessions/p.jsonl"));
+    assert_eq!(messages.len(), 201);
+    assert_eq!(messages[0], user_text("turn 0"));
+    assert_eq!(messages[198], user_text("turn 198"));
+    assert_paired(&messages);
+}
+
+/// An artifact store whose writes wait until the test opens the gate.
+#[derive(Clone, Default)]
+struct Gate {
+    open: Arc<(Mutex<bool>, std::sync::Condvar)>,
+    entered: Arc<tokio::sync::Notify>,
+}
+impl Gate {
+    fn release(&self) {
+        let (lock, cvar) = &*self.open;
+        *lock.lock().unwrap() = true;
+        cvar.notify_all();
+    }
+}
+impl ArtifactStore for Gate {
+    fn write_once(&self, path: &Path, bytes: &[u8], fsync: bool) -> std::io::Result<Written> {
+        self.entered.notify_one();
+        let (lock, cvar) = &*self.open;
+        let mut open = lock.lock().unwrap();
+        while !*open {
+            open = cvar.wait(open).unwrap();
+        }
+        FsArtifactStore.write_once(path, bytes, fsync)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_requests_answer_32800_and_commit_nothing() {
+    let gate = Gate::default();
+    let server = Server::new(Storage {
+        artifacts: Arc::new(gate.clone()),
+        ..Storage::default()
+    });
+    let (mut c, _t) = connect(server);
+    let dir = tempfile::tempdir().unwrap();
+    c.initialize(dir.path(), json!({})).await;
+    let big =
+        |id: &str| json!({"sessionId": "s", "messages": [results(&[(id, &"c".repeat(60_000))])]});
+
+    // A is persisting (held at the gate); B waits behind it in the queue.
+    let a = c.start("budget/apply", big("A")).await;
+    gate.entered.notified().await;
+    let b = c.start("budget/apply", big("B")).await;
+    let g = c.start("state/get", json!({"sessionId": "s"})).await;
+    // Readers do not queue behind the session's work.
+    assert_eq!(c.response(g).await["result"]["seenIds"], json!([]));
+    c.notify("$/cancelRequest", json!({"id": a})).await;
+    c.notify("$/cancelRequest", json!({"id": b})).await;
+    // A sync point: the reader has handled both cancels once this answers.
+    c.call("state/get", json!({"sessionId": "other"})).await;
+    gate.release();
+    for id in [a, b] {
+        let r = c.response(id).await;
+        assert_eq!(r["error"]["code"], json!(-32800), "{r}");
+        assert_eq!(r["error"]["data"]["kind"], json!("cancelled"));
+    }
+    let state = c.call("state/get", json!({"sessionId": "s"})).await;
+    assert_eq!(state["seenIds"], json!([]), "nothing half-committed");
+    // Not cancelled: the same work goes through, reusing A's artifact.
+    let r = c.call("budget/apply", big("A")).await;
+    assert_eq!(r["persisted"][0]["reused"], json!(true));
+}
+
+#[tokio::test]
+async fn connections_share_sessions_and_order_across_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = new_server();
+    let (mut a, _ta) = connect(server.clone());
+    let (mut b, _tb) = connect(server.clone());
+    a.initialize(dir.path(), json!({})).await;
+    b.initialize(dir.path(), json!({})).await;
+    a.call(
+        "budget/apply",
+        json!({"sessionId": "shared", "messages": [results(&[("x", &"s".repeat(60_000))])]}),
+    )
+    .await;
+    let state = b.call("state/get", json!({"sessionId": "shared"})).await;
+    assert_eq!(state["seenIds"], json!(["x"]));
+}

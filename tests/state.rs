@@ -1,0 +1,286 @@
+//! `state/fork`, `state/reconstruct`, `state/get`, and the replacement
+//! invariant under concurrent load.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+
+use common::*;
+use serde_json::{Value, json};
+
+fn big(id: &str, n: usize) -> Value {
+    results(&[(id, &"b".repeat(n))])
+}
+
+async fn setup() -> (tempfile::TempDir, MemClient) {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut c, _t) = connect(new_server());
+    c.initialize(dir.path(), json!({"durability": "none"}))
+        .await;
+    (dir, c)
+}
+
+#[tokio::test]
+async fn fork_copies_state_then_both_go_their_own_way() {
+    let (dir, mut c) = setup().await;
+    c.call(
+        "pair/append",
+        json!({"sessionId": "src", "message": user_text("hello")}),
+    )
+    .await;
+    c.call(
+        "budget/apply",
+        json!({"sessionId": "src", "messages": [big("t1", 60_000)]}),
+    )
+    .await;
+    let f = c
+        .call(
+            "state/fork",
+            json!({"sessionId": "src", "newSessionId": "dst"}),
+        )
+        .await;
+    assert_eq!(
+        f,
+        json!({"sessionId": "dst", "seenCount": 1, "replacementCount": 1})
+    );
+    let src_state = c.call("state/get", json!({"sessionId": "src"})).await;
+    let dst_state = c.call("state/get", json!({"sessionId": "dst"})).await;
+    assert_eq!(src_state, dst_state);
+    // The transcript came along.
+    let sessions = dir.path().join(".toolwire/sessions");
+    assert_eq!(
+        transcript_lines(&sessions.join("dst.jsonl")),
+        transcript_lines(&sessions.join("src.jsonl"))
+    );
+
+    c.call(
+        "budget/apply",
+        json!({"sessionId": "dst", "messages": [big("only-dst", 60_000)]}),
+    )
+    .await;
+    c.call(
+        "budget/apply",
+        json!({"sessionId": "src", "messages": [big("only-src", 60_000)]}),
+    )
+    .await;
+    let src_state = c.call("state/get", json!({"sessionId": "src"})).await;
+    let dst_state = c.call("state/get", json!({"sessionId": "dst"})).await;
+    assert_eq!(src_state["seenIds"], json!(["only-src", "t1"]));
+    assert_eq!(dst_state["seenIds"], json!(["only-dst", "t1"]));
+
+    let e = c
+        .fails(
+            "state/fork",
+            json!({"sessionId": "src", "newSessionId": "dst"}),
+            -32011,
+        )
+        .await;
+    assert_eq!(e["data"]["kind"], json!("sessionExists"));
+    let e = c
+        .fails("state/fork", json!({"sessionId": "ghost"}), -32012)
+        .await;
+    assert_eq!(e["data"]["kind"], json!("sessionNotFound"));
+
+    // A fresh id, and no transcript when asked not to copy it.
+    let f = c
+        .call(
+            "state/fork",
+            json!({"sessionId": "src", "copyTranscript": false}),
+        )
+        .await;
+    let id = f["sessionId"].as_str().unwrap();
+    assert!(id.starts_with("fork-"));
+    assert!(!sessions.join(format!("{id}.jsonl")).exists());
+    assert_eq!(
+        c.call("state/get", json!({"sessionId": id})).await["seenIds"],
+        json!(["only-src", "t1"])
+    );
+}
+
+#[tokio::test]
+async fn fork_without_transcript_resumes_through_inherited_replacements() {
+    let (_dir, mut c) = setup().await;
+    let r = c
+        .call(
+            "budget/apply",
+            json!({"sessionId": "p", "messages": [big("t1", 60_000)]}),
+        )
+        .await;
+    let parent = c.call("state/get", json!({"sessionId": "p"})).await;
+    let sent = r["messages"].clone();
+    let rec = c
+        .call("state/reconstruct", json!({"sessionId": "child", "messages": sent, "inheritedReplacements": parent["replacements"]}))
+        .await;
+    assert_eq!(
+        rec,
+        json!({"seenCount": 1, "replacementCount": 1, "messagesRead": 1, "recordsRead": 0, "skippedLines": 0})
+    );
+    let again = c
+        .call(
+            "budget/apply",
+            json!({"sessionId": "child", "messages": [big("t1", 60_000)]}),
+        )
+        .await;
+    assert_eq!(
+        again["messages"], sent,
+        "the child replays the parent's bytes"
+    );
+}
+
+#[tokio::test]
+async fn reconstruct_reads_messages_records_and_a_torn_transcript() {
+    let (dir, mut c) = setup().await;
+    let path = dir.path().join("old.jsonl");
+    let lines = [
+        json!({"type": "message", "message": assistant_calls(&["a", "b"])}).to_string(),
+        json!({"type": "message", "message": results(&[("a", "x"), ("b", "y")])}).to_string(),
+        json!({"type": "replacement", "record": {"kind": "tool-result", "toolUseId": "a", "replacement": "RA"}}).to_string(),
+        json!({"type": "replacement", "record": {"kind": "future-kind", "toolUseId": "b", "replacement": "ignored"}}).to_string(),
+        "{not json".to_owned(),
+        json!({"type": "message", "message": results(&[("c", "z")])}).to_string(),
+        "{\"type\":\"message\",\"mess".to_owned(),
+    ];
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    c.call(
+        "budget/apply",
+        json!({"sessionId": "r", "messages": [big("stale", 60_000)]}),
+    )
+    .await;
+    let rec = c
+        .call("state/reconstruct", json!({
+            "sessionId": "r",
+            "messages": [results(&[("d", "w")])],
+            "records": [{"kind": "tool-result", "toolUseId": "d", "replacement": "RD"}, {"kind": "tool-result", "toolUseId": "unseen", "replacement": "RU"}],
+            "inheritedReplacements": {"c": "RC", "a": "not used: the record wins"},
+            "transcript": path.display().to_string(),
+            "workDoneToken": "tok"
+        }))
+        .await;
+    assert_eq!(
+        rec,
+        json!({"seenCount": 4, "replacementCount": 3, "messagesRead": 4, "recordsRead": 3, "skippedLines": 2})
+    );
+    let state = c.call("state/get", json!({"sessionId": "r"})).await;
+    assert_eq!(
+        state["seenIds"],
+        json!(["a", "b", "c", "d"]),
+        "the old state was replaced"
+    );
+    assert_eq!(
+        state["replacements"],
+        json!({"a": "RA", "c": "RC", "d": "RD"})
+    );
+    assert!(
+        c.notifications
+            .iter()
+            .any(|n| n["method"] == "$/progress" && n["params"]["token"] == "tok")
+    );
+}
+
+#[tokio::test]
+async fn state_get_of_an_unknown_session_is_empty_and_creates_nothing() {
+    let (dir, mut c) = setup().await;
+    let s = c.call("state/get", json!({"sessionId": "nobody"})).await;
+    assert_eq!(s, json!({"seenIds": [], "replacements": {}, "pending": []}));
+    c.fails("state/fork", json!({"sessionId": "nobody"}), -32012)
+        .await;
+    assert!(!dir.path().join(".toolwire/sessions").exists());
+}
+
+/// Many clients hammer one session with applies, forks and reads. Every
+/// snapshot must show each seen id with exactly the replacement it ends up
+/// with, and no id may be recorded twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_apply_and_fork_storms_keep_the_invariant() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = new_server();
+    let mut tasks = Vec::new();
+    for client in 0..4 {
+        let server = server.clone();
+        let root = dir.path().to_path_buf();
+        tasks.push(tokio::spawn(async move {
+            let (mut c, _t) = connect(server);
+            c.initialize(&root, json!({"durability": "none"})).await;
+            let mut pending = Vec::new();
+            let mut snapshots = Vec::new();
+            let mut records = Vec::new();
+            for round in 0..15 {
+                // Overlapping ids across clients: each id must be decided once.
+                let msg = results(&[
+                    (&format!("shared{round}"), &"s".repeat(60_000 + round)),
+                    (&format!("c{client}r{round}"), &"o".repeat(1000 * round)),
+                ]);
+                pending.push((
+                    "apply",
+                    c.start(
+                        "budget/apply",
+                        json!({"sessionId": "storm", "messages": [msg]}),
+                    )
+                    .await,
+                ));
+                pending.push((
+                    "fork",
+                    c.start("state/fork", json!({"sessionId": "storm"})).await,
+                ));
+                pending.push((
+                    "get",
+                    c.start("state/get", json!({"sessionId": "storm"})).await,
+                ));
+            }
+            for (kind, id) in pending {
+                let r = c.response(id).await;
+                match kind {
+                    "apply" => records.extend(
+                        r["result"]["records"]
+                            .as_array()
+                            .cloned()
+                            .unwrap_or_default(),
+                    ),
+                    "fork" => {
+                        if let Some(fid) = r["result"]["sessionId"].as_str() {
+                            snapshots.push(c.call("state/get", json!({"sessionId": fid})).await);
+                        }
+                    }
+                    _ => snapshots.push(r["result"].clone()),
+                }
+            }
+            (snapshots, records)
+        }));
+    }
+    let mut snapshots = Vec::new();
+    let mut records = Vec::new();
+    for t in tasks {
+        let (s, r) = t.await.unwrap();
+        snapshots.extend(s);
+        records.extend(r);
+    }
+    let (mut c, _t) = connect(server);
+    c.initialize(dir.path(), json!({})).await;
+    let last = c.call("state/get", json!({"sessionId": "storm"})).await;
+    let final_repl: HashMap<String, Value> = last["replacements"]
+        .as_object()
+        .unwrap()
+        .clone()
+        .into_iter()
+        .collect();
+
+    let mut recorded = HashSet::new();
+    for r in &records {
+        assert!(
+            recorded.insert(r["toolUseId"].as_str().unwrap().to_owned()),
+            "recorded twice: {r}"
+        );
+    }
+    assert_eq!(recorded.len(), final_repl.len());
+    assert!(snapshots.len() >= 60);
+    for snap in snapshots {
+        for id in snap["seenIds"].as_array().unwrap() {
+            let id = id.as_str().unwrap();
+            assert_eq!(
+                snap["replacements"].get(id),
+                final_repl.get(id),
+                "snapshot shows {id} without its replacement"
+            );
+        }
+    }
+}
