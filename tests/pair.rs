@@ -1,0 +1,612 @@
+//! The pair guard end to end: what reaches the transcript on disk.
+
+mod common;
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use common::*;
+use serde_json::{Value, json};
+use toolwire::server::Server;
+use toolwire::session::Storage;
+use toolwire::transcript::writer::{LogFile, LogFileFactory};
+
+async fn setup(options: Value) -> (tempfile::TempDir, MemClient, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut c, _t) = connect(new_server());
+    c.initialize(dir.path(), options).await;
+    let path = dir.path().join(".toolwire/sessions/s.jsonl");
+    (dir, c, path)
+}
+
+async fn append(c: &mut MemClient, message: Value) -> Value {
+    c.call("pair/append", json!({"sessionId": "s", "message": message}))
+        .await
+}
+
+#[tokio::test]
+async fn abort_during_tool_execution_writes_nothing() {
+    let (_d, mut c, path) = setup(json!({})).await;
+    let r = append(&mut c, assistant_calls(&["t1", "t2"])).await;
+    assert_eq!(
+        r,
+        json!({"status": "buffered", "pending": ["t1", "t2"], "written": 0})
+    );
+    assert_eq!(
+        c.call("state/get", json!({"sessionId": "s"})).await["pending"],
+        json!(["t1", "t2"])
+    );
+    let f = c
+        .call(
+            "pair/flush",
+            json!({"sessionId": "s", "reason": "user abort"}),
+        )
+        .await;
+    assert_eq!(
+        f,
+        json!({"mode": "discard", "discarded": ["t1", "t2"], "synthesized": [], "written": 0})
+    );
+    assert_eq!(transcript_lines(&path).len(), 0);
+    // Late results after the discard answer nothing.
+    c.fails(
+        "pair/append",
+        json!({"sessionId": "s", "message": results(&[("t1", "late")])}),
+        -32010,
+    )
+    .await;
+    assert_eq!(transcript_lines(&path).len(), 0);
+}
+
+#[tokio::test]
+async fn failover_during_tool_execution_writes_nothing() {
+    let (_d, mut c, path) = setup(json!({})).await;
+    append(&mut c, assistant_calls(&["t1"])).await;
+    c.call(
+        "pair/flush",
+        json!({"sessionId": "s", "mode": "discard", "reason": "provider failover"}),
+    )
+    .await;
+    assert!(transcript_lines(&path).is_empty());
+}
+
+#[tokio::test]
+async fn rate_limit_interruption_keeps_user_messages_and_no_orphan() {
+    let (_d, mut c, path) = setup(json!({})).await;
+    append(&mut c, user_text("fix the build")).await;
+    append(&mut c, assistant_calls(&["t1"])).await;
+    let r = append(&mut c, user_text("retry after the rate limit")).await;
+    assert_eq!(r["status"], json!("committed"));
+    assert_eq!(
+        r["flushed"],
+        json!({"mode": "discard", "discarded": ["t1"], "synthesized": [], "written": 0})
+    );
+    let msgs = transcript_messages(&path);
+    assert_eq!(
+        msgs,
+        vec![
+            user_text("fix the build"),
+            user_text("retry after the rate limit")
+        ]
+    );
+    assert_paired(&msgs);
+}
+
+#[tokio::test]
+async fn a_normal_pair_is_committed_assistant_first() {
+    let (_d, mut c, path) = setup(json!({})).await;
+    append(&mut c, assistant_calls(&["t1"])).await;
+    assert!(
+        transcript_lines(&path).is_empty(),
+        "nothing before the results"
+    );
+    let r = append(&mut c, results(&[("t1", "ok")])).await;
+    assert_eq!(
+        r,
+        json!({"status": "committed", "pending": [], "written": 2})
+    );
+    assert_eq!(
+        transcript_messages(&path),
+        vec![assistant_calls(&["t1"]), results(&[("t1", "ok")])]
+    );
+}
+
+#[tokio::test]
+async fn first_pair_committed_second_aborted_leaves_only_the_first() {
+    let (_d, mut c, path) = setup(json!({})).await;
+    append(&mut c, assistant_calls(&["t1"])).await;
+    append(&mut c, results(&[("t1", "ok")])).await;
+    append(&mut c, assistant_calls(&["t2"])).await;
+    c.call("pair/flush", json!({"sessionId": "s"})).await;
+    assert_eq!(
+        transcript_messages(&path),
+        vec![assistant_calls(&["t1"]), results(&[("t1", "ok")])]
+    );
+}
+
+#[tokio::test]
+async fn synthetic_mode_closes_the_pair_with_errors_naming_the_reason() {
+    let (_d, mut c, path) = setup(json!({"abortMode": "synthetic"})).await;
+    append(&mut c, assistant_calls(&["t1", "t2"])).await;
+    append(&mut c, results(&[("t1", "partial")])).await;
+    let f = c
+        .call(
+            "pair/flush",
+            json!({"sessionId": "s", "reason": "rate limited"}),
+        )
+        .await;
+    assert_eq!(
+        f,
+        json!({"mode": "synthetic", "discarded": [], "synthesized": ["t2"], "written": 3})
+    );
+    let msgs = transcript_messages(&path);
+    assert_eq!(msgs.len(), 3);
+    assert_paired(&msgs);
+    let synthetic = &msgs[2]["content"][0];
+    assert_eq!(synthetic["tool_use_id"], json!("t2"));
+    assert_eq!(synthetic["is_error"], json!(true));
+    assert!(
+        synthetic["content"]
+            .as_str()
+            .unwrap()
+            .contains("rate limited")
+    );
+    // Overridable per call; interruption uses the configured mode.
+    append(&mut c, assistant_calls(&["t3"])).await;
+    let r = append(&mut c, assistant_calls(&["t4"])).await;
+    assert_eq!(r["flushed"]["synthesized"], json!(["t3"]));
+    assert_eq!(r["written"], json!(2));
+    let f = c
+        .call("pair/flush", json!({"sessionId": "s", "mode": "discard"}))
+        .await;
+    assert_eq!(f["discarded"], json!(["t4"]));
+    let msgs = transcript_messages(&path);
+    assert_paired(&msgs);
+    assert!(
+        msgs[4]["content"][0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("interrupted")
+    );
+    // Nothing pending: an empty flush.
+    let f = c.call("pair/flush", json!({"sessionId": "s"})).await;
+    assert_eq!(
+        f,
+        json!({"mode": "synthetic", "discarded": [], "synthesized": [], "written": 0})
+    );
+}
+
+#[tokio::test]
+async fn results_may_arrive_over_several_messages() {
+    let (_d, mut c, path) = setup(json!({})).await;
+    append(&mut c, assistant_calls(&["a", "b", "c"])).await;
+    let r = append(&mut c, results(&[("b", "2")])).await;
+    assert_eq!(
+        r,
+        json!({"status": "buffered", "pending": ["a", "c"], "written": 0})
+    );
+    append(&mut c, results(&[("c", "3")])).await;
+    let r = append(&mut c, results(&[("a", "1")])).await;
+    assert_eq!(r["written"], json!(4));
+    let msgs = transcript_messages(&path);
+    assert_eq!(msgs[0], assistant_calls(&["a", "b", "c"]));
+    assert_paired(&msgs);
+}
+
+#[tokio::test]
+async fn unknown_duplicate_and_malformed_results_change_nothing() {
+    let (_d, mut c, path) = setup(json!({})).await;
+    c.fails(
+        "pair/append",
+        json!({"sessionId": "s", "message": results(&[("nobody", "x")])}),
+        -32010,
+    )
+    .await;
+    append(&mut c, assistant_calls(&["a", "b"])).await;
+    let e = c
+        .fails(
+            "pair/append",
+            json!({"sessionId": "s", "message": results(&[("a", "1"), ("zzz", "?")])}),
+            -32010,
+        )
+        .await;
+    assert_eq!(e["data"]["toolUseId"], json!("zzz"));
+    c.fails(
+        "pair/append",
+        json!({"sessionId": "s", "message": results(&[("a", "1"), ("a", "again")])}),
+        -32010,
+    )
+    .await;
+    append(&mut c, results(&[("a", "1")])).await;
+    c.fails(
+        "pair/append",
+        json!({"sessionId": "s", "message": results(&[("a", "already answered")])}),
+        -32010,
+    )
+    .await;
+    let e = c
+        .fails(
+            "pair/append",
+            json!({"sessionId": "s", "message": assistant_calls(&["d", "d"])}),
+            -32602,
+        )
+        .await;
+    assert_eq!(e["data"]["path"], json!("message.content"));
+    let e = c
+        .fails("pair/append", json!({"sessionId": "s", "message": {"role": "assistant", "content": [{"type": "tool_use", "name": "x", "input": {}}]}}), -32602)
+        .await;
+    assert_eq!(e["data"]["path"], json!("message.content[0].id"));
+    assert_eq!(
+        c.call("state/get", json!({"sessionId": "s"})).await["pending"],
+        json!(["b"]),
+        "buffer intact"
+    );
+    assert!(transcript_lines(&path).is_empty());
+    append(&mut c, results(&[("b", "2")])).await;
+    assert_eq!(transcript_messages(&path).len(), 3);
+}
+
+#[tokio::test]
+async fn server_side_tool_blocks_are_not_pending() {
+    let (_d, mut c, path) = setup(json!({})).await;
+    let msg = json!({"role": "assistant", "content": [
+        {"type": "server_tool_use", "id": "srv1", "name": "web_search", "input": {"query": "q"}},
+        {"type": "web_search_tool_result", "tool_use_id": "srv1", "content": []},
+        {"type": "mcp_tool_use", "id": "mcp1", "name": "x", "server_name": "s", "input": {}},
+        {"type": "mcp_tool_result", "tool_use_id": "mcp1", "content": []},
+        {"type": "text", "text": "done"}
+    ]});
+    let r = append(&mut c, msg.clone()).await;
+    assert_eq!(
+        r,
+        json!({"status": "committed", "pending": [], "written": 1})
+    );
+    assert_eq!(transcript_messages(&path), vec![msg]);
+}
+
+#[tokio::test]
+async fn a_client_that_goes_away_has_its_pairs_flushed_others_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = new_server();
+    let (mut a, ta) = connect(server.clone());
+    let (mut b, _tb) = connect(server.clone());
+    a.initialize(dir.path(), json!({"abortMode": "synthetic"}))
+        .await;
+    b.initialize(dir.path(), json!({})).await;
+    a.call(
+        "pair/append",
+        json!({"sessionId": "sa", "message": assistant_calls(&["a1"])}),
+    )
+    .await;
+    b.call(
+        "pair/append",
+        json!({"sessionId": "sb", "message": assistant_calls(&["b1"])}),
+    )
+    .await;
+    a.close().await;
+    ta.await.unwrap();
+    let sessions = dir.path().join(".toolwire/sessions");
+    let msgs = transcript_messages(&sessions.join("sa.jsonl"));
+    assert_eq!(msgs.len(), 2, "synthetic flush on EOF");
+    assert!(
+        msgs[1]["content"][0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("connection ended")
+    );
+    assert_eq!(
+        b.call("state/get", json!({"sessionId": "sb"})).await["pending"],
+        json!(["b1"])
+    );
+    b.call(
+        "pair/append",
+        json!({"sessionId": "sb", "message": results(&[("b1", "fine")])}),
+    )
+    .await;
+    assert_eq!(transcript_messages(&sessions.join("sb.jsonl")).len(), 2);
+}
+
+#[tokio::test]
+async fn shutdown_flushes_this_clients_pairs() {
+    let (_d, mut c, path) = setup(json!({"abortMode": "synthetic"})).await;
+    append(&mut c, assistant_calls(&["t1"])).await;
+    c.call("shutdown", Value::Null).await;
+    assert_eq!(transcript_messages(&path).len(), 2);
+}
+
+// ------------------------------------------------------ storage faults --
+
+/// A transcript file that fails on demand after writing part of a commit.
+struct Faulty {
+    inner: std::fs::File,
+    fail: Arc<AtomicBool>,
+    errno: i32,
+}
+impl LogFile for Faulty {
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if self.fail.load(Ordering::SeqCst) {
+            // Half of the commit reaches the file before the disk gives out.
+            io::Write::write_all(&mut self.inner, &bytes[..bytes.len() / 2])?;
+            return Err(io::Error::from_raw_os_error(self.errno));
+        }
+        io::Write::write_all(&mut self.inner, bytes)
+    }
+    fn sync(&mut self) -> io::Result<()> {
+        self.inner.sync_data()
+    }
+    fn truncate(&mut self, len: u64) -> io::Result<()> {
+        self.inner.set_len(len)
+    }
+}
+struct FaultyFiles {
+    fail: Arc<AtomicBool>,
+    errno: i32,
+}
+impl LogFileFactory for FaultyFiles {
+    fn wrap(&self, file: std::fs::File) -> Box<dyn LogFile> {
+        Box::new(Faulty {
+            inner: file,
+            fail: self.fail.clone(),
+            errno: self.errno,
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_failing_disk_is_a_storage_error_and_leaves_the_file_as_it_was() {
+    for errno in [libc::ENOSPC, libc::EACCES] {
+        let fail = Arc::new(AtomicBool::new(false));
+        let server = Server::new(Storage {
+            files: Arc::new(FaultyFiles {
+                fail: fail.clone(),
+                errno,
+            }),
+            ..Storage::default()
+        });
+        let (mut c, _t) = connect(server);
+        let dir = tempfile::tempdir().unwrap();
+        c.initialize(dir.path(), json!({})).await;
+        let path = dir.path().join(".toolwire/sessions/s.jsonl");
+        append(&mut c, user_text("before")).await;
+        append(&mut c, assistant_calls(&["t1"])).await;
+        let before = std::fs::read(&path).unwrap();
+
+        fail.store(true, Ordering::SeqCst);
+        let e = c
+            .fails(
+                "pair/append",
+                json!({"sessionId": "s", "message": results(&[("t1", "out")])}),
+                -32014,
+            )
+            .await;
+        assert_eq!(e["data"]["kind"], json!("storage"));
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            before,
+            "no half-written commit remains"
+        );
+        assert_eq!(
+            c.call("state/get", json!({"sessionId": "s"})).await["pending"],
+            json!(["t1"])
+        );
+        let e = c
+            .fails(
+                "budget/apply",
+                json!({"sessionId": "s", "messages": [results(&[("big", &"x".repeat(60_000))])]}),
+                -32014,
+            )
+            .await;
+        assert_eq!(e["data"]["kind"], json!("storage"));
+        assert_eq!(
+            c.call("state/get", json!({"sessionId": "s"})).await["seenIds"],
+            json!([]),
+            "an unjournaled decision is not taken"
+        );
+
+        fail.store(false, Ordering::SeqCst);
+        append(&mut c, results(&[("t1", "out")])).await;
+        let msgs = transcript_messages(&path);
+        assert_eq!(msgs.len(), 3);
+        assert_paired(&msgs);
+    }
+}
+
+#[tokio::test]
+async fn an_unwritable_data_directory_is_a_storage_error() {
+    let (dir, mut c, _path) = setup(json!({})).await;
+    let sessions = dir.path().join(".toolwire/sessions");
+    std::fs::create_dir_all(&sessions).unwrap();
+    std::fs::write(sessions.join("ro"), "not a directory").unwrap();
+    // The session directory is taken by a file: persisting fails, reported.
+    let r = c
+        .call(
+            "budget/apply",
+            json!({"sessionId": "ro", "messages": [results(&[("x", &"x".repeat(60_000))])]}),
+        )
+        .await;
+    assert_eq!(r["failures"].as_array().unwrap().len(), 1);
+    // The transcript location is a directory: appending fails cleanly.
+    std::fs::create_dir_all(sessions.join("dirt.jsonl")).unwrap();
+    let e = c
+        .fails(
+            "pair/append",
+            json!({"sessionId": "dirt", "message": user_text("x")}),
+            -32014,
+        )
+        .await;
+    assert_eq!(e["data"]["kind"], json!("storage"));
+    append(&mut c, user_text("still serving")).await;
+}
+
+// ----------------------------------------------------------- repair --
+
+fn write_lines(path: &Path, lines: &[Value], torn: Option<&str>) {
+    let mut text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    if let Some(t) = torn {
+        text.push_str(t);
+    }
+    std::fs::write(path, text).unwrap();
+}
+
+fn m(message: Value) -> Value {
+    json!({"type": "message", "message": message})
+}
+
+fn tr(id: &str, text: &str) -> Value {
+    json!({"type": "tool_result", "tool_use_id": id, "content": text})
+}
+
+#[tokio::test]
+async fn repair_fixes_every_kind_of_damage_exactly() {
+    let (dir, mut c, _p) = setup(json!({})).await;
+    let path = dir.path().join("broken.jsonl");
+    let record = json!({"type": "replacement", "record": {"kind": "tool-result", "toolUseId": "a", "replacement": "R"}});
+    write_lines(
+        &path,
+        &[
+            m(user_text("start")),
+            // Results for a arrive after text, and in a later message.
+            m(
+                json!({"role": "assistant", "content": [{"type": "text", "text": "calling"}, {"type": "tool_use", "id": "a", "name": "Bash", "input": {}}]}),
+            ),
+            m(json!({"role": "user", "content": [{"type": "text", "text": "note"}]})),
+            m(json!({"role": "user", "content": [tr("a", "A"), tr("a", "duplicate")]})),
+            record.clone(),
+            // b and c: c never answered, so both go, with b's partial result.
+            m(assistant_calls(&["b", "c"])),
+            m(
+                json!({"role": "user", "content": [tr("b", "B"), {"type": "text", "text": "keep me"}]}),
+            ),
+            // An orphan result.
+            m(json!({"role": "user", "content": [tr("ghost", "boo")]})),
+            "not json at all".into(),
+            m(user_text("end")),
+        ],
+        Some("{\"type\":\"message\",\"mess"),
+    );
+    // Raw junk line must be written verbatim, not as a JSON string.
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("\"not json at all\"", "not json at all");
+    std::fs::write(&path, &text).unwrap();
+
+    let dry = c
+        .call(
+            "transcript/repair",
+            json!({"path": path.display().to_string(), "dryRun": true}),
+        )
+        .await;
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        text,
+        "dry run writes nothing"
+    );
+    let r = c
+        .call(
+            "transcript/repair",
+            json!({"path": path.display().to_string()}),
+        )
+        .await;
+    assert_eq!(r, dry);
+    assert_eq!(
+        r,
+        json!({"kept": 6, "droppedToolUses": ["b", "c"], "droppedToolResults": ["a", "b", "ghost"], "tornLines": 2})
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("broken.jsonl.bak")).unwrap(),
+        text
+    );
+    let expected = vec![
+        m(user_text("start")),
+        m(
+            json!({"role": "assistant", "content": [{"type": "text", "text": "calling"}, {"type": "tool_use", "id": "a", "name": "Bash", "input": {}}]}),
+        ),
+        m(json!({"role": "user", "content": [tr("a", "A"), {"type": "text", "text": "note"}]})),
+        record,
+        m(json!({"role": "user", "content": [{"type": "text", "text": "keep me"}]})),
+        m(user_text("end")),
+    ];
+    assert_eq!(
+        transcript_lines(&path),
+        expected,
+        "{}",
+        std::fs::read_to_string(&path).unwrap()
+    );
+    assert_paired(&transcript_messages(&path));
+    // Already sound: nothing changes, no backup is taken again.
+    std::fs::remove_file(dir.path().join("broken.jsonl.bak")).unwrap();
+    let again = c
+        .call(
+            "transcript/repair",
+            json!({"path": path.display().to_string()}),
+        )
+        .await;
+    assert_eq!(
+        again,
+        json!({"kept": 6, "droppedToolUses": [], "droppedToolResults": [], "tornLines": 0})
+    );
+    assert!(!dir.path().join("broken.jsonl.bak").exists());
+}
+
+#[tokio::test]
+async fn repair_moves_results_after_a_call_at_the_end_and_refuses_a_live_transcript() {
+    let (dir, mut c, live) = setup(json!({})).await;
+    let path = dir.path().join("t.jsonl");
+    write_lines(
+        &path,
+        &[
+            m(json!({"role": "user", "content": [tr("z", "early")]})),
+            m(assistant_calls(&["z"])),
+        ],
+        None,
+    );
+    let r = c
+        .call(
+            "transcript/repair",
+            json!({"path": path.display().to_string()}),
+        )
+        .await;
+    assert_eq!(
+        r["droppedToolUses"],
+        json!(["z"]),
+        "a result before its call is an orphan"
+    );
+    assert_eq!(r["droppedToolResults"], json!(["z"]));
+    assert!(transcript_lines(&path).is_empty());
+
+    append(&mut c, user_text("open session")).await;
+    let e = c
+        .fails(
+            "transcript/repair",
+            json!({"path": live.display().to_string()}),
+            -32013,
+        )
+        .await;
+    assert_eq!(e["data"]["kind"], json!("transcriptLocked"));
+}
+
+#[tokio::test]
+async fn a_commit_torn_by_a_crash_is_cut_when_the_session_opens() {
+    let (dir, mut c, path) = setup(json!({})).await;
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    // The assistant half of a pair reached the disk, its results only partly.
+    let first = m(user_text("kept"));
+    let call = m(assistant_calls(&["t1", "t2"]));
+    let half = m(results(&[("t1", "one")]));
+    let text = format!(
+        "{first}\n{call}\n{half}\n{{\"type\":\"message\",\"message\":{{\"role\":\"user\",\"con"
+    );
+    std::fs::write(&path, text).unwrap();
+    let state = c.call("state/get", json!({"sessionId": "s"})).await;
+    assert_eq!(
+        state["seenIds"],
+        json!([]),
+        "the cut pair's results are not seen"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        format!("{first}\n")
+    );
+    let _ = dir;
+}
