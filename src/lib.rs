@@ -14,11 +14,13 @@
 
 pub mod artifact;
 pub mod budget;
+pub mod client;
 pub mod config;
 pub mod error;
 pub mod message;
 pub mod methods;
 pub mod protocol;
+pub mod replay;
 pub mod server;
 pub mod session;
 pub mod state;

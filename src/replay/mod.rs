@@ -1,0 +1,390 @@
+//! `toolwire replay`: drive a recorded agent session through a real
+//! `toolwire serve` child, turn by turn, as a harness would.
+//!
+//! For every assistant message: `pair/append`. For every user message:
+//! `budget/apply` on the conversation's tail, then `pair/append` of the
+//! budgeted message. An interrupted turn (a tool call followed by anything
+//! but its results, an explicit `interrupt` line, or the end of the
+//! recording) is resolved with `pair/flush`. A `resume` line restarts the
+//! server, which picks the session up from its transcript.
+//!
+//! Recordings are JSON Lines: bare messages (`{"role":…,"content":…}`),
+//! toolwire transcript lines (`{"type":"message","message":…}`; replacement
+//! lines are skipped), and the two markers `{"type":"interrupt","reason":…}`
+//! and `{"type":"resume"}`.
+
+pub mod synthetic;
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::budget;
+use crate::client::{ClientError, RpcClient};
+use crate::config::SizeUnit;
+use crate::message;
+
+/// The bundled demo session (see `tests/data/make_demo_session.py`).
+pub const BUNDLED: &[u8] = include_bytes!("../../tests/data/demo-session.jsonl.gz");
+
+/// One step of a recording.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    Message(Value),
+    Interrupt(String),
+    Resume,
+}
+
+/// Parse a recording; an error names the offending line.
+pub fn parse_recording(text: &str) -> Result<Vec<Step>, String> {
+    let mut steps = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line_no = n + 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let value: Value =
+            serde_json::from_str(line).map_err(|e| format!("line {line_no}: not JSON: {e}"))?;
+        let step = match value.get("type").and_then(Value::as_str) {
+            Some("message") => Step::Message(value.get("message").cloned().unwrap_or(Value::Null)),
+            Some("replacement") => continue,
+            Some("interrupt") => Step::Interrupt(
+                value
+                    .get("reason")
+                    .and_then(Value::as_str)
+                    .unwrap_or("interrupted")
+                    .to_owned(),
+            ),
+            Some("resume") => Step::Resume,
+            Some(other) if value.get("role").is_none() => {
+                return Err(format!("line {line_no}: unknown line type {other:?}"));
+            }
+            _ => Step::Message(value),
+        };
+        if let Step::Message(m) = &step {
+            message::validate(m, "message").map_err(|e| format!("line {line_no}: {e}"))?;
+        }
+        steps.push(step);
+    }
+    Ok(steps)
+}
+
+/// Decompress the bundled session.
+pub fn bundled_recording() -> Result<String, String> {
+    use std::io::Read;
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(BUNDLED)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("bundled session: {e}"))?;
+    Ok(text)
+}
+
+pub struct Options {
+    /// The `toolwire` executable to run as the server.
+    pub server: PathBuf,
+    pub data_dir: PathBuf,
+    pub session_id: String,
+    /// How many earlier messages go with each `budget/apply`.
+    pub tail: usize,
+}
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    pub session_id: String,
+    pub data_dir: String,
+    pub messages: usize,
+    /// Assistant turns.
+    pub turns: usize,
+    pub tool_results: usize,
+    /// Tool-result characters in the recording.
+    pub chars_received: u64,
+    /// Tool-result characters in the user messages sent after budgeting.
+    pub chars_sent: u64,
+    pub results_persisted: usize,
+    pub bytes_persisted: u64,
+    /// Results sent with a replacement decided on an earlier turn.
+    pub decisions_reapplied: usize,
+    pub pairs_committed: usize,
+    pub pairs_discarded: usize,
+    pub pairs_synthesized: usize,
+    pub resumes: usize,
+    pub calls: usize,
+    pub latency_p50_ms: f64,
+    pub latency_p99_ms: f64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error("starting the server {0}: {1}")]
+    Spawn(String, std::io::Error),
+}
+
+type ChildClient = RpcClient<tokio::process::ChildStdout, tokio::process::ChildStdin>;
+
+struct Server {
+    client: ChildClient,
+    child: tokio::process::Child,
+}
+
+impl Server {
+    async fn start(opts: &Options) -> Result<Server, ReplayError> {
+        let mut child = tokio::process::Command::new(&opts.server)
+            .arg("serve")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| ReplayError::Spawn(opts.server.display().to_string(), e))?;
+        let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+            return Err(ReplayError::Spawn(
+                opts.server.display().to_string(),
+                std::io::Error::other("no pipes"),
+            ));
+        };
+        let mut client = RpcClient::new(stdout, stdin);
+        let root = url::Url::from_file_path(&opts.data_dir)
+            .map(|u| u.to_string())
+            .unwrap_or_default();
+        client
+            .request(
+                "initialize",
+                json!({"processId": std::process::id(), "rootUri": root, "clientInfo": {"name": "toolwire-replay"},
+                       "initializationOptions": {"dataDir": opts.data_dir}}),
+            )
+            .await?;
+        client.notify("initialized", json!({})).await?;
+        Ok(Server { client, child })
+    }
+
+    async fn stop(mut self) -> Result<(), ReplayError> {
+        self.client.request("shutdown", Value::Null).await?;
+        self.client.notify("exit", Value::Null).await?;
+        let _ = self.child.wait().await;
+        Ok(())
+    }
+}
+
+/// Replay `steps`; `on_step` is called after each one (progress display).
+pub async fn run(
+    steps: &[Step],
+    opts: &Options,
+    mut on_step: impl FnMut(),
+) -> Result<Summary, ReplayError> {
+    let mut summary = Summary {
+        session_id: opts.session_id.clone(),
+        data_dir: opts.data_dir.display().to_string(),
+        ..Summary::default()
+    };
+    let mut latencies: Vec<Duration> = Vec::new();
+    let mut server = Server::start(opts).await?;
+    let mut conversation: Vec<Value> = Vec::new();
+    let mut pending: HashSet<String> = HashSet::new();
+    let sid = opts.session_id.as_str();
+
+    macro_rules! call {
+        ($method:expr, $params:expr) => {{
+            let start = Instant::now();
+            let r = server.client.request($method, $params).await?;
+            latencies.push(start.elapsed());
+            r
+        }};
+    }
+
+    for step in steps {
+        match step {
+            Step::Resume => {
+                if !pending.is_empty() {
+                    let f = call!(
+                        "pair/flush",
+                        json!({"sessionId": sid, "reason": "session suspended"})
+                    );
+                    count_flush(&mut summary, &f);
+                    pending.clear();
+                }
+                server.stop().await?;
+                server = Server::start(opts).await?;
+                summary.resumes += 1;
+            }
+            Step::Interrupt(reason) => {
+                let f = call!("pair/flush", json!({"sessionId": sid, "reason": reason}));
+                count_flush(&mut summary, &f);
+                pending.clear();
+            }
+            Step::Message(msg) => {
+                summary.messages += 1;
+                let is_user = message::role(msg) == Some("user");
+                let answers = is_user && message::has_tool_results(msg);
+                if !pending.is_empty() && !answers {
+                    // The recording moved on without the results: the
+                    // harness resolves the pair on its exit path.
+                    let f = call!(
+                        "pair/flush",
+                        json!({"sessionId": sid, "reason": "turn interrupted"})
+                    );
+                    count_flush(&mut summary, &f);
+                    pending.clear();
+                }
+                let mut sent = msg.clone();
+                if is_user {
+                    let received = budget::message_total(msg, SizeUnit::Chars);
+                    summary.chars_received += received;
+                    summary.tool_results += message::tool_results(msg).count();
+                    conversation.push(msg.clone());
+                    let from = conversation.len().saturating_sub(opts.tail + 1);
+                    let tail = &conversation[from..];
+                    let r = call!("budget/apply", json!({"sessionId": sid, "messages": tail}));
+                    count_apply(&mut summary, &r, tail);
+                    if let Some(last) = r["messages"].as_array().and_then(|m| m.last()) {
+                        sent = last.clone();
+                    }
+                    summary.chars_sent += budget::message_total(&sent, SizeUnit::Chars);
+                } else {
+                    conversation.push(msg.clone());
+                    summary.turns += 1;
+                }
+                let r = call!("pair/append", json!({"sessionId": sid, "message": sent}));
+                if let Some(f) = r.get("flushed") {
+                    count_flush(&mut summary, f);
+                }
+                let was_pending = !pending.is_empty();
+                pending = r["pending"]
+                    .as_array()
+                    .map(|ids| {
+                        ids.iter()
+                            .filter_map(|i| i.as_str().map(String::from))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                if was_pending && pending.is_empty() && r["status"] == "committed" {
+                    summary.pairs_committed += 1;
+                }
+            }
+        }
+        on_step();
+    }
+    if !pending.is_empty() {
+        let f = call!(
+            "pair/flush",
+            json!({"sessionId": sid, "reason": "recording ended"})
+        );
+        count_flush(&mut summary, &f);
+    }
+    server.stop().await?;
+
+    latencies.sort_unstable();
+    summary.calls = latencies.len();
+    summary.latency_p50_ms = percentile(&latencies, 50);
+    summary.latency_p99_ms = percentile(&latencies, 99);
+    Ok(summary)
+}
+
+fn count_flush(summary: &mut Summary, f: &Value) {
+    let n = |k: &str| f[k].as_array().map_or(0, |a| a.len());
+    if n("discarded") > 0 {
+        summary.pairs_discarded += 1;
+    }
+    if n("synthesized") > 0 {
+        summary.pairs_synthesized += 1;
+    }
+}
+
+fn count_apply(summary: &mut Summary, r: &Value, sent: &[Value]) {
+    let persisted = r["persisted"].as_array().cloned().unwrap_or_default();
+    summary.results_persisted += persisted.len();
+    for p in &persisted {
+        if let Some(path) = p["path"].as_str() {
+            summary.bytes_persisted += std::fs::metadata(path).map_or(0, |m| m.len());
+        }
+    }
+    let fresh: HashSet<&str> = r["records"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|rec| rec["toolUseId"].as_str())
+        .collect();
+    let out = r["messages"].as_array().cloned().unwrap_or_default();
+    for (before, after) in sent.iter().zip(&out) {
+        let (b, a) = (message::blocks(before), message::blocks(after));
+        for (i, id) in message::tool_results(after) {
+            let changed = b.get(i).and_then(|x| x.get("content")) != a[i].get("content");
+            if changed && !fresh.contains(id) {
+                summary.decisions_reapplied += 1;
+            }
+        }
+    }
+}
+
+fn percentile(sorted: &[Duration], p: usize) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let idx = ((sorted.len() - 1) * p).div_ceil(100);
+    sorted[idx.min(sorted.len() - 1)].as_secs_f64() * 1000.0
+}
+
+/// A fresh data directory for a replay: `<tmp>/toolwire-replay-<n>`.
+pub fn fresh_data_dir() -> std::io::Result<PathBuf> {
+    let dir = tempfile::Builder::new()
+        .prefix("toolwire-replay-")
+        .tempdir()?;
+    Ok(dir.keep())
+}
+
+/// The human-readable summary.
+pub fn render(summary: &Summary) -> String {
+    let ratio = if summary.chars_received > 0 {
+        summary.chars_sent as f64 / summary.chars_received as f64 * 100.0
+    } else {
+        100.0
+    };
+    format!(
+        "replayed session {sid} into {dir}\n\
+         \n  messages           {messages} ({turns} assistant turns, {resumes} resume(s))\n  \
+         tool results       {results}\n  \
+         chars received     {recv}\n  \
+         chars sent         {sent} ({ratio:.1}% of received)\n  \
+         results persisted  {np} ({bytes} bytes on disk)\n  \
+         decisions reapplied {re}\n  \
+         pairs              {pc} committed, {pd} discarded, {ps} synthesized\n  \
+         latency per call   p50 {p50:.2} ms, p99 {p99:.2} ms over {calls} calls\n\
+         \ntranscript: {dir}/sessions/{sid}.jsonl\n",
+        sid = summary.session_id,
+        dir = summary.data_dir,
+        messages = summary.messages,
+        turns = summary.turns,
+        resumes = summary.resumes,
+        results = summary.tool_results,
+        recv = summary.chars_received,
+        sent = summary.chars_sent,
+        np = summary.results_persisted,
+        bytes = summary.bytes_persisted,
+        re = summary.decisions_reapplied,
+        pc = summary.pairs_committed,
+        pd = summary.pairs_discarded,
+        ps = summary.pairs_synthesized,
+        p50 = summary.latency_p50_ms,
+        p99 = summary.latency_p99_ms,
+        calls = summary.calls,
+    )
+}
+
+/// Read a recording from a file (gzip when it ends in `.gz`).
+pub fn read_recording(path: &Path) -> Result<String, String> {
+    use std::io::Read;
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if path.extension().is_some_and(|e| e == "gz") {
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(&bytes[..])
+            .read_to_string(&mut text)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(text)
+    } else {
+        String::from_utf8(bytes).map_err(|e| format!("{}: not UTF-8: {e}", path.display()))
+    }
+}
