@@ -21,6 +21,7 @@ pub mod message;
 pub mod methods;
 pub mod protocol;
 pub mod replay;
+pub mod schema;
 pub mod server;
 pub mod session;
 pub mod state;

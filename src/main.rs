@@ -49,6 +49,15 @@ enum Command {
         #[arg(long, default_value_t = 8)]
         tail: usize,
     },
+    /// Write the JSON Schemas and the OpenRPC document (or check them).
+    Schema {
+        /// Directory to write into.
+        #[arg(long, value_name = "DIR", required_unless_present = "check")]
+        out: Option<PathBuf>,
+        /// Exit non-zero, showing the difference, when DIR is stale.
+        #[arg(long, value_name = "DIR", conflicts_with = "out")]
+        check: Option<PathBuf>,
+    },
     /// Rewrite a transcript so every tool call is followed by all its results.
     Repair {
         path: PathBuf,
@@ -69,6 +78,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve => serve(),
         Command::Repair { path, dry_run } => repair(&path, dry_run),
+        Command::Schema { out, check } => schema(out, check),
         Command::Replay {
             path,
             data_dir,
@@ -192,6 +202,39 @@ fn serve() -> ExitCode {
     // gone and every pair it left has been flushed, so stop here.
     rt.shutdown_background();
     ExitCode::from(end.exit_code() as u8)
+}
+
+#[allow(clippy::print_stdout)]
+fn schema(out: Option<PathBuf>, check: Option<PathBuf>) -> ExitCode {
+    if let Some(dir) = check {
+        let problems = toolwire::schema::check(&dir);
+        if problems.is_empty() {
+            println!("{}: up to date", dir.display());
+            return ExitCode::SUCCESS;
+        }
+        for p in &problems {
+            eprintln!("{p}");
+        }
+        eprintln!(
+            "{} is stale: run `toolwire schema --out {}`",
+            dir.display(),
+            dir.display()
+        );
+        return ExitCode::FAILURE;
+    }
+    let Some(dir) = out else {
+        return ExitCode::FAILURE;
+    };
+    match toolwire::schema::write(&dir) {
+        Ok(n) => {
+            println!("wrote {n} files to {}", dir.display());
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("toolwire schema: {}: {err}", dir.display());
+            ExitCode::FAILURE
+        }
+    }
 }
 
 #[allow(clippy::print_stdout)]

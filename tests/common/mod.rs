@@ -3,9 +3,9 @@
 //! over the pipes of the real binary.
 #![allow(dead_code)]
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
@@ -24,6 +24,58 @@ pub struct Client<R, W> {
     /// Messages read while waiting for something else.
     stash: VecDeque<Value>,
     pub notifications: Vec<Value>,
+    /// Method and params of each request still unanswered, for validation.
+    sent: HashMap<i64, (String, Value)>,
+}
+
+/// Every checked-in schema, compiled once.
+static SCHEMAS: LazyLock<HashMap<String, jsonschema::Validator>> = LazyLock::new(|| {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("schema");
+    std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json") && !p.ends_with("openrpc.json"))
+        .map(|p| {
+            let schema: Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            let validator =
+                jsonschema::validator_for(&schema).unwrap_or_else(|e| panic!("{name}: {e}"));
+            (name, validator)
+        })
+        .collect()
+});
+
+/// Fail the test when `instance` does not match the checked-in schema
+/// `file`: a schema that lies about the traffic fails the build.
+pub fn validate(file: &str, instance: &Value) {
+    let Some(validator) = SCHEMAS.get(file) else {
+        return;
+    };
+    let errors: Vec<String> = validator
+        .iter_errors(instance)
+        .map(|e| format!("{e} at {}", e.instance_path()))
+        .collect();
+    if !errors.is_empty() {
+        let shown = serde_json::to_string(instance).unwrap();
+        let shown = if shown.len() > 2000 {
+            format!("{}...", &shown[..2000])
+        } else {
+            shown
+        };
+        panic!("traffic does not match schema/{file}: {errors:?}\ninstance: {shown}");
+    }
+}
+
+/// Check one exchange against the schemas: accepted params and results by
+/// method, and every error's `data`.
+fn validate_exchange(method: &str, params: &Value, response: &Value) {
+    let stem = method.replace('/', ".");
+    if let Some(error) = response.get("error") {
+        validate("error-data.json", &error["data"]);
+    } else {
+        validate(&format!("{stem}.params.json"), params);
+        validate(&format!("{stem}.result.json"), &response["result"]);
+    }
 }
 
 pub type MemClient = Client<
@@ -60,6 +112,7 @@ where
             next_id: 1,
             stash: VecDeque::new(),
             notifications: Vec::new(),
+            sent: HashMap::new(),
         }
     }
 
@@ -80,6 +133,7 @@ where
         self.next_id += 1;
         self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
             .await;
+        self.sent.insert(id, (method.to_owned(), params));
         id
     }
 
@@ -114,6 +168,14 @@ where
 
     /// Wait for the response to `id`, keeping other messages for later.
     pub async fn response(&mut self, id: i64) -> Value {
+        let msg = self.response_unchecked(id).await;
+        if let Some((method, params)) = self.sent.remove(&id) {
+            validate_exchange(&method, &params, &msg);
+        }
+        msg
+    }
+
+    async fn response_unchecked(&mut self, id: i64) -> Value {
         if let Some(pos) = self.stash.iter().position(|m| m["id"] == json!(id)) {
             return self.stash.remove(pos).unwrap();
         }

@@ -1,0 +1,261 @@
+//! The published schemas: a JSON Schema (draft 2020-12) for every method's
+//! params and result, the transcript line, the replacement record, the
+//! configuration and the error `data`, plus an OpenRPC 1.3 document for the
+//! whole API. All are generated from the Rust types through the method
+//! table, so they cannot drift from what the server accepts and answers.
+//!
+//! Params and configuration are described as they are *read* (optional
+//! fields with defaults are not required); results as they are *written*
+//! (a field always present is required). `toolwire schema --out schema`
+//! regenerates the checked-in files; `--check` reports drift.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use schemars::JsonSchema;
+use schemars::generate::{SchemaGenerator, SchemaSettings};
+use serde_json::{Map, Value, json};
+
+use crate::config::Config;
+use crate::error::code;
+use crate::methods::{self, Exec, MethodVisitor};
+use crate::protocol::{ErrorData, Method, ReplacementRecord, TranscriptLine};
+
+fn reader() -> SchemaGenerator {
+    SchemaSettings::draft2020_12()
+        .for_deserialize()
+        .into_generator()
+}
+
+fn writer() -> SchemaGenerator {
+    SchemaSettings::draft2020_12()
+        .for_serialize()
+        .into_generator()
+}
+
+fn root<T: JsonSchema>(generator: SchemaGenerator) -> Value {
+    generator.into_root_schema_for::<T>().to_value()
+}
+
+/// File stem of a method's schemas: `budget/apply` → `budget.apply`.
+pub fn stem(method: &str) -> String {
+    method.replace('/', ".")
+}
+
+struct Files(BTreeMap<String, Value>);
+
+impl MethodVisitor for Files {
+    fn visit<M: Method>(&mut self, _: Exec) {
+        let stem = stem(M::NAME);
+        self.0
+            .insert(format!("{stem}.params.json"), root::<M::Params>(reader()));
+        self.0
+            .insert(format!("{stem}.result.json"), root::<M::Result>(writer()));
+    }
+}
+
+/// Every schema file, by name, as pretty JSON ending in a newline.
+pub fn generate() -> BTreeMap<String, String> {
+    let mut files = Files(BTreeMap::new());
+    methods::visit_all(&mut files);
+    let mut files = files.0;
+    files.insert(
+        "transcript-line.json".into(),
+        root::<TranscriptLine>(reader()),
+    );
+    files.insert(
+        "replacement-record.json".into(),
+        root::<ReplacementRecord>(reader()),
+    );
+    files.insert("config.json".into(), root::<Config>(reader()));
+    files.insert("error-data.json".into(), root::<ErrorData>(writer()));
+    files.insert("openrpc.json".into(), openrpc());
+    files
+        .into_iter()
+        .map(|(name, value)| {
+            let text = serde_json::to_string_pretty(&value).unwrap_or_default() + "\n";
+            (name, text)
+        })
+        .collect()
+}
+
+/// Write every schema file into `dir`.
+pub fn write(dir: &Path) -> std::io::Result<usize> {
+    std::fs::create_dir_all(dir)?;
+    let files = generate();
+    for (name, text) in &files {
+        std::fs::write(dir.join(name), text)?;
+    }
+    Ok(files.len())
+}
+
+/// Compare `dir` with what the code generates; the differences, if any.
+pub fn check(dir: &Path) -> Vec<String> {
+    let mut problems = Vec::new();
+    let files = generate();
+    for (name, text) in &files {
+        match std::fs::read_to_string(dir.join(name)) {
+            Ok(on_disk) if &on_disk == text => {}
+            Ok(on_disk) => problems.push(format!(
+                "{name}: differs{}",
+                first_difference(&on_disk, text)
+            )),
+            Err(_) => problems.push(format!("{name}: missing")),
+        }
+    }
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".json") && !files.contains_key(&name) {
+                problems.push(format!("{name}: no longer generated"));
+            }
+        }
+    }
+    problems
+}
+
+fn first_difference(old: &str, new: &str) -> String {
+    for (n, (a, b)) in old.lines().zip(new.lines()).enumerate() {
+        if a != b {
+            return format!(" at line {}:\n  - {a}\n  + {b}", n + 1);
+        }
+    }
+    format!(
+        " in length ({} vs {} lines)",
+        old.lines().count(),
+        new.lines().count()
+    )
+}
+
+// ---------------------------------------------------------------- OpenRPC --
+
+struct OpenRpc {
+    read: SchemaGenerator,
+    write: SchemaGenerator,
+    methods: Vec<Value>,
+}
+
+/// `#/$defs/X` → `#/components/schemas/X<suffix>`, throughout `value`.
+fn rehome(value: &mut Value, suffix: &str) {
+    match value {
+        Value::Object(map) => {
+            if let Some(Value::String(r)) = map.get_mut("$ref")
+                && let Some(name) = r.strip_prefix("#/$defs/")
+            {
+                *r = format!("#/components/schemas/{name}{suffix}");
+            }
+            map.values_mut().for_each(|v| rehome(v, suffix));
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| rehome(v, suffix)),
+        _ => {}
+    }
+}
+
+fn error_message(code: i64) -> &'static str {
+    match code {
+        code::PARSE_ERROR => "parseError: the frame is not valid JSON or not a valid frame",
+        code::INVALID_REQUEST => {
+            "invalidRequest: not a valid JSON-RPC request (or sent after shutdown)"
+        }
+        code::METHOD_NOT_FOUND => "methodNotFound",
+        code::INVALID_PARAMS => "invalidParams: data.path names the offending field",
+        code::NOT_INITIALIZED => "notInitialized: send initialize first",
+        code::CANCELLED => "cancelled: $/cancelRequest arrived before the work committed",
+        code::UNKNOWN_TOOL_RESULT => "unknownToolResult: a tool_result answers no pending tool_use",
+        code::SESSION_EXISTS => "sessionExists: fork onto an existing session id",
+        code::SESSION_NOT_FOUND => {
+            "sessionNotFound: the method needs a session that does not exist"
+        }
+        code::TRANSCRIPT_LOCKED => "transcriptLocked: another process holds the transcript",
+        code::STORAGE => "storage: the disk refused; nothing half-done remains",
+        _ => "internal error",
+    }
+}
+
+impl MethodVisitor for OpenRpc {
+    fn visit<M: Method>(&mut self, exec: Exec) {
+        let mut params_schema = self.read.subschema_for::<M::Params>().to_value();
+        rehome(&mut params_schema, "");
+        // Params are sent by name: one content descriptor per field.
+        let resolved = match params_schema.get("$ref").and_then(Value::as_str) {
+            Some(r) => {
+                let name = r.rsplit('/').next().unwrap_or_default();
+                self.read
+                    .definitions()
+                    .get(name)
+                    .cloned()
+                    .unwrap_or(Value::Null)
+            }
+            None => params_schema.clone(),
+        };
+        let required: Vec<&str> = resolved["required"]
+            .as_array()
+            .map(|r| r.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let params: Vec<Value> = resolved["properties"]
+            .as_object()
+            .map(|props| {
+                props
+                    .iter()
+                    .map(|(name, schema)| {
+                        let mut schema = schema.clone();
+                        rehome(&mut schema, "");
+                        json!({"name": name, "required": required.contains(&name.as_str()), "schema": schema})
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut result = self.write.subschema_for::<M::Result>().to_value();
+        rehome(&mut result, "Output");
+        let mut codes = vec![
+            code::PARSE_ERROR,
+            code::INVALID_REQUEST,
+            code::INVALID_PARAMS,
+        ];
+        if exec != Exec::Lifecycle {
+            codes.push(code::NOT_INITIALIZED);
+        }
+        codes.extend_from_slice(M::ERRORS);
+        let errors: Vec<Value> = codes
+            .iter()
+            .map(|c| json!({"code": c, "message": error_message(*c)}))
+            .collect();
+        self.methods.push(json!({
+            "name": M::NAME,
+            "summary": M::SUMMARY,
+            "paramStructure": "by-name",
+            "params": params,
+            "result": {"name": format!("{}Result", M::NAME.replace('/', "_")), "schema": result},
+            "errors": errors,
+            "x-execution": match exec { Exec::Lifecycle => "lifecycle", Exec::Session => "session-ordered", Exec::Concurrent => "concurrent" },
+        }));
+    }
+}
+
+fn openrpc() -> Value {
+    let mut doc = OpenRpc {
+        read: reader(),
+        write: writer(),
+        methods: Vec::new(),
+    };
+    methods::visit_all(&mut doc);
+    let mut schemas = Map::new();
+    for (name, mut schema) in doc.read.take_definitions(true) {
+        rehome(&mut schema, "");
+        schemas.insert(name, schema);
+    }
+    for (name, mut schema) in doc.write.take_definitions(true) {
+        rehome(&mut schema, "Output");
+        schemas.insert(format!("{name}Output"), schema);
+    }
+    json!({
+        "openrpc": "1.3.2",
+        "info": {
+            "title": "toolwire",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "JSON-RPC 2.0 over LSP base-protocol framing (Content-Length headers) on stdio. Lifecycle as in LSP: initialize, initialized, ..., shutdown, exit. Notifications: $/cancelRequest (client), $/progress and window/logMessage (server). Errors carry data.kind (see error-data.json).",
+        },
+        "methods": doc.methods,
+        "components": {"schemas": schemas},
+    })
+}
