@@ -70,6 +70,7 @@ pub fn generate() -> BTreeMap<String, String> {
     files.insert("config.json".into(), root::<Config>(reader()));
     files.insert("error-data.json".into(), root::<ErrorData>(writer()));
     files.insert("openrpc.json".into(), openrpc());
+    files.insert(BUNDLE.into(), bundle());
     files
         .into_iter()
         .map(|(name, value)| {
@@ -127,6 +128,77 @@ fn first_difference(old: &str, new: &str) -> String {
     )
 }
 
+// ----------------------------------------------------------------- bundle --
+
+/// One file holding every type as a named definition, for code generators
+/// (`json-schema-to-typescript`, `datamodel-code-generator`).
+pub const BUNDLE: &str = "toolwire.schema.json";
+
+/// `budget/apply` → `BudgetApply`.
+pub fn type_name(method: &str) -> String {
+    method
+        .split(['/', '_', '.'])
+        .map(|part| {
+            let mut chars = part.chars();
+            chars
+                .next()
+                .map(|c| c.to_uppercase().chain(chars).collect::<String>())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+struct Bundle {
+    read: SchemaGenerator,
+    write: SchemaGenerator,
+    /// `(name, schema, written by the server)` of each method's params and result.
+    roots: Vec<(String, Value, bool)>,
+}
+
+impl MethodVisitor for Bundle {
+    fn visit<M: Method>(&mut self, _: Exec) {
+        let base = type_name(M::NAME);
+        let params = self.read.subschema_for::<M::Params>().to_value();
+        self.roots.push((format!("{base}Params"), params, false));
+        let result = self.write.subschema_for::<M::Result>().to_value();
+        self.roots.push((format!("{base}Result"), result, true));
+    }
+}
+
+fn bundle() -> Value {
+    let mut b = Bundle {
+        read: reader(),
+        write: writer(),
+        roots: Vec::new(),
+    };
+    methods::visit_all(&mut b);
+    // Registered as named definitions by asking for them.
+    b.read.subschema_for::<Config>();
+    b.read.subschema_for::<TranscriptLine>();
+    b.read.subschema_for::<ReplacementRecord>();
+    b.write.subschema_for::<ErrorData>();
+    let base = "#/$defs/";
+    let (mut defs, renames) = merge_defs(
+        b.read.take_definitions(true),
+        b.write.take_definitions(true),
+        base,
+    );
+    let none = Renames::new();
+    for (name, mut schema, written) in b.roots {
+        retarget(&mut schema, base, if written { &renames } else { &none });
+        // A method type that is already a named definition needs no alias.
+        if schema.get("$ref").and_then(Value::as_str) != Some(format!("{base}{name}").as_str()) {
+            defs.insert(name, schema);
+        }
+    }
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "toolwire",
+        "description": "Every toolwire type as a named definition. `<Method>Params` are what a client sends (optional fields may be omitted); `<Method>Result` are what the server sends (fields it always writes are required). Where the two shapes of one type differ, the server's is `<Name>Output`.",
+        "$defs": defs,
+    })
+}
+
 // ---------------------------------------------------------------- OpenRPC --
 
 struct OpenRpc {
@@ -135,20 +207,52 @@ struct OpenRpc {
     methods: Vec<Value>,
 }
 
-/// `#/$defs/X` → `#/components/schemas/X<suffix>`, throughout `value`.
-fn rehome(value: &mut Value, suffix: &str) {
+type Renames = std::collections::HashMap<String, String>;
+
+/// Point every `#/$defs/X` in `value` at `<base><renamed X>`.
+fn retarget(value: &mut Value, base: &str, renames: &Renames) {
     match value {
         Value::Object(map) => {
             if let Some(Value::String(r)) = map.get_mut("$ref")
                 && let Some(name) = r.strip_prefix("#/$defs/")
             {
-                *r = format!("#/components/schemas/{name}{suffix}");
+                let name = renames.get(name).map_or(name, String::as_str);
+                *r = format!("{base}{name}");
             }
-            map.values_mut().for_each(|v| rehome(v, suffix));
+            map.values_mut().for_each(|v| retarget(v, base, renames));
         }
-        Value::Array(items) => items.iter_mut().for_each(|v| rehome(v, suffix)),
+        Value::Array(items) => items.iter_mut().for_each(|v| retarget(v, base, renames)),
         _ => {}
     }
+}
+
+/// Merge the definitions of what clients send (`read`) and what the server
+/// writes (`write`) into one namespace under `base`. A written type keeps
+/// its name unless a different read type has it, then it becomes
+/// `<name>Output`. Returns the merged definitions and the renames to apply
+/// to written schemas.
+fn merge_defs(
+    read: Map<String, Value>,
+    write: Map<String, Value>,
+    base: &str,
+) -> (Map<String, Value>, Renames) {
+    let renames: Renames = write
+        .iter()
+        .filter(|(name, schema)| read.get(*name).is_some_and(|r| r != *schema))
+        .map(|(name, _)| (name.clone(), format!("{name}Output")))
+        .collect();
+    let none = Renames::new();
+    let mut merged = Map::new();
+    for (name, mut schema) in read {
+        retarget(&mut schema, base, &none);
+        merged.insert(name, schema);
+    }
+    for (name, mut schema) in write {
+        retarget(&mut schema, base, &renames);
+        let name = renames.get(&name).cloned().unwrap_or(name);
+        merged.insert(name, schema);
+    }
+    (merged, renames)
 }
 
 fn error_message(code: i64) -> &'static str {
@@ -174,8 +278,7 @@ fn error_message(code: i64) -> &'static str {
 
 impl MethodVisitor for OpenRpc {
     fn visit<M: Method>(&mut self, exec: Exec) {
-        let mut params_schema = self.read.subschema_for::<M::Params>().to_value();
-        rehome(&mut params_schema, "");
+        let params_schema = self.read.subschema_for::<M::Params>().to_value();
         // Params are sent by name: one content descriptor per field.
         let resolved = match params_schema.get("$ref").and_then(Value::as_str) {
             Some(r) => {
@@ -198,15 +301,12 @@ impl MethodVisitor for OpenRpc {
                 props
                     .iter()
                     .map(|(name, schema)| {
-                        let mut schema = schema.clone();
-                        rehome(&mut schema, "");
                         json!({"name": name, "required": required.contains(&name.as_str()), "schema": schema})
                     })
                     .collect()
             })
             .unwrap_or_default();
-        let mut result = self.write.subschema_for::<M::Result>().to_value();
-        rehome(&mut result, "Output");
+        let result = self.write.subschema_for::<M::Result>().to_value();
         let mut codes = vec![
             code::PARSE_ERROR,
             code::INVALID_REQUEST,
@@ -239,14 +339,18 @@ fn openrpc() -> Value {
         methods: Vec::new(),
     };
     methods::visit_all(&mut doc);
-    let mut schemas = Map::new();
-    for (name, mut schema) in doc.read.take_definitions(true) {
-        rehome(&mut schema, "");
-        schemas.insert(name, schema);
-    }
-    for (name, mut schema) in doc.write.take_definitions(true) {
-        rehome(&mut schema, "Output");
-        schemas.insert(format!("{name}Output"), schema);
+    let base = "#/components/schemas/";
+    let (schemas, renames) = merge_defs(
+        doc.read.take_definitions(true),
+        doc.write.take_definitions(true),
+        base,
+    );
+    let none = Renames::new();
+    for method in &mut doc.methods {
+        for param in method["params"].as_array_mut().into_iter().flatten() {
+            retarget(&mut param["schema"], base, &none);
+        }
+        retarget(&mut method["result"]["schema"], base, &renames);
     }
     json!({
         "openrpc": "1.3.2",

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Install the pinned Node and Python packages the generated clients (and
+# their tests inside `cargo test`) need. Idempotent; fast when up to date.
+#   editors/vscode: npm ci (package-lock.json)
+#   editors/python: a .venv with requirements.txt
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+
+command -v node >/dev/null || { echo "install.sh: node (>= 18) is required" >&2; exit 1; }
+command -v python3 >/dev/null || { echo "install.sh: python3 (>= 3.11) is required" >&2; exit 1; }
+
+cd "$here/vscode"
+if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  npm ci --no-audit --no-fund --loglevel=error
+fi
+
+cd "$here/python"
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+if [ ! -f .venv/.installed ] || [ requirements.txt -nt .venv/.installed ]; then
+  .venv/bin/pip install --quiet --disable-pip-version-check -r requirements.txt
+  touch .venv/.installed
+fi

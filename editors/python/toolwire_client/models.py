@@ -1,0 +1,574 @@
+# Generated from schema/toolwire.schema.json by editors/python/generate.py. Do not edit.
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, RootModel, conint, constr
+
+
+class Toolwire(RootModel[Any]):
+    root: Any = Field(..., title='toolwire')
+    """
+    Every toolwire type as a named definition. `<Method>Params` are what a client sends (optional fields may be omitted); `<Method>Result` are what the server sends (fields it always writes are required). Where the two shapes of one type differ, the server's is `<Name>Output`.
+    """
+
+
+class WorkspaceFolder(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    uri: str
+    name: str | None = ''
+
+
+class NameVersion(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    name: str
+    version: str | None = None
+
+
+class SessionId(
+    RootModel[
+        constr(
+            pattern=r'^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$',
+            min_length=1,
+            max_length=128,
+        )
+    ]
+):
+    root: constr(
+        pattern=r'^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$', min_length=1, max_length=128
+    )
+    """
+    1-128 characters of [A-Za-z0-9._-], not starting with '.'
+    """
+
+
+class Role(StrEnum):
+    user = 'user'
+    assistant = 'assistant'
+
+
+class ContentItem(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+        populate_by_name=True,
+    )
+    type: str
+
+
+class Message(BaseModel):
+    """
+    A message in the Anthropic Messages API shape; unknown fields and blocks round-trip unchanged.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+        populate_by_name=True,
+    )
+    role: Role
+    content: str | list[ContentItem]
+
+
+class LimitsOverride(BaseModel):
+    """
+    Per-request overrides of [`Limits`].
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    max_result_chars: conint(ge=0) | None = Field(None, alias='maxResultChars')
+    max_message_chars: conint(ge=0) | None = Field(None, alias='maxMessageChars')
+    preview_chars: conint(ge=0) | None = Field(None, alias='previewChars')
+
+
+class StateForkParams(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    session_id: SessionId = Field(..., alias='sessionId')
+    new_session_id: SessionId | None = Field(None, alias='newSessionId')
+    """
+    A fresh id is chosen when absent.
+    """
+    copy_transcript: bool | None = Field(None, alias='copyTranscript')
+    """
+    Copy the source's committed transcript (default true).
+    """
+
+
+class ReplacementRecord(BaseModel):
+    """
+    The exact string that was sent in place of an original tool result.
+    """
+
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    kind: str
+    """
+    `"tool-result"`; records of other kinds are ignored on read.
+    """
+    tool_use_id: str = Field(..., alias='toolUseId')
+    replacement: str
+
+
+class ProgressToken(RootModel[int | str]):
+    root: int | str
+    """
+    An LSP progress token (`workDoneToken`): `$/progress` notifications for
+    long work carry it.
+    """
+
+
+class StateGetParams(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    session_id: SessionId = Field(..., alias='sessionId')
+
+
+class PairAppendParams(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    session_id: SessionId = Field(..., alias='sessionId')
+    message: Message
+
+
+class AbortMode(StrEnum):
+    """
+    What an interrupted tool pair becomes.
+    """
+
+    discard = 'discard'
+    """
+    The buffered pair is dropped unwritten.
+    """
+    synthetic = 'synthetic'
+    """
+    The pair is committed with an `is_error` result for each unanswered call.
+    """
+
+
+class TranscriptRepairParams(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    path: str
+    dry_run: bool | None = Field(None, alias='dryRun')
+    work_done_token: ProgressToken | None = Field(None, alias='workDoneToken')
+
+
+class Limits(BaseModel):
+    """
+    Size limits, all counted in `sizeUnit`.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    max_result_chars: conint(ge=0) | None = Field(50000, alias='maxResultChars')
+    """
+    A single fresh tool result larger than this is persisted.
+    """
+    max_message_chars: conint(ge=0) | None = Field(200000, alias='maxMessageChars')
+    """
+    Aggregate tool_result size allowed in one outbound user message.
+    """
+    preview_chars: conint(ge=0) | None = Field(2000, alias='previewChars')
+    """
+    Size of the preview kept in place of a persisted result.
+    """
+
+
+class Durability(StrEnum):
+    """
+    Whether each commit reaches the disk before its reply.
+    """
+
+    fsync = 'fsync'
+    none = 'none'
+
+
+class SizeUnit(StrEnum):
+    """
+    How sizes are counted.
+    """
+
+    chars = 'chars'
+    """
+    Unicode scalar values.
+    """
+    utf16 = 'utf16'
+    """
+    UTF-16 code units, as JavaScript's `length`.
+    """
+    bytes = 'bytes'
+    """
+    UTF-8 bytes.
+    """
+
+
+class TranscriptLine1(BaseModel):
+    """
+    One line of a session transcript.
+    """
+
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    type: Literal['message']
+    message: Message
+
+
+class TranscriptLine2(BaseModel):
+    """
+    One line of a session transcript.
+    """
+
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    type: Literal['replacement']
+    record: ReplacementRecord
+
+
+class TranscriptLine(RootModel[TranscriptLine1 | TranscriptLine2]):
+    root: TranscriptLine1 | TranscriptLine2
+    """
+    One line of a session transcript.
+    """
+
+
+class ToolwireCapabilities(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    protocol_version: conint(ge=0) = Field(..., alias='protocolVersion')
+    methods: list[str]
+    """
+    Every custom method this server supports.
+    """
+
+
+class ArtifactKind(StrEnum):
+    text = 'text'
+    """
+    String content, saved as `.txt`.
+    """
+    json = 'json'
+    """
+    Block-array content, saved as `.json` (the array itself).
+    """
+
+
+class PersistFailure(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    tool_use_id: str = Field(..., alias='toolUseId')
+    message: str
+
+
+class StateForkResult(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    session_id: SessionId = Field(..., alias='sessionId')
+    """
+    The new session's id.
+    """
+    seen_count: conint(ge=0) = Field(..., alias='seenCount')
+    replacement_count: conint(ge=0) = Field(..., alias='replacementCount')
+
+
+class StateReconstructResult(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    seen_count: conint(ge=0) = Field(..., alias='seenCount')
+    replacement_count: conint(ge=0) = Field(..., alias='replacementCount')
+    messages_read: conint(ge=0) = Field(..., alias='messagesRead')
+    records_read: conint(ge=0) = Field(..., alias='recordsRead')
+    skipped_lines: conint(ge=0) = Field(..., alias='skippedLines')
+    """
+    Torn or unparsable transcript lines that were skipped.
+    """
+
+
+class StateGetResult(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    seen_ids: list[str] = Field(..., alias='seenIds')
+    replacements: dict[str, str]
+    pending: list[str]
+    """
+    tool_use ids of the pair now buffered.
+    """
+
+
+class AppendStatus(StrEnum):
+    buffered = 'buffered'
+    """
+    Held back until every pending tool call has its result.
+    """
+    committed = 'committed'
+    """
+    Written to the transcript.
+    """
+
+
+class FlushResult(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    mode: AbortMode
+    discarded: list[str]
+    """
+    Ids of calls dropped unwritten.
+    """
+    synthesized: list[str]
+    """
+    Ids closed with a synthetic error result.
+    """
+    written: conint(ge=0)
+
+
+class TranscriptRepairResult(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    kept: conint(ge=0)
+    """
+    Lines kept.
+    """
+    dropped_tool_uses: list[str] = Field(..., alias='droppedToolUses')
+    dropped_tool_results: list[str] = Field(..., alias='droppedToolResults')
+    torn_lines: conint(ge=0) = Field(..., alias='tornLines')
+
+
+class ErrorData(BaseModel):
+    """
+    The `data` member of every toolwire error.
+    """
+
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    kind: str
+    """
+    Stable machine-readable error kind, e.g. `unknownToolResult`.
+    """
+    path: str | None = None
+    """
+    For `invalidParams`: the offending field; for storage and lock errors: the file.
+    """
+    tool_use_id: str | None = Field(None, alias='toolUseId')
+    session_id: str | None = Field(None, alias='sessionId')
+    method: str | None = None
+
+
+class ShutdownParams(RootModel[Any]):
+    root: Any
+
+
+class ShutdownResult(RootModel[Any]):
+    root: Any
+
+
+class PairFlushResult(RootModel[FlushResult]):
+    root: FlushResult
+
+
+class InitializeParams(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    process_id: int | None = Field(None, alias='processId')
+    root_uri: str | None = Field(None, alias='rootUri')
+    """
+    The workspace root as a `file://` URI.
+    """
+    workspace_folders: list[WorkspaceFolder] | None = Field(
+        None, alias='workspaceFolders'
+    )
+    client_info: NameVersion | None = Field(None, alias='clientInfo')
+    initialization_options: Any | None = Field(None, alias='initializationOptions')
+    """
+    A toolwire `Config` (see `config.json`).
+    """
+
+
+class BudgetApplyParams(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    session_id: SessionId = Field(..., alias='sessionId')
+    messages: list[Message]
+    """
+    The conversation, or its tail, about to be sent.
+    """
+    limits: LimitsOverride | None = None
+
+
+class StateReconstructParams(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    session_id: SessionId = Field(..., alias='sessionId')
+    messages: list[Message] | None = None
+    records: list[ReplacementRecord] | None = None
+    inherited_replacements: dict[str, Any] | None = Field(
+        None, alias='inheritedReplacements'
+    )
+    """
+    A parent's replacements, for a fork that did not copy its transcript.
+    """
+    transcript: str | None = None
+    """
+    Path of a transcript file to read as well.
+    """
+    work_done_token: ProgressToken | None = Field(None, alias='workDoneToken')
+
+
+class PairFlushParams(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    session_id: SessionId = Field(..., alias='sessionId')
+    mode: AbortMode | None = None
+    """
+    Default: the session's `abortMode`.
+    """
+    reason: str | None = None
+    """
+    Named in synthetic error results.
+    """
+
+
+class Config(BaseModel):
+    """
+    The whole configuration, as accepted in `toolwire.toml` and in
+    `initializationOptions`.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    data_dir: str | None = Field(None, alias='dataDir')
+    """
+    Root of everything toolwire writes; relative paths are taken from the
+    workspace root. Default: `<workspace>/.toolwire`.
+    """
+    limits: Limits | None = Field(
+        {'maxResultChars': 50000, 'maxMessageChars': 200000, 'previewChars': 2000},
+        validate_default=True,
+    )
+    exempt_tools: list[str] | None = Field([], alias='exemptTools')
+    """
+    Tool names whose results are never replaced.
+    """
+    abort_mode: AbortMode | None = Field(AbortMode.discard, alias='abortMode')
+    durability: Durability | None = Durability.fsync
+    size_unit: SizeUnit | None = Field(SizeUnit.chars, alias='sizeUnit')
+
+
+class Experimental(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    toolwire: ToolwireCapabilities
+
+
+class Persisted(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    tool_use_id: str = Field(..., alias='toolUseId')
+    path: str
+    """
+    Absolute path of the artifact.
+    """
+    original_chars: conint(ge=0) = Field(..., alias='originalChars')
+    """
+    The original's size in the configured `sizeUnit`.
+    """
+    content_type: ArtifactKind = Field(..., alias='contentType')
+    """
+    `text` (saved as `.txt`) or `json` (a block array, saved as `.json`).
+    """
+    reused: bool
+    """
+    An identical artifact was already on disk and was kept.
+    """
+
+
+class PairAppendResult(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    status: AppendStatus
+    pending: list[str]
+    """
+    tool_use ids still waiting for their results.
+    """
+    written: conint(ge=0)
+    """
+    Transcript lines this call wrote, including any flush it caused.
+    """
+    flushed: FlushResult | None = None
+    """
+    Present when this message interrupted a pending pair.
+    """
+
+
+class ServerCapabilities(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    experimental: Experimental
+
+
+class BudgetApplyResult(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    messages: list[Message]
+    """
+    Same length and order as the input, replacements applied.
+    """
+    records: list[ReplacementRecord]
+    """
+    Newly made replacements only, for journaling.
+    """
+    persisted: list[Persisted]
+    failures: list[PersistFailure]
+    over_limit: list[conint(ge=0)] = Field(..., alias='overLimit')
+    """
+    Indexes of messages still above `maxMessageChars`.
+    """
+
+
+class InitializeResult(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    server_info: NameVersion = Field(..., alias='serverInfo')
+    capabilities: ServerCapabilities

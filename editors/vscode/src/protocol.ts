@@ -1,0 +1,491 @@
+/* Generated from schema/toolwire.schema.json by editors/vscode/scripts/gen-protocol.mjs.
+ * Do not edit: run `npm run gen` in editors/vscode after `toolwire schema --out schema`. */
+
+/**
+ * 1-128 characters of [A-Za-z0-9._-], not starting with '.'
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "SessionId".
+ */
+export type SessionId = string
+/**
+ * An LSP progress token (`workDoneToken`): `$/progress` notifications for
+ * long work carry it.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "ProgressToken".
+ */
+export type ProgressToken = (number | string)
+/**
+ * What an interrupted tool pair becomes.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "AbortMode".
+ */
+export type AbortMode = ("discard" | "synthetic")
+/**
+ * Whether each commit reaches the disk before its reply.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "Durability".
+ */
+export type Durability = ("fsync" | "none")
+/**
+ * How sizes are counted.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "SizeUnit".
+ */
+export type SizeUnit = ("chars" | "utf16" | "bytes")
+/**
+ * One line of a session transcript.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "TranscriptLine".
+ */
+export type TranscriptLine = ({
+type: "message"
+message: Message
+} | {
+type: "replacement"
+record: ReplacementRecord
+})
+/**
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "ArtifactKind".
+ */
+export type ArtifactKind = ("text" | "json")
+/**
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "AppendStatus".
+ */
+export type AppendStatus = ("buffered" | "committed")
+
+/**
+ * Every toolwire type as a named definition. `<Method>Params` are what a client sends (optional fields may be omitted); `<Method>Result` are what the server sends (fields it always writes are required). Where the two shapes of one type differ, the server's is `<Name>Output`.
+ */
+export interface ToolwireSchemaBundle {
+
+}
+/**
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "InitializeParams".
+ */
+export interface InitializeParams {
+processId?: (number | null)
+/**
+ * The workspace root as a `file://` URI.
+ */
+rootUri?: (string | null)
+workspaceFolders?: (WorkspaceFolder[] | null)
+clientInfo?: (NameVersion | null)
+/**
+ * A toolwire `Config` (see `config.json`).
+ */
+initializationOptions?: {
+[k: string]: unknown | undefined
+}
+}
+/**
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "WorkspaceFolder".
+ */
+export interface WorkspaceFolder {
+uri: string
+name?: string
+}
+/**
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "NameVersion".
+ */
+export interface NameVersion {
+name: string
+version?: (string | null)
+}
+/**
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "BudgetApplyParams".
+ */
+export interface BudgetApplyParams {
+sessionId: SessionId
+/**
+ * The conversation, or its tail, about to be sent.
+ */
+messages: Message[]
+limits?: (LimitsOverride | null)
+}
+/**
+ * A message in the Anthropic Messages API shape; unknown fields and blocks round-trip unchanged.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "Message".
+ */
+export interface Message {
+role: ("user" | "assistant")
+content: (string | {
+type: string
+[k: string]: unknown | undefined
+}[])
+[k: string]: unknown | undefined
+}
+/**
+ * Per-request overrides of [`Limits`].
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "LimitsOverride".
+ */
+export interface LimitsOverride {
+maxResultChars?: (number | null)
+maxMessageChars?: (number | null)
+previewChars?: (number | null)
+}
+/**
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "StateForkParams".
+ */
+export interface StateForkParams {
+sessionId: SessionId
+/**
+ * A fresh id is chosen when absent.
+ */
+newSessionId?: (SessionId | null)
+/**
+ * Copy the source's committed transcript (default true).
+ */
+copyTranscript?: (boolean | null)
+}
+/**
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "StateReconstructParams".
+ */
+export interface StateReconstructParams {
+sessionId: SessionId
+messages?: (Message[] | null)
+records?: (ReplacementRecord[] | null)
+/**
+ * A parent's replacements, for a fork that did not copy its transcript.
+ */
+inheritedReplacements?: ({
+[k: string]: string | undefined
+} | null)
+/**
+ * Path of a transcript file to read as well.
+ */
+transcript?: (string | null)
+workDoneToken?: (ProgressToken | null)
+}
+/**
+ * The exact string that was sent in place of an original tool result.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "ReplacementRecord".
+ */
+export interface ReplacementRecord {
+/**
+ * `"tool-result"`; records of other kinds are ignored on read.
+ */
+kind: string
+toolUseId: string
+replacement: string
+}
+/**
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "StateGetParams".
+ */
+export interface StateGetParams {
+sessionId: SessionId
+}
+/**
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "PairAppendParams".
+ */
+export interface PairAppendParams {
+sessionId: SessionId
+message: Message
+}
+/**
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "PairFlushParams".
+ */
+export interface PairFlushParams {
+sessionId: SessionId
+/**
+ * Default: the session's `abortMode`.
+ */
+mode?: (AbortMode | null)
+/**
+ * Named in synthetic error results.
+ */
+reason?: (string | null)
+}
+/**
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "TranscriptRepairParams".
+ */
+export interface TranscriptRepairParams {
+path: string
+dryRun?: (boolean | null)
+workDoneToken?: (ProgressToken | null)
+}
+/**
+ * The whole configuration, as accepted in `toolwire.toml` and in
+ * `initializationOptions`.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "Config".
+ */
+export interface Config {
+/**
+ * Root of everything toolwire writes; relative paths are taken from the
+ * workspace root. Default: `<workspace>/.toolwire`.
+ */
+dataDir?: (string | null)
+limits?: Limits
+/**
+ * Tool names whose results are never replaced.
+ */
+exemptTools?: string[]
+/**
+ * What an interrupted tool pair becomes.
+ */
+abortMode?: ("discard" | "synthetic")
+/**
+ * Whether each commit reaches the disk before its reply.
+ */
+durability?: ("fsync" | "none")
+/**
+ * How sizes are counted.
+ */
+sizeUnit?: ("chars" | "utf16" | "bytes")
+}
+/**
+ * Size limits, all counted in `sizeUnit`.
+ */
+export interface Limits {
+/**
+ * A single fresh tool result larger than this is persisted.
+ */
+maxResultChars?: number
+/**
+ * Aggregate tool_result size allowed in one outbound user message.
+ */
+maxMessageChars?: number
+/**
+ * Size of the preview kept in place of a persisted result.
+ */
+previewChars?: number
+}
+/**
+ * Size limits, all counted in `sizeUnit`.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "Limits".
+ */
+export interface Limits1 {
+/**
+ * A single fresh tool result larger than this is persisted.
+ */
+maxResultChars?: number
+/**
+ * Aggregate tool_result size allowed in one outbound user message.
+ */
+maxMessageChars?: number
+/**
+ * Size of the preview kept in place of a persisted result.
+ */
+previewChars?: number
+}
+/**
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "InitializeResult".
+ */
+export interface InitializeResult {
+serverInfo: NameVersion
+capabilities: ServerCapabilities
+}
+/**
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "ServerCapabilities".
+ */
+export interface ServerCapabilities {
+experimental: Experimental
+}
+/**
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "Experimental".
+ */
+export interface Experimental {
+toolwire: ToolwireCapabilities
+}
+/**
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "ToolwireCapabilities".
+ */
+export interface ToolwireCapabilities {
+protocolVersion: number
+/**
+ * Every custom method this server supports.
+ */
+methods: string[]
+}
+/**
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "BudgetApplyResult".
+ */
+export interface BudgetApplyResult {
+/**
+ * Same length and order as the input, replacements applied.
+ */
+messages: Message[]
+/**
+ * Newly made replacements only, for journaling.
+ */
+records: ReplacementRecord[]
+persisted: Persisted[]
+failures: PersistFailure[]
+/**
+ * Indexes of messages still above `maxMessageChars`.
+ */
+overLimit: number[]
+}
+/**
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "Persisted".
+ */
+export interface Persisted {
+toolUseId: string
+/**
+ * Absolute path of the artifact.
+ */
+path: string
+/**
+ * The original's size in the configured `sizeUnit`.
+ */
+originalChars: number
+/**
+ * `text` (saved as `.txt`) or `json` (a block array, saved as `.json`).
+ */
+contentType: ("text" | "json")
+/**
+ * An identical artifact was already on disk and was kept.
+ */
+reused: boolean
+}
+/**
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "PersistFailure".
+ */
+export interface PersistFailure {
+toolUseId: string
+message: string
+}
+/**
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "StateForkResult".
+ */
+export interface StateForkResult {
+/**
+ * 1-128 characters of [A-Za-z0-9._-], not starting with '.'
+ */
+sessionId: string
+seenCount: number
+replacementCount: number
+}
+/**
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "StateReconstructResult".
+ */
+export interface StateReconstructResult {
+seenCount: number
+replacementCount: number
+messagesRead: number
+recordsRead: number
+/**
+ * Torn or unparsable transcript lines that were skipped.
+ */
+skippedLines: number
+}
+/**
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "StateGetResult".
+ */
+export interface StateGetResult {
+seenIds: string[]
+replacements: {
+[k: string]: string | undefined
+}
+/**
+ * tool_use ids of the pair now buffered.
+ */
+pending: string[]
+}
+/**
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "PairAppendResult".
+ */
+export interface PairAppendResult {
+status: AppendStatus
+/**
+ * tool_use ids still waiting for their results.
+ */
+pending: string[]
+/**
+ * Transcript lines this call wrote, including any flush it caused.
+ */
+written: number
+/**
+ * Present when this message interrupted a pending pair.
+ */
+flushed?: (FlushResult | null)
+}
+/**
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "FlushResult".
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "PairFlushResult".
+ */
+export interface FlushResult {
+mode: AbortMode
+/**
+ * Ids of calls dropped unwritten.
+ */
+discarded: string[]
+/**
+ * Ids closed with a synthetic error result.
+ */
+synthesized: string[]
+written: number
+}
+/**
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "TranscriptRepairResult".
+ */
+export interface TranscriptRepairResult {
+/**
+ * Lines kept.
+ */
+kept: number
+droppedToolUses: string[]
+droppedToolResults: string[]
+tornLines: number
+}
+/**
+ * The `data` member of every toolwire error.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "ErrorData".
+ */
+export interface ErrorData {
+/**
+ * Stable machine-readable error kind, e.g. `unknownToolResult`.
+ */
+kind: string
+/**
+ * For `invalidParams`: the offending field; for storage and lock errors: the file.
+ */
+path?: (string | null)
+toolUseId?: (string | null)
+sessionId?: (string | null)
+method?: (string | null)
+}
