@@ -28,7 +28,7 @@ use tokio::sync::mpsc;
 use crate::artifact::ArtifactStore;
 use crate::error::{Error, Result};
 use crate::protocol::SessionId;
-use crate::state::ReplacementState;
+use crate::state::{Replacement, ReplacementState};
 use crate::transcript::Lines;
 use crate::transcript::guard::PairGuard;
 use crate::transcript::reader::{self, SessionImage};
@@ -214,7 +214,8 @@ pub struct Loaded {
     /// Whether the session has come into being (PROTOCOL.md section 5).
     pub exists: bool,
     pub state: ReplacementState,
-    /// Tool name of each tool_use id committed so far (for `exemptTools`).
+    /// Tool name of each committed tool_use whose result is not decided yet
+    /// (for `exemptTools`; a decided id's name no longer matters).
     pub tool_names: HashTrieMapSync<Arc<str>, Arc<str>>,
     pub transcript: Option<Arc<Mutex<TranscriptWriter>>>,
     pub guard: PairGuard,
@@ -244,6 +245,11 @@ impl Session {
         self.loaded
             .as_mut()
             .ok_or_else(|| Error::Internal("session not loaded".into()))
+    }
+
+    /// The contents if already loaded; never touches the disk.
+    pub fn loaded_mut(&mut self) -> Option<&mut Loaded> {
+        self.loaded.as_mut()
     }
 
     /// Publish the current state for lock-free readers.
@@ -346,7 +352,7 @@ fn load_from_disk(key: &SessionKey, files: &dyn LogFileFactory) -> Result<Loaded
         file.set_len(keep).map_err(storage)?;
         file.sync_all().map_err(storage)?;
     }
-    let mut decisions: Vec<(Arc<str>, Option<Arc<str>>)> = image
+    let mut decisions: Vec<(Arc<str>, Option<Arc<Replacement>>)> = image
         .seen
         .iter()
         .map(|id| (id.clone(), image.replacements.get(id).cloned()))
@@ -361,7 +367,9 @@ fn load_from_disk(key: &SessionKey, files: &dyn LogFileFactory) -> Result<Loaded
     );
     loaded.state.commit_decisions(decisions);
     for (id, name) in image.tool_names {
-        loaded.tool_names.insert_mut(id, name);
+        if !loaded.state.is_decided(&id) {
+            loaded.tool_names.insert_mut(id, name);
+        }
     }
     loaded.transcript = Some(Arc::new(Mutex::new(TranscriptWriter::new(
         path,

@@ -464,7 +464,7 @@ async fn records_are_journaled_and_artifacts_reused_after_a_restart() {
     let first;
     {
         let server = new_server();
-        let (mut c, _t) = connect(server.clone());
+        let (mut c, task) = connect(server.clone());
         c.initialize(dir.path(), json!({})).await;
         c.call(
             "pair/append",
@@ -488,6 +488,7 @@ async fn records_are_journaled_and_artifacts_reused_after_a_restart() {
         .await;
         assert!(!dir.path().join(".toolwire/sessions/nofile.jsonl").exists());
         c.close().await;
+        task.await.unwrap();
         server.registry.close_all().await;
     }
     // A new server resumes the session from its transcript.

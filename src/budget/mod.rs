@@ -65,7 +65,7 @@ pub fn plan_message(message: &Value, state: &ReplacementState, cx: &PlanContext)
         let candidate = match state.fate(id) {
             _ if !eligible => Candidate { size, fresh: false },
             Fate::Replaced(r) => Candidate {
-                size: cx.unit.len(r),
+                size: r.size(cx.unit),
                 fresh: false,
             },
             Fate::Frozen => Candidate { size, fresh: false },
@@ -155,7 +155,7 @@ pub fn render_message(message: &mut Value, state: &ReplacementState, cx: &PlanCo
             continue;
         }
         if let Some(obj) = block.as_object_mut() {
-            obj.insert("content".into(), Value::String(replacement.to_string()));
+            obj.insert("content".into(), Value::String(replacement.text()));
             replaced += 1;
         }
     }
@@ -173,6 +173,7 @@ pub fn message_total(message: &Value, unit: SizeUnit) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::Replacement;
     use proptest::prelude::*;
     use serde_json::json;
     use std::collections::HashMap;
@@ -181,10 +182,15 @@ mod tests {
     /// render. Returns the rendered message.
     fn apply(msg: &Value, state: &mut ReplacementState, cx: &PlanContext) -> Value {
         let plan = plan_message(msg, state, cx);
-        let replaced: HashMap<Arc<str>, Arc<str>> = plan
+        let replaced: HashMap<Arc<str>, Arc<Replacement>> = plan
             .chosen
             .iter()
-            .map(|c| (c.tool_use_id.clone(), c.replacement.clone()))
+            .map(|c| {
+                (
+                    c.tool_use_id.clone(),
+                    Arc::new(Replacement::new(&c.replacement)),
+                )
+            })
             .collect();
         state.commit_decisions(plan.fresh.into_iter().map(|id| {
             let r = replaced.get(&id).cloned();

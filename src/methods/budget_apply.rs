@@ -24,6 +24,7 @@ use crate::protocol::{
     RECORD_KIND, ReplacementRecord, SessionId,
 };
 use crate::session::Session;
+use crate::state::Replacement;
 use crate::transcript::Lines;
 
 impl SessionMethod for BudgetApply {
@@ -78,6 +79,7 @@ async fn apply(
     let mut records = Vec::new();
     let mut persisted = Vec::new();
     let mut failures = Vec::new();
+    let mut decided: Vec<Arc<str>> = Vec::new();
     for msg in &messages {
         if message::role(msg) != Some("user") || !message::has_tool_results(msg) {
             continue;
@@ -109,7 +111,10 @@ async fn apply(
                         tool_use_id: chosen.tool_use_id.to_string(),
                         replacement: chosen.replacement.to_string(),
                     });
-                    replaced.push((chosen.tool_use_id.clone(), chosen.replacement.clone()));
+                    replaced.push((
+                        chosen.tool_use_id.clone(),
+                        Arc::new(Replacement::new(&chosen.replacement)),
+                    ));
                 }
                 Err(message) => {
                     tracing::warn!(path = %chosen.path.display(), %message, "could not persist tool result; sent as is");
@@ -122,6 +127,7 @@ async fn apply(
         }
         // Every fresh eligible result of the message is decided in one step;
         // the ones that were persisted get their replacement.
+        decided.extend(plan.fresh.iter().cloned());
         state.commit_decisions(plan.fresh.into_iter().map(|id| {
             let replacement = replaced
                 .iter()
@@ -143,6 +149,10 @@ async fn apply(
     }
     let loaded = session.load().await?;
     loaded.exists = true;
+    // Names only matter until an id's fate is decided.
+    for id in &decided {
+        loaded.tool_names.remove_mut(&**id);
+    }
     loaded.state = state;
     session.publish();
     let loaded = session.load().await?;

@@ -41,19 +41,22 @@ async fn flush(
     fsync: bool,
     owner: Option<u64>,
 ) -> Result<FlushResult> {
-    let loaded = session.load().await?;
+    // A pending pair lives only in memory: a session that is not loaded has
+    // none, and flushing for a departed client must not open one.
+    let loaded = match owner {
+        Some(_) => match session.loaded_mut() {
+            Some(loaded) => loaded,
+            None => return Ok(empty(mode)),
+        },
+        None => session.load().await?,
+    };
     let owned = match (loaded.guard.pending(), owner) {
         (None, _) => false,
         (Some(p), Some(owner)) => p.owner == owner,
         (Some(_), None) => true,
     };
     if !owned {
-        return Ok(FlushResult {
-            mode,
-            discarded: Vec::new(),
-            synthesized: Vec::new(),
-            written: 0,
-        });
+        return Ok(empty(mode));
     }
     let (lines, result) = loaded.guard.flush(mode, reason);
     session.write(lines, fsync, true).await?;
@@ -63,6 +66,15 @@ async fn flush(
         .apply(crate::transcript::guard::Transition::Clear);
     session.publish();
     Ok(result)
+}
+
+fn empty(mode: AbortMode) -> FlushResult {
+    FlushResult {
+        mode,
+        discarded: Vec::new(),
+        synthesized: Vec::new(),
+        written: 0,
+    }
 }
 
 /// Flush every pair connection `owner` left pending in `slots`, waiting

@@ -42,7 +42,7 @@ fn describe(p: &Published) -> StateGetResult {
     for (id, replacement) in p.state.iter() {
         result.seen_ids.push(id.to_string());
         if let Some(r) = replacement {
-            result.replacements.insert(id.to_string(), r.to_string());
+            result.replacements.insert(id.to_string(), r.text());
         }
     }
     result.seen_ids.sort_unstable();

@@ -21,7 +21,7 @@ use crate::message;
 use crate::protocol::{
     RECORD_KIND, SessionId, StateReconstruct, StateReconstructParams, StateReconstructResult,
 };
-use crate::state::ReplacementState;
+use crate::state::{Replacement, ReplacementState};
 use crate::transcript::reader::{self, Entry};
 
 impl SessionMethod for StateReconstruct {
@@ -44,7 +44,7 @@ use crate::session::Session;
 struct Gathered {
     seen: Vec<Arc<str>>,
     names: Vec<(Arc<str>, Arc<str>)>,
-    records: HashMap<Arc<str>, Arc<str>>,
+    records: HashMap<Arc<str>, Arc<Replacement>>,
     messages_read: usize,
     records_read: usize,
     skipped: usize,
@@ -65,7 +65,7 @@ impl Gathered {
         self.records_read += 1;
         self.records
             .entry(id.into())
-            .or_insert_with(|| replacement.into());
+            .or_insert_with(|| Arc::new(Replacement::new(&replacement)));
     }
 }
 
@@ -109,7 +109,7 @@ async fn reconstruct(
             .records
             .get(id)
             .cloned()
-            .or_else(|| inherited.get(&**id).map(|r| Arc::from(r.as_str())));
+            .or_else(|| inherited.get(&**id).map(|r| Arc::new(Replacement::new(r))));
         (id.clone(), replacement)
     }));
 
@@ -118,7 +118,9 @@ async fn reconstruct(
     loaded.exists = true;
     loaded.state = state;
     for (id, name) in gathered.names {
-        loaded.tool_names.insert_mut(id, name);
+        if !loaded.state.is_decided(&id) {
+            loaded.tool_names.insert_mut(id, name);
+        }
     }
     let result = StateReconstructResult {
         seen_count: loaded.state.seen_count(),

@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use crate::message;
 use crate::protocol::{RECORD_KIND, ReplacementRecord};
+use crate::state::Replacement;
 
 /// One parsed transcript line.
 #[derive(Debug, Clone, PartialEq)]
@@ -88,7 +89,7 @@ pub fn read_lines<R: BufRead>(
 #[derive(Debug, Default)]
 pub struct SessionImage {
     pub seen: Vec<Arc<str>>,
-    pub replacements: HashMap<Arc<str>, Arc<str>>,
+    pub replacements: HashMap<Arc<str>, Arc<Replacement>>,
     pub tool_names: Vec<(Arc<str>, Arc<str>)>,
     pub messages: usize,
     pub records: usize,
@@ -113,8 +114,10 @@ impl SessionImage {
             Some(Entry::Ignored) => {}
             Some(Entry::Record(record)) => {
                 self.records += 1;
-                self.replacements
-                    .insert(record.tool_use_id.into(), record.replacement.into());
+                self.replacements.insert(
+                    record.tool_use_id.into(),
+                    Arc::new(Replacement::new(&record.replacement)),
+                );
             }
             Some(Entry::Message(msg)) => self.add_message(span, &msg),
         }
