@@ -109,25 +109,34 @@ fn pair(id: &str, body: &str) -> [Value; 2] {
     ]
 }
 
+/// One measured figure and its same-run baseline.
+struct Figure {
+    name: String,
+    value: f64,
+    unit: &'static str,
+    baseline: f64,
+    ratio: f64,
+    target: &'static str,
+    met: bool,
+    note: String,
+}
+
 struct Report(Vec<Value>);
 
 impl Report {
-    fn add(
-        &mut self,
-        name: &str,
-        value: f64,
-        unit: &str,
-        baseline: f64,
-        ratio: f64,
-        target: &str,
-        met: bool,
-        note: &str,
-    ) {
+    fn add(&mut self, f: Figure) {
         println!(
-            "{name:<46} {value:>12.2} {unit:<8} baseline {baseline:>12.2}  ratio {ratio:>6.2}  target {target:<8} {}  {note}",
-            if met { "met" } else { "MISSED" }
+            "{:<46} {:>12.2} {:<8} baseline {:>12.2}  ratio {:>6.2}  target {:<8} {}  {}",
+            f.name,
+            f.value,
+            f.unit,
+            f.baseline,
+            f.ratio,
+            f.target,
+            if f.met { "met" } else { "MISSED" },
+            f.note
         );
-        self.0.push(json!({"name": name, "value": value, "unit": unit, "baseline": baseline, "ratio": ratio, "target": target, "met": met, "note": note}));
+        self.0.push(json!({"name": f.name, "value": f.value, "unit": f.unit, "baseline": f.baseline, "ratio": f.ratio, "target": f.target, "met": f.met, "note": f.note}));
     }
 }
 
@@ -198,16 +207,16 @@ async fn reapply_20mb(root: &Path, report: &mut Report) {
     }
     let (o, b) = (median(ours), median(base));
     let ratio = o.as_secs_f64() / b.as_secs_f64();
-    report.add(
-        "budget/apply reapply-only, 20 MB conversation",
-        ms(o),
-        "ms",
-        ms(b),
-        ratio,
-        "<= 1.3x",
-        ratio <= 1.3,
-        &format!("{mb:.1} MB request; baseline: serde_json parse + serialize"),
-    );
+    report.add(Figure {
+        name: "budget/apply reapply-only, 20 MB conversation".into(),
+        value: ms(o),
+        unit: "ms",
+        baseline: ms(b),
+        ratio: ratio,
+        target: "<= 1.3x",
+        met: ratio <= 1.3,
+        note: format!("{mb:.1} MB request; baseline: serde_json parse + serialize"),
+    });
 }
 
 /// One fresh 150 KB result per turn, budgeted with an 8-message tail.
@@ -238,19 +247,19 @@ async fn per_turn(root: &Path, report: &mut Report, durability: &str) {
     let (p50, p99) = (pct(&mut ours, 50), pct(&mut ours, 99));
     let b50 = pct(&mut base, 50);
     let ratio = p50.as_secs_f64() / b50.as_secs_f64();
-    report.add(
-        &format!("budget/apply per turn, fresh 150 KB, {durability} p50"),
-        ms(p50),
-        "ms",
-        ms(b50),
-        ratio,
-        "report",
-        true,
-        &format!(
+    report.add(Figure {
+        name: format!("budget/apply per turn, fresh 150 KB, {durability} p50"),
+        value: ms(p50),
+        unit: "ms",
+        baseline: ms(b50),
+        ratio: ratio,
+        target: "report",
+        met: true,
+        note: format!(
             "p99 {:.2} ms; persists one artifact and journals it",
             ms(p99)
         ),
-    );
+    });
 }
 
 /// `state/reconstruct` of a transcript vs counting its lines.
@@ -272,7 +281,7 @@ async fn reconstruct(root: &Path, report: &mut Report, size: u64) {
                 written += line.len() as u64 + 1;
                 writeln!(f, "{line}").unwrap();
             }
-            if i % 10 == 0 {
+            if i.is_multiple_of(10) {
                 let line = json!({"type": "replacement", "record": {"kind": "tool-result", "toolUseId": id, "replacement": text(&mut rng, 2200)}}).to_string();
                 written += line.len() as u64 + 1;
                 writeln!(f, "{line}").unwrap();
@@ -302,16 +311,16 @@ async fn reconstruct(root: &Path, report: &mut Report, size: u64) {
     let speed = bytes as f64 / 1e6 / ours.as_secs_f64();
     let base_speed = bytes as f64 / 1e6 / base.as_secs_f64();
     let ratio = speed / base_speed;
-    report.add(
-        &format!("state/reconstruct, {} MB transcript", bytes >> 20),
-        speed,
-        "MB/s",
-        base_speed,
-        ratio,
-        ">= 0.3x",
-        ratio >= 0.3,
-        &format!("{lines} lines; baseline: BufReader line count"),
-    );
+    report.add(Figure {
+        name: format!("state/reconstruct, {} MB transcript", bytes >> 20),
+        value: speed,
+        unit: "MB/s",
+        baseline: base_speed,
+        ratio: ratio,
+        target: ">= 0.3x",
+        met: ratio >= 0.3,
+        note: format!("{lines} lines; baseline: BufReader line count"),
+    });
     std::fs::remove_file(&path).unwrap();
 }
 
@@ -341,16 +350,16 @@ async fn fork(root: &Path, report: &mut Report) {
     let big = time_forks(&mut c, "big").await;
     let small = time_forks(&mut c, "small").await;
     let ratio = big.as_secs_f64() / small.as_secs_f64();
-    report.add(
-        "state/fork, 100,000-id state",
-        ms(big) * 1000.0,
-        "us",
-        ms(small) * 1000.0,
-        ratio,
-        "<= 2x",
-        ratio <= 2.0,
-        "baseline: fork of a 100-id state",
-    );
+    report.add(Figure {
+        name: "state/fork, 100,000-id state".into(),
+        value: ms(big) * 1000.0,
+        unit: "us",
+        baseline: ms(small) * 1000.0,
+        ratio: ratio,
+        target: "<= 2x",
+        met: ratio <= 2.0,
+        note: "baseline: fork of a 100-id state".into(),
+    });
 }
 
 async fn time_forks(c: &mut Raw, sid: &str) -> Duration {
@@ -409,16 +418,16 @@ async fn pair_commits(root: &Path, report: &mut Report) {
     }
     let base = n as f64 / t.elapsed().as_secs_f64();
     let ratio = ours / base;
-    report.add(
-        "durable pair commits, 16 sessions",
-        ours,
-        "pairs/s",
-        base,
-        ratio,
-        ">= 2x",
-        ratio >= 2.0,
-        "fsync durability; baseline: write + fdatasync loop",
-    );
+    report.add(Figure {
+        name: "durable pair commits, 16 sessions".into(),
+        value: ours,
+        unit: "pairs/s",
+        baseline: base,
+        ratio: ratio,
+        target: ">= 2x",
+        met: ratio >= 2.0,
+        note: "fsync durability; baseline: write + fdatasync loop".into(),
+    });
 }
 
 /// Resident memory of a real server holding 100,000 seen ids and 10,000
@@ -482,16 +491,16 @@ async fn resident_memory(root: &Path, report: &mut Report) {
     let loaded = rss_kb(pid);
     let _ = child.kill().await;
     let mb = loaded as f64 / 1024.0;
-    report.add(
-        "resident memory, 100k seen / 10k replaced",
-        mb,
-        "MB",
-        idle as f64 / 1024.0,
-        loaded as f64 / idle.max(1) as f64,
-        "<= 30MB",
-        mb <= 30.0,
-        "baseline: the idle server after initialize",
-    );
+    report.add(Figure {
+        name: "resident memory, 100k seen / 10k replaced".into(),
+        value: mb,
+        unit: "MB",
+        baseline: idle as f64 / 1024.0,
+        ratio: loaded as f64 / idle.max(1) as f64,
+        target: "<= 30MB",
+        met: mb <= 30.0,
+        note: "baseline: the idle server after initialize".into(),
+    });
 }
 
 fn rss_kb(pid: u32) -> u64 {
@@ -559,14 +568,14 @@ async fn persist(root: &Path, report: &mut Report) {
     let speed = 1000.0 / ours.as_secs_f64();
     let base_speed = 1000.0 / base.as_secs_f64();
     let ratio = speed / base_speed;
-    report.add(
-        "persist 1,000 results of 1 MB",
-        speed,
-        "files/s",
-        base_speed,
-        ratio,
-        ">= 0.8x",
-        ratio >= 0.8,
-        "both fsync data + directory; baseline: std::fs::copy + fsync",
-    );
+    report.add(Figure {
+        name: "persist 1,000 results of 1 MB".into(),
+        value: speed,
+        unit: "files/s",
+        baseline: base_speed,
+        ratio: ratio,
+        target: ">= 0.8x",
+        met: ratio >= 0.8,
+        note: "both fsync data + directory; baseline: std::fs::copy + fsync".into(),
+    });
 }
