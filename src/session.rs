@@ -236,9 +236,13 @@ impl Session {
         if self.loaded.is_none() {
             let key = self.key.clone();
             let files = self.storage.files.clone();
-            let loaded = tokio::task::spawn_blocking(move || load_from_disk(&key, &*files))
-                .await
-                .map_err(|err| Error::Internal(format!("loading session: {err}")))??;
+            let loaded = tokio::task::spawn_blocking(move || {
+                let loaded = load_from_disk(&key, &*files);
+                release_free_memory();
+                loaded
+            })
+            .await
+            .map_err(|err| Error::Internal(format!("loading session: {err}")))??;
             self.loaded = Some(loaded);
             self.publish();
         }
@@ -311,6 +315,18 @@ impl Session {
     }
 }
 
+/// Hand memory freed by a bulk load (parsed lines, temporary maps) back to
+/// the system. glibc keeps freed heap in per-thread arenas; a long-lived
+/// daemon that has just loaded a large transcript would otherwise keep
+/// several times its working set resident.
+pub fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free pages back to the kernel.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 fn create_transcript(key: &SessionKey, files: &dyn LogFileFactory) -> Result<TranscriptWriter> {
     let path = key.transcript_path();
     if let Some(dir) = path.parent() {
@@ -342,7 +358,8 @@ fn load_from_disk(key: &SessionKey, files: &dyn LogFileFactory) -> Result<Loaded
     let (complete, torn) =
         reader::read_lines(BufReader::new(read), |span, entry| image.add(span, entry))
             .map_err(storage)?;
-    let keep = image.open_call_at.unwrap_or(complete);
+    let keep = image.open_call_at().unwrap_or(complete);
+    image.cut_open_call();
     let actual = file.metadata().map_err(storage)?.len();
     if keep < actual {
         // A crash between writing the two halves of a commit: cut the torn
@@ -366,7 +383,7 @@ fn load_from_disk(key: &SessionKey, files: &dyn LogFileFactory) -> Result<Loaded
             .map(|(id, r)| (id.clone(), Some(r.clone()))),
     );
     loaded.state.commit_decisions(decisions);
-    for (id, name) in image.tool_names {
+    for (id, name) in image.undecided_names {
         if !loaded.state.is_decided(&id) {
             loaded.tool_names.insert_mut(id, name);
         }

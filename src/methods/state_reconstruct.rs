@@ -7,8 +7,7 @@
 //! lines are skipped and counted, and `$/progress` is reported when the
 //! client passed a `workDoneToken`.
 
-use std::collections::HashMap;
-use std::io::{BufReader, Read};
+use std::io::BufReader;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -21,8 +20,9 @@ use crate::message;
 use crate::protocol::{
     RECORD_KIND, SessionId, StateReconstruct, StateReconstructParams, StateReconstructResult,
 };
+use crate::session::Session;
 use crate::state::{Replacement, ReplacementState};
-use crate::transcript::reader::{self, Entry};
+use crate::transcript::reader::{self, SessionImage};
 
 impl SessionMethod for StateReconstruct {
     fn session_id(params: &StateReconstructParams) -> &SessionId {
@@ -38,58 +38,29 @@ impl SessionMethod for StateReconstruct {
     }
 }
 
-use crate::session::Session;
-
-#[derive(Default)]
-struct Gathered {
-    seen: Vec<Arc<str>>,
-    names: Vec<(Arc<str>, Arc<str>)>,
-    records: HashMap<Arc<str>, Arc<Replacement>>,
-    messages_read: usize,
-    records_read: usize,
-    skipped: usize,
-}
-
-impl Gathered {
-    fn message(&mut self, msg: &serde_json::Value) {
-        self.messages_read += 1;
-        for (_, id) in message::tool_results(msg) {
-            self.seen.push(id.into());
-        }
-        for (id, name) in message::tool_uses(msg) {
-            self.names.push((id.into(), name.into()));
-        }
-    }
-
-    fn record(&mut self, id: String, replacement: String) {
-        self.records_read += 1;
-        self.records
-            .entry(id.into())
-            .or_insert_with(|| Arc::new(Replacement::new(&replacement)));
-    }
-}
-
 async fn reconstruct(
     session: &mut Session,
     cx: &RequestCx,
     params: StateReconstructParams,
 ) -> Result<StateReconstructResult> {
-    let mut gathered = Gathered::default();
+    let mut image = SessionImage::default();
     for (i, m) in params.messages.iter().flatten().enumerate() {
         message::validate(&m.0, &format!("messages[{i}]"))?;
-        gathered.message(&m.0);
+        let role = message::role(&m.0).unwrap_or_default();
+        let results = message::tool_results(&m.0).map(|(_, id)| id);
+        image.add_message(None, role, message::tool_uses(&m.0), results);
     }
     for record in params.records.into_iter().flatten() {
         if record.kind == RECORD_KIND {
-            gathered.record(record.tool_use_id, record.replacement);
+            image.add_record(record.tool_use_id, &record.replacement);
         }
     }
     if let Some(path) = params.transcript {
         let path = resolve(&cx.config.workspace, &path);
         let token = params.work_done_token.clone();
         let progress_cx = cx.clone();
-        gathered = tokio::task::spawn_blocking(move || {
-            read_transcript(&path, gathered, |done, total| {
+        image = tokio::task::spawn_blocking(move || {
+            read_transcript(&path, image, |done, total| {
                 let percentage = (done * 100).checked_div(total).unwrap_or(100);
                 progress_cx.progress(
                     token.as_ref(),
@@ -104,9 +75,9 @@ async fn reconstruct(
 
     let inherited = params.inherited_replacements.unwrap_or_default();
     let mut state = ReplacementState::default();
-    state.commit_decisions(gathered.seen.iter().map(|id| {
-        let replacement = gathered
-            .records
+    state.commit_decisions(image.seen.iter().map(|id| {
+        let replacement = image
+            .replacements
             .get(id)
             .cloned()
             .or_else(|| inherited.get(&**id).map(|r| Arc::new(Replacement::new(r))));
@@ -117,19 +88,19 @@ async fn reconstruct(
     let loaded = session.load().await?;
     loaded.exists = true;
     loaded.state = state;
-    for (id, name) in gathered.names {
-        if !loaded.state.is_decided(&id) {
-            loaded.tool_names.insert_mut(id, name);
-        }
+    for (id, name) in image.undecided_names.drain() {
+        loaded.tool_names.insert_mut(id, name);
     }
     let result = StateReconstructResult {
         seen_count: loaded.state.seen_count(),
         replacement_count: loaded.state.replacement_count(),
-        messages_read: gathered.messages_read,
-        records_read: gathered.records_read,
-        skipped_lines: gathered.skipped,
+        messages_read: image.messages,
+        records_read: image.records,
+        skipped_lines: image.skipped,
     };
     session.publish();
+    drop(image);
+    crate::session::release_free_memory();
     Ok(result)
 }
 
@@ -142,35 +113,29 @@ fn resolve(workspace: &std::path::Path, path: &str) -> PathBuf {
     }
 }
 
-/// Stream a transcript into `gathered`, calling `progress(bytes, total)`
-/// every few megabytes.
+/// Stream a transcript into `image`, calling `progress(bytes, total)` every
+/// few megabytes. Nothing is cut: the file may be anyone's.
 fn read_transcript(
     path: &std::path::Path,
-    mut gathered: Gathered,
+    mut image: SessionImage,
     progress: impl Fn(u64, u64),
-) -> Result<Gathered> {
+) -> Result<SessionImage> {
     let file = std::fs::File::open(path).map_err(|err| Error::storage(path, &err))?;
     let total = file.metadata().map(|m| m.len()).unwrap_or(0);
     const STEP: u64 = 8 << 20;
     let mut next_report = STEP;
-    let (_, torn) = reader::read_lines(
-        BufReader::with_capacity(1 << 20, file.take(u64::MAX)),
-        |span, entry| {
-            match entry {
-                Some(Entry::Message(m)) => gathered.message(&m),
-                Some(Entry::Record(r)) => gathered.record(r.tool_use_id, r.replacement),
-                Some(Entry::Ignored) => {}
-                None => gathered.skipped += 1,
-            }
-            if span.offset + span.len >= next_report {
-                next_report += STEP;
-                progress(span.offset + span.len, total);
-            }
-        },
-    )
+    let reader = BufReader::with_capacity(1 << 20, file);
+    let (_, torn) = reader::read_lines(reader, |span, head| {
+        image.add(span, head);
+        if span.offset + span.len >= next_report {
+            next_report += STEP;
+            progress(span.offset + span.len, total);
+        }
+    })
     .map_err(|err| Error::storage(path, &err))?;
     if torn {
-        gathered.skipped += 1;
+        image.skipped += 1;
     }
-    Ok(gathered)
+    image.finish_lenient();
+    Ok(image)
 }

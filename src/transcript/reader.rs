@@ -1,10 +1,18 @@
 //! Streaming a transcript back: line by line, never the whole file in
 //! memory, tolerant of torn and unparsable lines (skipped and counted).
+//!
+//! Loading a session or reconstructing its state needs only a few fields of
+//! each line (roles, block types, ids, tool names, records), so those paths
+//! parse a [`Head`]: everything else, tool output above all, is skipped by
+//! the JSON parser without being copied or allocated. `transcript/repair`,
+//! which rewrites lines, parses them whole with [`parse_line`].
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::io::{self, BufRead};
 use std::sync::Arc;
 
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::message;
@@ -45,6 +53,118 @@ pub fn parse_line(line: &[u8]) -> Option<Entry> {
     }
 }
 
+/// The parts of a transcript line that state is built from.
+#[derive(Debug, Deserialize)]
+struct LineHead<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    message: Option<MessageHead<'a>>,
+    record: Option<ReplacementRecord>,
+}
+
+/// A message reduced to its role and the ids and names of its blocks.
+#[derive(Debug, Deserialize)]
+pub struct MessageHead<'a> {
+    #[serde(borrow)]
+    pub role: Cow<'a, str>,
+    #[serde(borrow, default)]
+    content: ContentHead<'a>,
+}
+
+#[derive(Debug, Default)]
+struct ContentHead<'a>(Vec<BlockHead<'a>>);
+
+#[derive(Debug, Deserialize)]
+struct BlockHead<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    tool_use_id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    name: Option<Cow<'a, str>>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for ContentHead<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visit<'a> {
+            type Value = ContentHead<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string or an array of blocks")
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(ContentHead::default())
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut blocks = Vec::new();
+                while let Some(block) = seq.next_element::<BlockHead<'a>>()? {
+                    blocks.push(block);
+                }
+                Ok(ContentHead(blocks))
+            }
+        }
+        d.deserialize_any(Visit(std::marker::PhantomData))
+    }
+}
+
+impl MessageHead<'_> {
+    fn blocks_of<'s>(&'s self, kind: &'s str) -> impl Iterator<Item = &'s BlockHead<'s>> + 's {
+        self.content
+            .0
+            .iter()
+            .filter(move |b| b.kind.as_deref() == Some(kind))
+    }
+
+    /// `(id, name)` of every `tool_use` block.
+    pub fn tool_uses(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.blocks_of("tool_use").map(|b| {
+            (
+                b.id.as_deref().unwrap_or_default(),
+                b.name.as_deref().unwrap_or_default(),
+            )
+        })
+    }
+
+    /// The tool_use_id of every `tool_result` block.
+    pub fn tool_results(&self) -> impl Iterator<Item = &str> {
+        self.blocks_of("tool_result")
+            .map(|b| b.tool_use_id.as_deref().unwrap_or_default())
+    }
+}
+
+/// One transcript line, as far as state is concerned.
+#[derive(Debug)]
+pub enum Head<'a> {
+    Message(MessageHead<'a>),
+    Record(ReplacementRecord),
+    Ignored,
+}
+
+/// Parse the head of one line (without its newline); `None` when it is not
+/// a valid line.
+pub fn parse_head(line: &[u8]) -> Option<Head<'_>> {
+    let head: LineHead = serde_json::from_slice(line).ok()?;
+    match head.kind.as_deref() {
+        Some("message") => head.message.map(Head::Message),
+        Some("replacement") => {
+            let record = head.record?;
+            Some(if record.kind == RECORD_KIND {
+                Head::Record(record)
+            } else {
+                Head::Ignored
+            })
+        }
+        Some(_) => Some(Head::Ignored),
+        None => None,
+    }
+}
+
 /// Where a line sits in its file.
 #[derive(Debug, Clone, Copy)]
 pub struct Span {
@@ -53,12 +173,12 @@ pub struct Span {
     pub len: u64,
 }
 
-/// Read every line, handing each to `f` with its span and parse (`None`
-/// for an unparsable line). Returns the length up to the end of the last
+/// Read every line, handing each to `f` with its span and head (`None` for
+/// an unparsable line). Returns the length up to the end of the last
 /// complete line, and whether a torn (unterminated) tail followed it.
 pub fn read_lines<R: BufRead>(
     mut reader: R,
-    mut f: impl FnMut(Span, Option<Entry>),
+    mut f: impl FnMut(Span, Option<Head>),
 ) -> io::Result<(u64, bool)> {
     let mut buf = Vec::new();
     let mut offset = 0u64;
@@ -75,106 +195,157 @@ pub fn read_lines<R: BufRead>(
             offset,
             len: n as u64,
         };
-        f(span, parse_line(&buf[..n - 1]));
+        f(span, parse_head(&buf[..n - 1]));
         offset += n as u64;
     }
 }
 
-/// A session's state as its transcript records it, rebuilt in one pass.
+/// A session's state as a transcript records it, built in one pass; also
+/// fed the messages and records a client passes to `state/reconstruct`.
 ///
 /// A tool call is only taken in once all its results have followed it: a
 /// trailing call left without results (a crash between the two halves of a
-/// commit, or a hand-edited file) is reported through `open_call_at` so the
-/// owner can cut it off, and none of it is counted.
+/// commit, or a hand-edited file) is reported through [`open_call_at`] so
+/// the owner can cut it off and [`cut_open_call`] its effects.
+///
+/// Built to leave no garbage between the allocations it keeps: a call's id
+/// is allocated once, when the call is read, and the same allocation
+/// becomes the seen id when its result arrives; tool names are interned.
+///
+/// [`open_call_at`]: SessionImage::open_call_at
+/// [`cut_open_call`]: SessionImage::cut_open_call
 #[derive(Debug, Default)]
 pub struct SessionImage {
     pub seen: Vec<Arc<str>>,
     pub replacements: HashMap<Arc<str>, Arc<Replacement>>,
-    pub tool_names: Vec<(Arc<str>, Arc<str>)>,
+    /// Calls whose result has not been seen: id → tool name.
+    pub undecided_names: HashMap<Arc<str>, Arc<str>>,
+    interned: HashSet<Arc<str>>,
     pub messages: usize,
     pub records: usize,
     pub skipped: usize,
-    /// Offset of a trailing tool call still missing results.
-    pub open_call_at: Option<u64>,
-    staged: Staged,
+    open: Option<OpenCall>,
 }
 
-#[derive(Debug, Default)]
-struct Staged {
-    outstanding: HashSet<String>,
-    seen: Vec<Arc<str>>,
-    names: Vec<(Arc<str>, Arc<str>)>,
-    messages: usize,
+/// A tool call read but not yet fully answered.
+#[derive(Debug)]
+struct OpenCall {
+    at: u64,
+    ids: Vec<Arc<str>>,
+    outstanding: usize,
+    seen_before: usize,
+    messages_before: usize,
 }
 
 impl SessionImage {
-    pub fn add(&mut self, span: Span, entry: Option<Entry>) {
-        match entry {
+    pub fn add(&mut self, span: Span, head: Option<Head>) {
+        match head {
             None => self.skipped += 1,
-            Some(Entry::Ignored) => {}
-            Some(Entry::Record(record)) => {
-                self.records += 1;
-                self.replacements.insert(
-                    record.tool_use_id.into(),
-                    Arc::new(Replacement::new(&record.replacement)),
-                );
-            }
-            Some(Entry::Message(msg)) => self.add_message(span, &msg),
+            Some(Head::Ignored) => {}
+            Some(Head::Record(record)) => self.add_record(record.tool_use_id, &record.replacement),
+            Some(Head::Message(msg)) => self.add_message(
+                Some(span.offset),
+                &msg.role,
+                msg.tool_uses(),
+                msg.tool_results(),
+            ),
         }
     }
 
-    fn add_message(&mut self, span: Span, msg: &Value) {
-        let answers = message::role(msg) == Some("user") && message::has_tool_results(msg);
-        if self.open_call_at.is_some() && !answers {
-            // A call left open in the middle of the file is not a torn tail:
-            // take it as it stands (fixing it is `transcript/repair`'s job).
-            self.finish_lenient();
-        }
-        let calls: Vec<(&str, &str)> = if message::role(msg) == Some("assistant") {
-            message::tool_uses(msg).collect()
+    /// A replacement record; the first one for an id wins.
+    pub fn add_record(&mut self, tool_use_id: String, replacement: &str) {
+        self.records += 1;
+        self.replacements
+            .entry(tool_use_id.into())
+            .or_insert_with(|| Arc::new(Replacement::new(replacement)));
+    }
+
+    /// One message, by its role, calls and results. `offset` is its place
+    /// in a transcript file (for cutting an incomplete tail), if any.
+    pub fn add_message<'m>(
+        &mut self,
+        offset: Option<u64>,
+        role: &str,
+        uses: impl Iterator<Item = (&'m str, &'m str)>,
+        results: impl Iterator<Item = &'m str>,
+    ) {
+        let results: Vec<&str> = if role == "user" {
+            results.collect()
         } else {
             Vec::new()
         };
-        if self.open_call_at.is_none() && !calls.is_empty() {
-            self.open_call_at = Some(span.offset);
-            self.staged.outstanding = calls.iter().map(|(id, _)| id.to_string()).collect();
+        if self.open.is_some() && results.is_empty() {
+            // A call left open in the middle of a file is not a torn tail:
+            // take it as it stands (fixing it is `transcript/repair`'s job).
+            self.open = None;
         }
-        let staging = self.open_call_at.is_some();
-        let (seen, names, messages) = if staging {
-            (
-                &mut self.staged.seen,
-                &mut self.staged.names,
-                &mut self.staged.messages,
-            )
-        } else {
-            (&mut self.seen, &mut self.tool_names, &mut self.messages)
-        };
-        *messages += 1;
-        for (id, name) in calls {
-            names.push((id.into(), name.into()));
-        }
-        if message::role(msg) == Some("user") {
-            for (_, id) in message::tool_results(msg) {
-                seen.push(id.into());
-                self.staged.outstanding.remove(id);
+        self.messages += 1;
+        if role == "assistant" {
+            let mut ids = Vec::new();
+            for (id, name) in uses {
+                let id: Arc<str> = Arc::from(id);
+                let name = self.intern(name);
+                self.undecided_names.insert(id.clone(), name);
+                ids.push(id);
+            }
+            if let (Some(at), None, false) = (offset, &self.open, ids.is_empty()) {
+                self.open = Some(OpenCall {
+                    at,
+                    outstanding: ids.len(),
+                    ids,
+                    seen_before: self.seen.len(),
+                    messages_before: self.messages - 1,
+                });
             }
         }
-        if staging && self.staged.outstanding.is_empty() {
-            let staged = std::mem::take(&mut self.staged);
-            self.seen.extend(staged.seen);
-            self.tool_names.extend(staged.names);
-            self.messages += staged.messages;
-            self.open_call_at = None;
+        for id in results {
+            let key = match self.undecided_names.remove_entry(id) {
+                Some((key, _)) => key,
+                None => Arc::from(id),
+            };
+            if let Some(open) = &mut self.open
+                && open.ids.iter().any(|o| **o == *id)
+            {
+                open.outstanding = open.outstanding.saturating_sub(1);
+            }
+            self.seen.push(key);
+        }
+        if self.open.as_ref().is_some_and(|o| o.outstanding == 0) {
+            self.open = None;
         }
     }
 
-    /// Fold a trailing open call in anyway (reading someone else's file,
-    /// where nothing is cut).
+    fn intern(&mut self, name: &str) -> Arc<str> {
+        match self.interned.get(name) {
+            Some(name) => name.clone(),
+            None => {
+                let name: Arc<str> = Arc::from(name);
+                self.interned.insert(name.clone());
+                name
+            }
+        }
+    }
+
+    /// Offset of a trailing tool call still missing results.
+    pub fn open_call_at(&self) -> Option<u64> {
+        self.open.as_ref().map(|o| o.at)
+    }
+
+    /// Forget everything from the trailing open call on, as if the file
+    /// ended before it.
+    pub fn cut_open_call(&mut self) {
+        if let Some(open) = self.open.take() {
+            self.seen.truncate(open.seen_before);
+            self.messages = open.messages_before;
+            for id in &open.ids {
+                self.undecided_names.remove(id);
+            }
+        }
+    }
+
+    /// Take a trailing open call as it stands (reading a file that is not
+    /// ours to cut).
     pub fn finish_lenient(&mut self) {
-        let staged = std::mem::take(&mut self.staged);
-        self.seen.extend(staged.seen);
-        self.tool_names.extend(staged.names);
-        self.messages += staged.messages;
-        self.open_call_at = None;
+        self.open = None;
     }
 }
