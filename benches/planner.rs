@@ -1,0 +1,76 @@
+//! The pure planner under criterion: planning a user message against the
+//! replacement state, with no I/O.
+//!
+//!     cargo bench --bench planner
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use serde_json::{Value, json};
+use toolwire::budget::planner::{Candidate, choose};
+use toolwire::budget::{PlanContext, plan_message};
+use toolwire::config::{Limits, SizeUnit};
+use toolwire::state::{Replacement, ReplacementState};
+
+fn message(results: usize, size: usize) -> Value {
+    let mut rng = fastrand::Rng::with_seed(9);
+    let blocks: Vec<Value> = (0..results)
+        .map(|i| json!({"type": "tool_result", "tool_use_id": format!("toolu_{i:05}"), "content": toolwire::replay::synthetic::tool_output(&mut rng, size)}))
+        .collect();
+    json!({"role": "user", "content": blocks})
+}
+
+fn bench(c: &mut Criterion) {
+    let dir = PathBuf::from("/data/sessions/s/tool-results");
+    let never = |_: &str| false;
+    let cx = PlanContext {
+        limits: Limits::default(),
+        unit: SizeUnit::Chars,
+        artifact_dir: &dir,
+        is_exempt: &never,
+    };
+
+    let mut group = c.benchmark_group("plan_message");
+    for (results, size) in [(4, 80_000), (32, 10_000), (200, 1_000)] {
+        let msg = message(results, size);
+        let bytes = (results * size) as u64;
+        group.throughput(Throughput::Bytes(bytes));
+        let fresh = ReplacementState::default();
+        group.bench_with_input(
+            BenchmarkId::new("fresh", format!("{results}x{size}")),
+            &msg,
+            |b, msg| b.iter(|| plan_message(msg, &fresh, &cx)),
+        );
+        // Every result already decided: the reapply path.
+        let mut decided = ReplacementState::default();
+        let plan = plan_message(&msg, &fresh, &cx);
+        decided.commit_decisions(plan.fresh.iter().map(|id| {
+            let r = plan
+                .chosen
+                .iter()
+                .find(|c| &c.tool_use_id == id)
+                .map(|c| Arc::new(Replacement::new(&c.replacement)));
+            (id.clone(), r)
+        }));
+        group.bench_with_input(
+            BenchmarkId::new("decided", format!("{results}x{size}")),
+            &msg,
+            |b, msg| b.iter(|| plan_message(msg, &decided, &cx)),
+        );
+    }
+    group.finish();
+
+    let candidates: Vec<Candidate> = (0..1000)
+        .map(|i| Candidate {
+            size: (i * 7919 % 100_000) as u64,
+            fresh: i % 3 != 0,
+        })
+        .collect();
+    c.bench_function("choose/1000 candidates", |b| {
+        b.iter(|| choose(&candidates, 50_000, 200_000, |_| 2_300))
+    });
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
