@@ -299,12 +299,19 @@ impl Session {
         let Some(transcript) = loaded.transcript.clone() else {
             return Ok(false);
         };
-        tokio::task::spawn_blocking(move || {
+        let commit = move || {
             let mut writer = transcript.lock().unwrap_or_else(|p| p.into_inner());
             writer.commit(&lines.bytes, fsync)
-        })
-        .await
-        .map_err(|err| Error::Internal(format!("writing transcript: {err}")))??;
+        };
+        if fsync {
+            // fdatasync blocks for the device: keep it off the async workers.
+            tokio::task::spawn_blocking(commit)
+                .await
+                .map_err(|err| Error::Internal(format!("writing transcript: {err}")))??;
+        } else {
+            // An append to the page cache is as quick as a thread handoff.
+            commit()?;
+        }
         Ok(true)
     }
 
