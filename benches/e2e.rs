@@ -313,7 +313,10 @@ async fn one_mb_message(root: &Path, report: &mut Report) {
     let (mut ours, mut base) = (Vec::new(), Vec::new());
     for i in 0..30 {
         let msgs = pair(&format!("toolu_mb{i}"), &body);
-        let frame = c.frame("budget/apply", &json!({"sessionId": "mb", "messages": msgs}));
+        let frame = c.frame(
+            "budget/apply",
+            &json!({"sessionId": "mb", "messages": msgs}),
+        );
         let t = Instant::now();
         c.send_raw(frame.clone()).await;
         ours.push(t.elapsed());
@@ -346,12 +349,17 @@ async fn conversation_200(root: &Path, report: &mut Report) {
         let size = toolwire::replay::synthetic::result_size(&mut rng).min(1 << 20);
         messages.extend(pair(&format!("toolu_c{i}"), &text(&mut rng, size)));
     }
-    let frame = c.frame("budget/apply", &json!({"sessionId": "conv", "messages": messages}));
+    let frame = c.frame(
+        "budget/apply",
+        &json!({"sessionId": "conv", "messages": messages}),
+    );
     let mb = frame.len() as f64 / 1e6;
     let t = Instant::now();
     let first: Value = serde_json::from_slice(&c.send_raw(frame.clone()).await).unwrap();
     let decide = t.elapsed();
-    let persisted = first["result"]["persisted"].as_array().map_or(0, |p| p.len());
+    let persisted = first["result"]["persisted"]
+        .as_array()
+        .map_or(0, |p| p.len());
     let mut again = Vec::new();
     let mut base = Vec::new();
     for _ in 0..9 {
@@ -372,7 +380,10 @@ async fn conversation_200(root: &Path, report: &mut Report) {
         ratio: o.as_secs_f64() / b.as_secs_f64(),
         target: "report",
         met: true,
-        note: format!("{mb:.1} MB; reapply shown; first apply {:.1} ms persisting {persisted} results", ms(decide)),
+        note: format!(
+            "{mb:.1} MB; reapply shown; first apply {:.1} ms persisting {persisted} results",
+            ms(decide)
+        ),
     });
 }
 
@@ -385,10 +396,12 @@ async fn pair_latency(root: &Path, report: &mut Report, durability: &'static str
     for p in 0..300 {
         let [a, u] = pair(&format!("toolu_l{p}"), "exit status 0");
         let t = Instant::now();
-        c.call("pair/append", json!({"sessionId": "l", "message": a})).await;
+        c.call("pair/append", json!({"sessionId": "l", "message": a}))
+            .await;
         calls.push(t.elapsed());
         let t = Instant::now();
-        c.call("pair/append", json!({"sessionId": "l", "message": u})).await;
+        c.call("pair/append", json!({"sessionId": "l", "message": u}))
+            .await;
         commits.push(t.elapsed());
     }
     let p99 = pct(&mut commits, 99);
@@ -401,7 +414,10 @@ async fn pair_latency(root: &Path, report: &mut Report, durability: &'static str
         ratio: commit.as_secs_f64() / buffered.as_secs_f64(),
         target: "report",
         met: true,
-        note: format!("p99 {:.0} us; baseline: the buffered (unwritten) half of the pair", ms(p99) * 1000.0),
+        note: format!(
+            "p99 {:.0} us; baseline: the buffered (unwritten) half of the pair",
+            ms(p99) * 1000.0
+        ),
     });
 }
 

@@ -39,8 +39,13 @@ pub struct Server {
 
 impl Server {
     pub fn new(storage: Storage) -> Arc<Server> {
+        Server::with_session_idle(storage, crate::session::DEFAULT_SESSION_IDLE)
+    }
+
+    /// A server whose idle sessions close their transcripts after `idle`.
+    pub fn with_session_idle(storage: Storage, idle: std::time::Duration) -> Arc<Server> {
         Arc::new(Server {
-            registry: Registry::new(storage),
+            registry: Registry::new(storage, idle),
             next_conn: AtomicU64::new(1),
         })
     }

@@ -19,6 +19,7 @@ use std::io::BufReader;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
@@ -123,13 +124,21 @@ impl Slot {
 pub struct Registry {
     slots: Mutex<HashMap<SessionKey, Arc<Slot>>>,
     storage: Arc<Storage>,
+    idle: Duration,
 }
 
+/// How long a session stays loaded with nothing to do. Then, if it has a
+/// transcript to reload from and no pending pair, its worker closes the
+/// transcript (releasing the lock and the file descriptor) until the next
+/// request: a long-lived server may see thousands of sessions.
+pub const DEFAULT_SESSION_IDLE: Duration = Duration::from_secs(300);
+
 impl Registry {
-    pub fn new(storage: Storage) -> Self {
+    pub fn new(storage: Storage, idle: Duration) -> Self {
         Registry {
             slots: Mutex::new(HashMap::new()),
             storage: Arc::new(storage),
+            idle,
         }
     }
 
@@ -163,7 +172,7 @@ impl Registry {
             storage: self.storage.clone(),
             loaded: None,
         };
-        tokio::spawn(run_worker(session, rx));
+        tokio::spawn(run_worker(session, rx, self.idle));
         slots.insert(key, slot.clone());
         slot
     }
@@ -188,8 +197,16 @@ impl Registry {
     }
 }
 
-async fn run_worker(mut session: Session, mut queue: mpsc::UnboundedReceiver<Job>) {
-    while let Some(job) = queue.recv().await {
+async fn run_worker(mut session: Session, mut queue: mpsc::UnboundedReceiver<Job>, idle: Duration) {
+    loop {
+        let job = match tokio::time::timeout(idle, queue.recv()).await {
+            Ok(Some(job)) => job,
+            Ok(None) => break,
+            Err(_) => {
+                session.close_if_idle();
+                continue;
+            }
+        };
         let outcome = AssertUnwindSafe(job(&mut session)).catch_unwind().await;
         if outcome.is_err() {
             // A bug, not bad input. Forget what is in memory; the next job
@@ -266,6 +283,19 @@ impl Session {
         });
         if let Ok(mut p) = self.published.write() {
             *p = snapshot;
+        }
+    }
+
+    /// Close the transcript of a session that can be reloaded from it as it
+    /// is: one with a transcript and no pending pair.
+    fn close_if_idle(&mut self) {
+        let reloadable = self
+            .loaded
+            .as_ref()
+            .is_some_and(|l| l.transcript.is_some() && l.guard.pending().is_none());
+        if reloadable {
+            tracing::debug!(session = %self.key.id, "closing idle session");
+            self.unload();
         }
     }
 

@@ -610,3 +610,73 @@ async fn a_commit_torn_by_a_crash_is_cut_when_the_session_opens() {
     );
     let _ = dir;
 }
+
+/// Whether another open file description can take the transcript's lock.
+fn lockable(path: &Path) -> bool {
+    std::fs::File::open(path)
+        .map(|f| f.try_lock().is_ok())
+        .unwrap_or(false)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_sessions_release_their_transcripts_and_reload_on_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let server =
+        Server::with_session_idle(Storage::default(), std::time::Duration::from_millis(50));
+    let (mut c, _t) = connect(server);
+    c.initialize(dir.path(), json!({})).await;
+    let sessions = dir.path().join(".toolwire/sessions");
+    c.call(
+        "pair/append",
+        json!({"sessionId": "idle", "message": user_text("hello")}),
+    )
+    .await;
+    let r = c
+        .call(
+            "budget/apply",
+            json!({"sessionId": "idle", "messages": [results(&[("big", &"i".repeat(60_000))])]}),
+        )
+        .await;
+    // A session with a pending pair must stay open: its pair is only in memory.
+    c.call(
+        "pair/append",
+        json!({"sessionId": "busy", "message": user_text("hi")}),
+    )
+    .await;
+    c.call(
+        "pair/append",
+        json!({"sessionId": "busy", "message": assistant_calls(&["b1"])}),
+    )
+    .await;
+    assert!(!lockable(&sessions.join("idle.jsonl")));
+
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !lockable(&sessions.join("idle.jsonl")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the idle session never released its transcript"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(
+        !lockable(&sessions.join("busy.jsonl")),
+        "a session with a pending pair stays open"
+    );
+
+    // Used again, it reloads and replays its decisions byte for byte.
+    let again = c
+        .call(
+            "budget/apply",
+            json!({"sessionId": "idle", "messages": [results(&[("big", &"i".repeat(60_000))])]}),
+        )
+        .await;
+    assert_eq!(again["messages"], r["messages"]);
+    assert_eq!(again["records"], json!([]));
+    assert!(!lockable(&sessions.join("idle.jsonl")));
+    c.call(
+        "pair/append",
+        json!({"sessionId": "busy", "message": results(&[("b1", "done")])}),
+    )
+    .await;
+    assert_paired(&transcript_messages(&sessions.join("busy.jsonl")));
+}

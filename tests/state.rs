@@ -170,11 +170,14 @@ async fn reconstruct_reads_messages_records_and_a_torn_transcript() {
         state["replacements"],
         json!({"a": "RA", "c": "RC", "d": "RD"})
     );
-    assert!(
-        c.notifications
-            .iter()
-            .any(|n| n["method"] == "$/progress" && n["params"]["token"] == "tok")
-    );
+    let kinds: Vec<&str> = c
+        .notifications
+        .iter()
+        .filter(|n| n["method"] == "$/progress" && n["params"]["token"] == "tok")
+        .map(|n| n["params"]["value"]["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds.first(), Some(&"begin"), "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&"end"), "{kinds:?}");
 }
 
 #[tokio::test]

@@ -57,6 +57,10 @@ async fn reconstruct(
     }
     if let Some(path) = params.transcript {
         let path = resolve(&cx.config.workspace, &path);
+        cx.progress(
+            params.work_done_token.as_ref(),
+            json!({"kind": "begin", "title": "Reconstructing state", "percentage": 0}),
+        );
         let token = params.work_done_token.clone();
         let progress_cx = cx.clone();
         image = tokio::task::spawn_blocking(move || {
