@@ -126,6 +126,16 @@ impl Effective {
     pub fn fsync(&self) -> bool {
         self.durability == Durability::Fsync
     }
+
+    /// A path from a request: absolute as given, else from the workspace root.
+    pub fn workspace_path(&self, path: &str) -> PathBuf {
+        let path = PathBuf::from(path);
+        if path.is_absolute() {
+            path
+        } else {
+            self.workspace.join(path)
+        }
+    }
 }
 
 /// Name of the per-workspace configuration file.

@@ -27,28 +27,7 @@ enum Command {
     /// Replay a recorded agent session through a real `toolwire serve`
     /// (the bundled demo session when no PATH is given) and summarize what
     /// toolwire did.
-    Replay {
-        /// JSON Lines of messages (or toolwire transcript lines); `.gz` is fine.
-        path: Option<PathBuf>,
-        /// Where the transcript and artifacts go (default: a fresh directory).
-        #[arg(long)]
-        data_dir: Option<PathBuf>,
-        /// Print the summary as JSON.
-        #[arg(long)]
-        json: bool,
-        /// Generate and replay a synthetic session of N turns instead.
-        #[arg(long, value_name = "N", conflicts_with = "path")]
-        synthetic: Option<usize>,
-        /// Seed for `--synthetic`.
-        #[arg(long, default_value_t = 1, requires = "synthetic")]
-        seed: u64,
-        /// Session id to replay into.
-        #[arg(long, default_value = "replay")]
-        session: String,
-        /// Earlier messages sent along with each `budget/apply`.
-        #[arg(long, default_value_t = 8)]
-        tail: usize,
-    },
+    Replay(ReplayArgs),
     /// Write the JSON Schemas and the OpenRPC document (or check them).
     Schema {
         /// Directory to write into.
@@ -79,33 +58,31 @@ fn main() -> ExitCode {
         Command::Serve => serve(),
         Command::Repair { path, dry_run } => repair(&path, dry_run),
         Command::Schema { out, check } => schema(out, check),
-        Command::Replay {
-            path,
-            data_dir,
-            json,
-            synthetic,
-            seed,
-            session,
-            tail,
-        } => replay(ReplayArgs {
-            path,
-            data_dir,
-            json,
-            synthetic,
-            seed,
-            session,
-            tail,
-        }),
+        Command::Replay(args) => replay(args),
     }
 }
 
+#[derive(clap::Args)]
 struct ReplayArgs {
+    /// JSON Lines of messages (or toolwire transcript lines); `.gz` is fine.
     path: Option<PathBuf>,
+    /// Where the transcript and artifacts go (default: a fresh directory).
+    #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// Print the summary as JSON.
+    #[arg(long)]
     json: bool,
+    /// Generate and replay a synthetic session of N turns instead.
+    #[arg(long, value_name = "N", conflicts_with = "path")]
     synthetic: Option<usize>,
+    /// Seed for `--synthetic`.
+    #[arg(long, default_value_t = 1, requires = "synthetic")]
     seed: u64,
+    /// Session id to replay into.
+    #[arg(long, default_value = "replay")]
     session: String,
+    /// Earlier messages sent along with each `budget/apply`.
+    #[arg(long, default_value_t = 8)]
     tail: usize,
 }
 

@@ -8,7 +8,6 @@
 //! client passed a `workDoneToken`.
 
 use std::io::BufReader;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
@@ -56,7 +55,7 @@ async fn reconstruct(
         }
     }
     if let Some(path) = params.transcript {
-        let path = resolve(&cx.config.workspace, &path);
+        let path = cx.config.workspace_path(&path);
         cx.progress(
             params.work_done_token.as_ref(),
             json!({"kind": "begin", "title": "Reconstructing state", "percentage": 0}),
@@ -106,15 +105,6 @@ async fn reconstruct(
     drop(image);
     crate::session::release_free_memory();
     Ok(result)
-}
-
-fn resolve(workspace: &std::path::Path, path: &str) -> PathBuf {
-    let path = PathBuf::from(path);
-    if path.is_absolute() {
-        path
-    } else {
-        workspace.join(path)
-    }
 }
 
 /// Stream a transcript into `image`, calling `progress(bytes, total)` every

@@ -16,12 +16,7 @@ impl ConcurrentMethod for TranscriptRepair {
         params: TranscriptRepairParams,
     ) -> BoxFuture<'static, Result<TranscriptRepairResult>> {
         Box::pin(async move {
-            let path = std::path::PathBuf::from(&params.path);
-            let path = if path.is_absolute() {
-                path
-            } else {
-                cx.config.workspace.join(path)
-            };
+            let path = cx.config.workspace_path(&params.path);
             let token = params.work_done_token.as_ref();
             cx.progress(
                 token,
