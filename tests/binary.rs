@@ -225,3 +225,112 @@ fn conversation(n: usize) -> Vec<Value> {
     }
     out
 }
+
+/// Issue-2 behaviours again, through the release binary's pipes: a
+/// pipelined storm of applies, forks and reads on one session, hostile ids,
+/// a planted link, unknown fields, and the exact preview bytes.
+#[tokio::test]
+async fn the_binary_keeps_its_promises_under_a_pipelined_storm() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut c, _child) = spawn_binary(dir.path());
+    c.initialize(dir.path(), json!({"durability": "none"}))
+        .await;
+    let tool_results = dir.path().join(".toolwire/sessions/s/tool-results");
+    std::fs::create_dir_all(&tool_results).unwrap();
+    let outside = dir.path().join("outside.txt");
+    std::fs::write(&outside, "keep").unwrap();
+    std::os::unix::fs::symlink(&outside, tool_results.join("planted.txt")).unwrap();
+
+    let long = "L".repeat(5000);
+    let hostile = ["../up", "/abs/path", "nul\u{0}byte", long.as_str()];
+    let mut sent = Vec::new();
+    for round in 0..30 {
+        let id = match round % 6 {
+            0 => hostile[round / 6 % hostile.len()].to_owned(),
+            1 => "planted".to_owned(),
+            _ => format!("toolu_{round}"),
+        };
+        let msg = json!({"role": "user", "meta": {"z": 1, "a": 2}, "content": [
+            {"type": "tool_result", "tool_use_id": id, "content": "p".repeat(60_000), "cache_control": {"type": "ephemeral"}},
+            {"type": "future_block", "payload": [1.5, 12345678901234567890u64]}
+        ]});
+        sent.push((
+            "apply",
+            c.start("budget/apply", json!({"sessionId": "s", "messages": [msg]}))
+                .await,
+        ));
+        sent.push((
+            "fork",
+            c.start("state/fork", json!({"sessionId": "s"})).await,
+        ));
+        sent.push(("get", c.start("state/get", json!({"sessionId": "s"})).await));
+    }
+    let mut records = Vec::new();
+    let mut snapshots = Vec::new();
+    let mut forks = Vec::new();
+    for (kind, id) in sent {
+        let r = c.response(id).await;
+        let result = r
+            .get("result")
+            .unwrap_or_else(|| panic!("{kind}: {r}"))
+            .clone();
+        match kind {
+            "apply" => {
+                let block = &result["messages"][0]["content"];
+                assert_eq!(
+                    block[1],
+                    json!({"type": "future_block", "payload": [1.5, 12345678901234567890u64]})
+                );
+                assert_eq!(block[0]["cache_control"], json!({"type": "ephemeral"}));
+                assert_eq!(result["messages"][0]["meta"], json!({"z": 1, "a": 2}));
+                records.extend(result["records"].as_array().cloned().unwrap());
+            }
+            "fork" => forks.push(result["sessionId"].as_str().unwrap().to_owned()),
+            _ => snapshots.push(result),
+        }
+    }
+    for fork in forks {
+        snapshots.push(c.call("state/get", json!({"sessionId": fork})).await);
+    }
+    let last = c.call("state/get", json!({"sessionId": "s"})).await;
+    let ids: Vec<&str> = records
+        .iter()
+        .map(|r| r["toolUseId"].as_str().unwrap())
+        .collect();
+    let unique: std::collections::HashSet<&str> = ids.iter().copied().collect();
+    assert_eq!(ids.len(), unique.len(), "an id was recorded twice");
+    for snap in &snapshots {
+        for id in snap["seenIds"].as_array().unwrap() {
+            let id = id.as_str().unwrap();
+            assert_eq!(
+                snap["replacements"].get(id),
+                last["replacements"].get(id),
+                "{id} seen without its replacement"
+            );
+        }
+    }
+    // The planted link was refused and left alone; hostile ids stayed inside.
+    assert!(last["replacements"].get("planted").is_none());
+    assert!(
+        last["seenIds"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("planted"))
+    );
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "keep");
+    for entry in std::fs::read_dir(dir.path().join(".toolwire/sessions")).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        assert!(
+            name == "s" || name.starts_with("fork-"),
+            "unexpected {name}"
+        );
+    }
+    // The exact preview bytes.
+    let path = tool_results.join("toolu_2.txt");
+    let expected = format!(
+        "<persisted-output>\nOutput too large (58.6KB). Full output saved to: {}\n\nPreview (first 2KB):\n{}\n...\n</persisted-output>",
+        path.display(),
+        "p".repeat(2000)
+    );
+    assert_eq!(last["replacements"]["toolu_2"], json!(expected));
+}
