@@ -16,6 +16,7 @@ pub mod artifact;
 pub mod budget;
 pub mod client;
 pub mod config;
+pub mod daemon;
 pub mod error;
 pub mod message;
 pub mod methods;

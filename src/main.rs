@@ -23,7 +23,26 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve one client over stdin/stdout (JSON-RPC 2.0, LSP framing).
-    Serve,
+    Serve {
+        /// Forward to the workspace's shared daemon (started if needed)
+        /// instead of serving in this process.
+        #[arg(long)]
+        shared: bool,
+        /// With --shared: seconds the daemon stays up with no client.
+        #[arg(long, default_value_t = 600, value_name = "SECS")]
+        idle_timeout: u64,
+        /// With --shared: the workspace (default: the current directory).
+        #[arg(long)]
+        workspace: Option<PathBuf>,
+    },
+    /// The shared per-workspace daemon (started by `serve --shared`).
+    #[command(hide = true)]
+    Daemon {
+        #[arg(long)]
+        workspace: PathBuf,
+        #[arg(long, default_value_t = 600, value_name = "SECS")]
+        idle_timeout: u64,
+    },
     /// Replay a recorded agent session through a real `toolwire serve`
     /// (the bundled demo session when no PATH is given) and summarize what
     /// toolwire did.
@@ -55,7 +74,16 @@ fn main() -> ExitCode {
         )
         .init();
     match cli.command {
-        Command::Serve => serve(),
+        Command::Serve { shared: false, .. } => serve(),
+        Command::Serve {
+            shared: true,
+            idle_timeout,
+            workspace,
+        } => shared(workspace, idle_timeout, false),
+        Command::Daemon {
+            workspace,
+            idle_timeout,
+        } => shared(Some(workspace), idle_timeout, true),
         Command::Repair { path, dry_run } => repair(&path, dry_run),
         Command::Schema { out, check } => schema(out, check),
         Command::Replay(args) => replay(args),
@@ -158,6 +186,36 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
+}
+
+/// `serve --shared` (the forwarder) or `daemon`.
+fn shared(workspace: Option<PathBuf>, idle_timeout: u64, daemon: bool) -> ExitCode {
+    let workspace = match workspace.map_or_else(std::env::current_dir, Ok) {
+        Ok(dir) => dir,
+        Err(err) => {
+            eprintln!("toolwire: no workspace directory: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let idle = std::time::Duration::from_secs(idle_timeout);
+    let outcome = runtime().and_then(|rt| {
+        let outcome = rt.block_on(async {
+            if daemon {
+                toolwire::daemon::run_daemon(&workspace, idle).await
+            } else {
+                toolwire::daemon::forward(&workspace, idle).await
+            }
+        });
+        rt.shutdown_background();
+        outcome
+    });
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("toolwire: {err}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn serve() -> ExitCode {

@@ -339,3 +339,30 @@ pub fn spawn_binary(cwd: &Path) -> (ProcClient, tokio::process::Child) {
     let stdout = child.stdout.take().unwrap();
     (Client::new(stdout, stdin), child)
 }
+
+/// Start `toolwire serve --shared` for `workspace`, with its daemon's
+/// runtime directory under `run` (isolated from the user's real one).
+pub fn spawn_shared(
+    workspace: &Path,
+    run: &Path,
+    idle_secs: u64,
+) -> (ProcClient, tokio::process::Child) {
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolwire"))
+        .args([
+            "serve",
+            "--shared",
+            "--idle-timeout",
+            &idle_secs.to_string(),
+        ])
+        .current_dir(workspace)
+        .env("XDG_RUNTIME_DIR", run)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn toolwire serve --shared");
+    let stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    (Client::new(stdout, stdin), child)
+}

@@ -1,0 +1,221 @@
+//! `toolwire serve --shared`: one daemon per workspace, shared by every
+//! client, started on demand, private to its user, gone when idle.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+use toolwire::daemon;
+
+/// A workspace and an isolated runtime directory; kills the daemon when
+/// dropped, whatever happened.
+struct Rig {
+    workspace: tempfile::TempDir,
+    run: tempfile::TempDir,
+}
+
+impl Rig {
+    fn new() -> Rig {
+        Rig {
+            workspace: tempfile::tempdir().unwrap(),
+            run: tempfile::tempdir().unwrap(),
+        }
+    }
+    fn paths(&self) -> daemon::Paths {
+        daemon::paths_in(self.run.path().join("toolwire"), self.workspace.path()).unwrap()
+    }
+    fn ws(&self) -> &Path {
+        self.workspace.path()
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        if let Some(pid) = daemon::daemon_pid(&self.paths()) {
+            // SAFETY: signalling a pid we read from our own daemon's lock file.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+    }
+}
+
+fn alive(pid: u32) -> bool {
+    // Zombies count as gone.
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+}
+
+async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+#[tokio::test]
+async fn clients_of_one_workspace_share_one_server() {
+    let rig = Rig::new();
+    let (mut a, mut child_a) = spawn_shared(rig.ws(), rig.run.path(), 30);
+    let (mut b, mut child_b) = spawn_shared(rig.ws(), rig.run.path(), 30);
+    a.initialize(rig.ws(), json!({})).await;
+    b.initialize(rig.ws(), json!({})).await;
+    a.call(
+        "pair/append",
+        json!({"sessionId": "s", "message": assistant_calls(&["t1"])}),
+    )
+    .await;
+    // The same guard, the same lock: B answers the call A made.
+    assert_eq!(
+        b.call("state/get", json!({"sessionId": "s"})).await["pending"],
+        json!(["t1"])
+    );
+    let r = b
+        .call(
+            "pair/append",
+            json!({"sessionId": "s", "message": results(&[("t1", "done")])}),
+        )
+        .await;
+    assert_eq!(r["status"], json!("committed"));
+    assert_eq!(
+        a.call("state/get", json!({"sessionId": "s"})).await["pending"],
+        json!([])
+    );
+    assert_eq!(
+        transcript_messages(&rig.ws().join(".toolwire/sessions/s.jsonl")).len(),
+        2
+    );
+
+    let paths = rig.paths();
+    let pid = daemon::daemon_pid(&paths).expect("the daemon records its pid");
+    assert!(alive(pid));
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&paths.socket).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600);
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&paths.dir).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o700);
+
+    // `exit` ends one client's connection, not the daemon.
+    a.call("shutdown", Value::Null).await;
+    a.notify("exit", Value::Null).await;
+    assert!(child_a.wait().await.unwrap().success());
+    assert!(alive(pid));
+    b.call("state/get", json!({"sessionId": "s"})).await;
+    b.close().await;
+    assert!(child_b.wait().await.unwrap().success());
+}
+
+#[tokio::test]
+async fn racing_starters_yield_one_daemon() {
+    let rig = Rig::new();
+    let mut clients: Vec<_> = (0..5)
+        .map(|_| spawn_shared(rig.ws(), rig.run.path(), 30))
+        .collect();
+    for (i, (c, _)) in clients.iter_mut().enumerate() {
+        c.initialize(rig.ws(), json!({"durability": "none"})).await;
+        // Two daemons would fight over this transcript's lock.
+        c.call(
+            "pair/append",
+            json!({"sessionId": "race", "message": user_text(&format!("from {i}"))}),
+        )
+        .await;
+    }
+    assert_eq!(
+        transcript_messages(&rig.ws().join(".toolwire/sessions/race.jsonl")).len(),
+        5
+    );
+    let daemons = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+        .filter(|cmd| {
+            let cmd = String::from_utf8_lossy(cmd);
+            cmd.contains("daemon") && cmd.contains(&*rig.ws().to_string_lossy())
+        })
+        .count();
+    assert_eq!(daemons, 1);
+}
+
+#[tokio::test]
+async fn a_client_that_goes_away_flushes_only_its_own_pairs() {
+    let rig = Rig::new();
+    let (mut a, mut child_a) = spawn_shared(rig.ws(), rig.run.path(), 30);
+    let (mut b, _child_b) = spawn_shared(rig.ws(), rig.run.path(), 30);
+    a.initialize(rig.ws(), json!({"abortMode": "synthetic"}))
+        .await;
+    b.initialize(rig.ws(), json!({})).await;
+    a.call(
+        "pair/append",
+        json!({"sessionId": "sa", "message": assistant_calls(&["a1"])}),
+    )
+    .await;
+    b.call(
+        "pair/append",
+        json!({"sessionId": "sb", "message": assistant_calls(&["b1"])}),
+    )
+    .await;
+    a.close().await; // the client's end of the pipe: EOF
+    child_a.wait().await.unwrap();
+    let sa = rig.ws().join(".toolwire/sessions/sa.jsonl");
+    eventually("A's pair flushed", || transcript_messages(&sa).len() == 2).await;
+    assert_paired(&transcript_messages(&sa));
+    assert_eq!(
+        b.call("state/get", json!({"sessionId": "sb"})).await["pending"],
+        json!(["b1"])
+    );
+}
+
+#[tokio::test]
+async fn a_stale_socket_is_replaced_and_an_idle_daemon_leaves() {
+    let rig = Rig::new();
+    let paths = rig.paths();
+    // A socket file with nobody listening, as a crashed daemon leaves it.
+    drop(std::os::unix::net::UnixListener::bind(&paths.socket).unwrap());
+    assert!(paths.socket.exists());
+    let (mut c, mut child) = spawn_shared(rig.ws(), rig.run.path(), 1);
+    c.initialize(rig.ws(), json!({})).await;
+    let pid = daemon::daemon_pid(&paths).unwrap();
+    c.close().await;
+    child.wait().await.unwrap();
+    eventually("the idle daemon exits", || !alive(pid)).await;
+    assert!(!paths.socket.exists(), "the socket goes with its daemon");
+}
+
+#[tokio::test]
+async fn the_daemon_checks_versions_and_the_directory_must_be_private() {
+    let rig = Rig::new();
+    let (mut c, _child) = spawn_shared(rig.ws(), rig.run.path(), 30);
+    c.initialize(rig.ws(), json!({})).await;
+    let mut raw = tokio::net::UnixStream::connect(rig.paths().socket)
+        .await
+        .unwrap();
+    raw.write_all(b"toolwire/0.0.0-other\n").await.unwrap();
+    let mut answer = String::new();
+    tokio::io::BufReader::new(&mut raw)
+        .read_line(&mut answer)
+        .await
+        .unwrap();
+    assert!(answer.starts_with("error"), "{answer}");
+
+    let open = tempfile::tempdir().unwrap();
+    let dir = open.path().join("toolwire");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolwire"))
+        .args(["serve", "--shared"])
+        .current_dir(rig.ws())
+        .env("XDG_RUNTIME_DIR", open.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("0700"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
