@@ -33,6 +33,16 @@ async fn setup(options: Value) -> (tempfile::TempDir, MemClient) {
     (dir, client)
 }
 
+/// The toolUseIds a `budget/apply` result reports as persisted, in order.
+fn persisted_ids(result: &Value) -> Vec<String> {
+    result["persisted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["toolUseId"].as_str().unwrap().to_owned())
+        .collect()
+}
+
 fn content_of(result: &Value, msg: usize, block: usize) -> Value {
     result["messages"][msg]["content"][block]["content"].clone()
 }
@@ -126,24 +136,14 @@ async fn largest_fresh_results_are_chosen_until_the_message_fits() {
             json!({"sessionId": "s", "messages": [user(blocks)]}),
         )
         .await;
-    let ids: Vec<&str> = r["persisted"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["toolUseId"].as_str().unwrap())
-        .collect();
+    let ids = persisted_ids(&r);
     assert_eq!(ids, ["t4"], "only the largest is needed to fit");
 
     // One over the per-result limit is chosen even when the message fits.
     let r = c
         .call("budget/apply", json!({"sessionId": "s2", "messages": [user(vec![tr(json!("z".repeat(50_001)), "a"), tr(json!("z".repeat(50_000)), "b")])]}))
         .await;
-    let ids: Vec<&str> = r["persisted"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["toolUseId"].as_str().unwrap())
-        .collect();
+    let ids = persisted_ids(&r);
     assert_eq!(ids, ["a"]);
     assert_eq!(content_of(&r, 0, 1), json!("z".repeat(50_000)));
 
@@ -151,12 +151,7 @@ async fn largest_fresh_results_are_chosen_until_the_message_fits() {
     let r = c
         .call("budget/apply", json!({"sessionId": "s3", "messages": [user(vec![tr(json!("q".repeat(30)), "first"), tr(json!("q".repeat(30)), "second")])], "limits": {"maxMessageChars": 50, "maxResultChars": 100, "previewChars": 5}}))
         .await;
-    let ids: Vec<&str> = r["persisted"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["toolUseId"].as_str().unwrap())
-        .collect();
+    let ids = persisted_ids(&r);
     assert_eq!(ids[0], "first");
 }
 
@@ -182,12 +177,7 @@ async fn decided_results_are_frozen_and_each_message_is_budgeted_on_its_own() {
             json!({"sessionId": "s", "messages": [later.clone()]}),
         )
         .await;
-    let ids: Vec<&str> = r["persisted"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["toolUseId"].as_str().unwrap())
-        .collect();
+    let ids = persisted_ids(&r);
     assert_eq!(ids, ["t2"]);
     assert_eq!(content_of(&r, 0, 0), json!("h".repeat(80_000)));
     let state = c.call("state/get", json!({"sessionId": "s"})).await;
