@@ -6,7 +6,7 @@
 //! split into shards behind reference counts: a snapshot (a fork, the
 //! published state readers see) is an O(1) clone that shares every shard,
 //! and a later commit copies only the shards it touches. Measured against a
-//! hash-trie (`rpds`), this holds 100,000 ids in about a third of the memory
+//! hash-trie (`rpds`), this holds 100,000 ids in about half the memory
 //! (see README, "Benchmarks").
 //!
 //! Replacements are kept LZ4-compressed with their sizes precomputed in
