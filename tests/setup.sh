@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Install the project-local test dependencies (pinned npm and PyPI packages,
+# into ignored folders of this checkout). Each part is one script under
+# tests/setup.d/, run in name order; a part that fails is reported by name
+# and the others still run, so the tests that do not need it can still pass.
+# System packages (Debian) that some tests need are listed in .ci/apt/*.txt;
+# .ci/run installs them, and each part says which it needs when one is missing.
+set -uo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+failed=()
+for part in "$here"/setup.d/*.sh; do
+  [ -e "$part" ] || continue
+  if ! bash "$part"; then
+    failed+=("$(basename "$part")")
+  fi
+done
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "tests/setup.sh: these parts failed: ${failed[*]} (the tests that need them will fail; the others run)" >&2
+  exit 1
+fi
