@@ -1,0 +1,98 @@
+//! `toolwire replay`: drive a recorded session through a real server.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use super::runtime;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// JSON Lines of messages (or toolwire transcript lines); `.gz` is fine.
+    path: Option<PathBuf>,
+    /// Where the transcript and artifacts go (default: a fresh directory).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Generate and replay a synthetic session of N turns instead.
+    #[arg(long, value_name = "N", conflicts_with = "path")]
+    synthetic: Option<usize>,
+    /// Seed for `--synthetic`.
+    #[arg(long, default_value_t = 1, requires = "synthetic")]
+    seed: u64,
+    /// Session id to replay into.
+    #[arg(long, default_value = "replay")]
+    session: String,
+    /// Earlier messages sent along with each `budget/apply`.
+    #[arg(long, default_value_t = 8)]
+    tail: usize,
+}
+
+#[allow(clippy::print_stdout)]
+pub fn run(args: Args) -> ExitCode {
+    use toolwire::replay;
+    let fail = |msg: String| {
+        eprintln!("toolwire replay: {msg}");
+        ExitCode::FAILURE
+    };
+    let steps = match (&args.path, args.synthetic) {
+        (_, Some(turns)) => replay::synthetic::generate(turns, args.seed),
+        (Some(path), None) => {
+            match replay::read_recording(path).and_then(|t| replay::parse_recording(&t)) {
+                Ok(steps) => steps,
+                Err(err) => return fail(err),
+            }
+        }
+        (None, None) => match replay::bundled_recording().and_then(|t| replay::parse_recording(&t))
+        {
+            Ok(steps) => steps,
+            Err(err) => return fail(err),
+        },
+    };
+    let data_dir = match args.data_dir {
+        Some(dir) => match std::fs::create_dir_all(&dir).and_then(|()| std::path::absolute(&dir)) {
+            Ok(dir) => dir,
+            Err(err) => return fail(format!("{}: {err}", dir.display())),
+        },
+        None => match replay::fresh_data_dir() {
+            Ok(dir) => dir,
+            Err(err) => return fail(format!("creating a data directory: {err}")),
+        },
+    };
+    let server = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(err) => return fail(format!("locating the toolwire executable: {err}")),
+    };
+    let options = replay::Options {
+        server,
+        data_dir,
+        session_id: args.session,
+        tail: args.tail,
+    };
+    let bar = indicatif::ProgressBar::new(steps.len() as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} steps {elapsed}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(err) => return fail(format!("cannot start the runtime: {err}")),
+    };
+    let outcome = rt.block_on(replay::run(&steps, &options, || bar.inc(1)));
+    bar.finish_and_clear();
+    match outcome {
+        Ok(summary) if args.json => match serde_json::to_string_pretty(&summary) {
+            Ok(text) => {
+                println!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(err) => fail(err.to_string()),
+        },
+        Ok(summary) => {
+            print!("{}", replay::render(&summary));
+            ExitCode::SUCCESS
+        }
+        Err(err) => fail(err.to_string()),
+    }
+}

@@ -1,0 +1,48 @@
+//! `toolwire schema`: write the JSON Schemas and the OpenRPC document, or
+//! check a directory against them.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Directory to write into.
+    #[arg(long, value_name = "DIR", required_unless_present = "check")]
+    out: Option<PathBuf>,
+    /// Exit non-zero, showing the difference, when DIR is stale.
+    #[arg(long, value_name = "DIR", conflicts_with = "out")]
+    check: Option<PathBuf>,
+}
+
+#[allow(clippy::print_stdout)]
+pub fn run(Args { out, check }: Args) -> ExitCode {
+    if let Some(dir) = check {
+        let problems = toolwire::schema::check(&dir);
+        if problems.is_empty() {
+            println!("{}: up to date", dir.display());
+            return ExitCode::SUCCESS;
+        }
+        for p in &problems {
+            eprintln!("{p}");
+        }
+        eprintln!(
+            "{} is stale: run `toolwire schema --out {}`",
+            dir.display(),
+            dir.display()
+        );
+        return ExitCode::FAILURE;
+    }
+    let Some(dir) = out else {
+        return ExitCode::FAILURE;
+    };
+    match toolwire::schema::write(&dir) {
+        Ok(n) => {
+            println!("wrote {n} files to {}", dir.display());
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("toolwire schema: {}: {err}", dir.display());
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! `toolwire serve` (in process, or `--shared` through the workspace's
+//! daemon) and the hidden `daemon` command that `--shared` starts.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use toolwire::server::{self, Server};
+use toolwire::session::Storage;
+
+use super::runtime;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Forward to the workspace's shared daemon (started if needed)
+    /// instead of serving in this process.
+    #[arg(long)]
+    shared: bool,
+    /// With --shared: seconds the daemon stays up with no client.
+    #[arg(long, default_value_t = 600, value_name = "SECS")]
+    idle_timeout: u64,
+    /// With --shared: the workspace (default: the current directory).
+    #[arg(long)]
+    workspace: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+pub struct DaemonArgs {
+    #[arg(long)]
+    workspace: PathBuf,
+    #[arg(long, default_value_t = 600, value_name = "SECS")]
+    idle_timeout: u64,
+}
+
+pub fn run(args: Args) -> ExitCode {
+    if args.shared {
+        shared(args.workspace, args.idle_timeout, false)
+    } else {
+        serve()
+    }
+}
+
+pub fn run_daemon(args: DaemonArgs) -> ExitCode {
+    shared(Some(args.workspace), args.idle_timeout, true)
+}
+
+/// `serve --shared` (the forwarder) or `daemon`.
+fn shared(workspace: Option<PathBuf>, idle_timeout: u64, daemon: bool) -> ExitCode {
+    let workspace = match workspace.map_or_else(std::env::current_dir, Ok) {
+        Ok(dir) => dir,
+        Err(err) => {
+            eprintln!("toolwire: no workspace directory: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let idle = std::time::Duration::from_secs(idle_timeout);
+    let outcome = runtime().and_then(|rt| {
+        let outcome = rt.block_on(async {
+            if daemon {
+                toolwire::daemon::run_daemon(&workspace, idle).await
+            } else {
+                toolwire::daemon::forward(&workspace, idle).await
+            }
+        });
+        rt.shutdown_background();
+        outcome
+    });
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("toolwire: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve() -> ExitCode {
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("toolwire: cannot start the runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let end = rt.block_on(async {
+        let server = Server::new(Storage::default());
+        let end =
+            server::serve_connection(server.clone(), tokio::io::stdin(), tokio::io::stdout()).await;
+        server.registry.close_all().await;
+        end
+    });
+    // Session workers may still be idle in the background; the client is
+    // gone and every pair it left has been flushed, so stop here.
+    rt.shutdown_background();
+    ExitCode::from(end.exit_code() as u8)
+}
