@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the pinned Node and Python packages the generated clients (and
 # their tests inside `cargo test`) need. Idempotent; fast when up to date.
-#   editors/vscode: npm ci (package-lock.json)
+#   editors/typescript: npm ci (package-lock.json)
 #   editors/python: a .venv with requirements.txt
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -9,7 +9,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 command -v node >/dev/null || { echo "install.sh: node (>= 18) is required" >&2; exit 1; }
 command -v python3 >/dev/null || { echo "install.sh: python3 (>= 3.11) is required" >&2; exit 1; }
 
-cd "$here/vscode"
+cd "$here/typescript"
 if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   npm ci --no-audit --no-fund --loglevel=error
 fi

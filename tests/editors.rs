@@ -1,7 +1,8 @@
-//! The generated clients, used for real against the built binary: the
-//! TypeScript types compile under `tsc --strict` and a vscode-jsonrpc client
-//! drives the server; the Python models back a typed harness client tested
-//! with pytest. Both fail when their generated files are stale.
+//! The editor integrations and client packages, installed the way a user
+//! installs them and driven against the built binary: the TypeScript
+//! package from its `npm pack` tarball; the Python models back a typed
+//! harness client tested with pytest. Each fails when its generated files
+//! are stale.
 //!
 //! Needs the pinned packages `editors/install.sh` installs (README's test
 //! command runs it first).
@@ -26,31 +27,26 @@ fn run(cmd: &mut Command, what: &str) {
 }
 
 #[test]
-fn typescript_client_compiles_strictly_and_drives_the_binary() {
-    let dir = editors().join("vscode");
+fn typescript_package_installs_from_its_tarball_and_drives_the_binary() {
+    let dir = editors().join("typescript");
     assert!(
         dir.join("node_modules").is_dir(),
-        "editors/vscode/node_modules is missing: run editors/install.sh"
+        "editors/typescript/node_modules is missing: run editors/install.sh"
     );
     run(
         Command::new("node")
-            .arg("scripts/gen-protocol.mjs")
-            .arg("--check")
+            .args(["scripts/gen.mjs", "--check"])
             .current_dir(&dir),
-        "protocol.ts freshness",
+        "protocol.ts and methods.ts freshness",
     );
+    // `npm pack` (which builds with tsc --strict), install the tarball in a
+    // scratch project, compile a strict consumer against it, run it.
     run(
         Command::new("node")
-            .args(["node_modules/typescript/bin/tsc", "-p", "."])
-            .current_dir(&dir),
-        "tsc --strict",
-    );
-    run(
-        Command::new("node")
-            .arg("out/smoke.js")
+            .arg("test/run.mjs")
             .arg(env!("CARGO_BIN_EXE_toolwire"))
             .current_dir(&dir),
-        "node client smoke test",
+        "typescript package test",
     );
 }
 

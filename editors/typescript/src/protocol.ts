@@ -1,5 +1,5 @@
-/* Generated from schema/toolwire.schema.json by editors/vscode/scripts/gen-protocol.mjs.
- * Do not edit: run `npm run gen` in editors/vscode after `toolwire schema --out schema`. */
+/* Generated from schema/toolwire.schema.json by editors/typescript/scripts/gen.mjs.
+ * Do not edit: run editors/regenerate.sh (or `npm run gen` in editors/typescript). */
 
 /**
  * 1-128 characters of [A-Za-z0-9._-], not starting with '.'

@@ -1,0 +1,203 @@
+// A typed toolwire client for Node: starts `toolwire serve --shared` (the
+// workspace's shared daemon, through its stdio forwarder), `toolwire serve`,
+// or any command that speaks toolwire on stdio, and calls it over
+// vscode-jsonrpc, the JSON-RPC library VS Code extensions already use.
+//
+// Every params and result type comes from ./protocol.ts and the method
+// table from ./methods.ts, both generated from toolwire's published
+// schemas, so the compiler checks each call.
+import { spawn, type ChildProcess } from "node:child_process";
+import { isAbsolute } from "node:path";
+import { pathToFileURL } from "node:url";
+import {
+  CancellationTokenSource,
+  createMessageConnection,
+  StreamMessageReader,
+  StreamMessageWriter,
+  type MessageConnection,
+} from "vscode-jsonrpc/node";
+import { toToolwireError } from "./errors";
+import { locateToolwire } from "./locate";
+import { PROGRESS_METHODS, ToolwireMethods, type CallOptions, type MethodName, type MethodTable } from "./methods";
+import type * as P from "./protocol";
+
+export const CLIENT_VERSION = "0.2.0";
+
+export interface StartOptions {
+  /** The workspace root: a directory path or a `file://` URI. */
+  root: string;
+  /**
+   * The command to run instead of a located toolwire (`[program, ...args]`);
+   * it must speak toolwire's JSON-RPC on stdio. `binary` and `shared` are
+   * then ignored.
+   */
+  command?: readonly string[];
+  /** The toolwire binary (a setting); else TOOLWIRE_BIN, else PATH. */
+  binary?: string | undefined;
+  /** Name of the setting `binary` came from, for the not-found error. */
+  binarySettingName?: string;
+  /** `serve --shared` (default: the workspace's one shared daemon) or `serve` (a private server). */
+  shared?: boolean;
+  /** With `shared`: seconds the daemon stays up with no client (toolwire's default when absent). */
+  idleTimeout?: number;
+  /** `initializationOptions`: overrides of the workspace's toolwire.toml. */
+  config?: P.Config;
+  /** Who is calling (`clientInfo`). */
+  clientInfo?: P.NameVersion;
+  /** Environment of the child (default process.env). */
+  env?: NodeJS.ProcessEnv;
+  /** Receives the child's stderr (its log) as it arrives. */
+  onLog?: (text: string) => void;
+}
+
+function rootToUri(root: string): { uri: string; path: string | undefined } {
+  if (root.startsWith("file:")) return { uri: root, path: new URL(root).pathname };
+  if (!isAbsolute(root)) throw new Error(`toolwire: the workspace root must be absolute, got ${root}`);
+  return { uri: pathToFileURL(root).href, path: root };
+}
+
+export class ToolwireClient extends ToolwireMethods {
+  private readonly progress = new Map<string, (value: unknown) => void>();
+  private nextToken = 1;
+  /** Resolves with the child's exit code (null when killed by a signal) once it has exited. */
+  readonly exited: Promise<number | null>;
+
+  private constructor(
+    private readonly connection: MessageConnection,
+    private readonly child: ChildProcess,
+    /** What `initialize` answered: server version, protocol version, methods. */
+    public initializeResult: P.InitializeResult,
+  ) {
+    super();
+    this.exited = new Promise((resolve) => {
+      if (child.exitCode !== null || child.signalCode !== null) resolve(child.exitCode);
+      else child.once("exit", (code) => resolve(code));
+    });
+    connection.onNotification("$/progress", (params: { token?: unknown; value?: unknown }) => {
+      const handler = typeof params?.token === "string" ? this.progress.get(params.token) : undefined;
+      handler?.(params.value);
+    });
+  }
+
+  /** Start toolwire for a workspace and initialize it. */
+  static async start(options: StartOptions): Promise<ToolwireClient> {
+    const { uri, path } = rootToUri(options.root);
+    let argv: string[];
+    if (options.command && options.command.length > 0) {
+      argv = [...options.command];
+    } else {
+      const located = locateToolwire({
+        binary: options.binary,
+        ...(options.binarySettingName ? { settingName: options.binarySettingName } : {}),
+        ...(options.env ? { env: options.env } : {}),
+      });
+      argv = [located, "serve"];
+      if (options.shared ?? true) {
+        argv.push("--shared");
+        if (path) argv.push("--workspace", path);
+        if (options.idleTimeout !== undefined) argv.push("--idle-timeout", String(options.idleTimeout));
+      }
+    }
+    const [program, ...args] = argv as [string, ...string[]];
+    const child = spawn(program, args, {
+      stdio: ["pipe", "pipe", "pipe"],
+      env: options.env ?? process.env,
+      ...(path ? { cwd: path } : {}),
+    });
+    const spawned = new Promise<void>((resolve, reject) => {
+      child.once("spawn", () => resolve());
+      child.once("error", (err) => reject(new Error(`toolwire: could not start ${program}: ${err.message}`)));
+    });
+    let stderr = "";
+    child.stderr?.setEncoding("utf8");
+    child.stderr?.on("data", (chunk: string) => {
+      stderr = (stderr + chunk).slice(-4000);
+      options.onLog?.(chunk);
+    });
+    await spawned;
+    if (!child.stdout || !child.stdin) throw new Error("toolwire: no stdio pipes");
+    const connection = createMessageConnection(new StreamMessageReader(child.stdout), new StreamMessageWriter(child.stdin));
+    connection.listen();
+    const params: P.InitializeParams = {
+      processId: process.pid,
+      rootUri: uri,
+      clientInfo: options.clientInfo ?? { name: "toolwire-client (node)", version: CLIENT_VERSION },
+      initializationOptions: { ...(options.config ?? {}) },
+    };
+    // A child that dies before answering (a bad command, a refused
+    // configuration) must not leave `start` waiting forever.
+    const died = new Promise<never>((_, reject) =>
+      child.once("exit", (code, signal) =>
+        reject(new Error(`toolwire: ${program} exited (${signal ?? code}) before initializing${stderr ? `:\n${stderr}` : ""}`)),
+      ),
+    );
+    let result: P.InitializeResult;
+    try {
+      result = await Promise.race([connection.sendRequest<P.InitializeResult>("initialize", params), died]);
+    } catch (err) {
+      connection.dispose();
+      child.kill();
+      throw toToolwireError("initialize", err);
+    }
+    died.catch(() => undefined);
+    await connection.sendNotification("initialized", {});
+    return new ToolwireClient(connection, child, result);
+  }
+
+  /** The methods this server supports (`capabilities.experimental.toolwire.methods`). */
+  get serverMethods(): readonly string[] {
+    return this.initializeResult.capabilities.experimental.toolwire.methods;
+  }
+
+  /** Call any method of the method table; errors reject as typed `ToolwireError`s. */
+  async request<M extends MethodName>(
+    method: M,
+    params: MethodTable[M]["params"],
+    options: CallOptions = {},
+  ): Promise<MethodTable[M]["result"]> {
+    let sent: unknown = params;
+    let token: string | undefined;
+    if (options.onProgress && PROGRESS_METHODS.has(method)) {
+      token = `toolwire-node-${this.nextToken++}`;
+      this.progress.set(token, options.onProgress);
+      sent = { ...params, workDoneToken: token };
+    }
+    const cancel = options.signal ? new CancellationTokenSource() : undefined;
+    const onAbort = () => cancel?.cancel();
+    if (options.signal?.aborted) onAbort();
+    options.signal?.addEventListener("abort", onAbort, { once: true });
+    try {
+      // vscode-jsonrpc reads a trailing `undefined` as a second positional
+      // param, so the token is passed only when there is one.
+      return await (cancel
+        ? this.connection.sendRequest<MethodTable[M]["result"]>(method, sent, cancel.token)
+        : this.connection.sendRequest<MethodTable[M]["result"]>(method, sent));
+    } catch (err) {
+      throw toToolwireError(method, err);
+    } finally {
+      options.signal?.removeEventListener("abort", onAbort);
+      cancel?.dispose();
+      if (token) this.progress.delete(token);
+    }
+  }
+
+  /** `shutdown` then `exit`; resolves with the child's exit code (0 after a clean shutdown). */
+  async close(): Promise<number | null> {
+    try {
+      await this.connection.sendRequest("shutdown");
+      await this.connection.sendNotification("exit");
+    } catch {
+      // Already gone: what matters is that the child is.
+      this.child.kill();
+    }
+    const code = await this.exited;
+    this.connection.dispose();
+    return code;
+  }
+
+  /** End the child without the LSP goodbye (its pending pairs are flushed by the server as on any EOF). */
+  dispose(): void {
+    this.connection.dispose();
+    this.child.stdin?.end();
+  }
+}
