@@ -22,7 +22,10 @@ pub mod code {
     pub const STORAGE: i64 = -32014;
 }
 
+// Tests walk every variant (`Error::iter()`) to check that each code and
+// kind is documented in docs/protocol.md.
 #[derive(Debug, Clone, thiserror::Error)]
+#[cfg_attr(test, derive(strum::EnumIter))]
 pub enum Error {
     #[error("parse error: {0}")]
     Parse(String),

@@ -17,6 +17,8 @@ pub mod budget;
 pub mod client;
 pub mod config;
 pub mod daemon;
+#[cfg(test)]
+mod docs;
 pub mod error;
 pub mod message;
 pub mod methods;

@@ -45,7 +45,7 @@ method!(
     "initialize",
     InitializeParams,
     InitializeResult,
-    [],
+    [code::STORAGE],
     "Start the connection: workspace root, client info and configuration."
 );
 method!(
@@ -239,9 +239,12 @@ pub const RECORD_KIND: &str = "tool-result";
 
 // ------------------------------------------------------------- lifecycle --
 
+/// `initialize`'s params. Any other LSP field (`trace`, `locale`,
+/// `rootPath`, `workDoneToken`, ...) is accepted and ignored.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct InitializeParams {
+    /// The client's process id; not used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process_id: Option<i64>,
     /// The workspace root as a `file://` URI.
@@ -251,6 +254,9 @@ pub struct InitializeParams {
     pub workspace_folders: Option<Vec<WorkspaceFolder>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_info: Option<NameVersion>,
+    /// The client's LSP `ClientCapabilities`; accepted and not used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capabilities: Option<Value>,
     /// A toolwire `Config` (see `config.json`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initialization_options: Option<Value>,

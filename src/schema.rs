@@ -357,7 +357,7 @@ fn openrpc() -> Value {
         "info": {
             "title": "toolwire",
             "version": env!("CARGO_PKG_VERSION"),
-            "description": "JSON-RPC 2.0 over LSP base-protocol framing (Content-Length headers) on stdio. Lifecycle as in LSP: initialize, initialized, ..., shutdown, exit. Notifications: $/cancelRequest (client), $/progress and window/logMessage (server). Errors carry data.kind (see error-data.json).",
+            "description": "JSON-RPC 2.0 over LSP base-protocol framing (Content-Length headers) on stdio. Lifecycle as in LSP: initialize, initialized, ..., shutdown, exit. Notifications: initialized, exit and $/cancelRequest from the client; $/progress from the server, only for a request that carries a workDoneToken. The full reference is docs/protocol.md. Errors carry data.kind (see error-data.json).",
         },
         "methods": doc.methods,
         "components": {"schemas": schemas},

@@ -394,10 +394,18 @@ class PairFlushResult(RootModel[FlushResult]):
 
 
 class InitializeParams(BaseModel):
+    """
+    `initialize`'s params. Any other LSP field (`trace`, `locale`,
+    `rootPath`, `workDoneToken`, ...) is accepted and ignored.
+    """
+
     model_config = ConfigDict(
         populate_by_name=True,
     )
     process_id: int | None = Field(None, alias='processId')
+    """
+    The client's process id; not used.
+    """
     root_uri: str | None = Field(None, alias='rootUri')
     """
     The workspace root as a `file://` URI.
@@ -406,6 +414,10 @@ class InitializeParams(BaseModel):
         None, alias='workspaceFolders'
     )
     client_info: NameVersion | None = Field(None, alias='clientInfo')
+    capabilities: Any | None = None
+    """
+    The client's LSP `ClientCapabilities`; accepted and not used.
+    """
     initialization_options: Any | None = Field(None, alias='initializationOptions')
     """
     A toolwire `Config` (see `config.json`).

@@ -68,10 +68,16 @@ export interface ToolwireSchemaBundle {
 
 }
 /**
+ * `initialize`'s params. Any other LSP field (`trace`, `locale`,
+ * `rootPath`, `workDoneToken`, ...) is accepted and ignored.
+ * 
  * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
  * via the `definition` "InitializeParams".
  */
 export interface InitializeParams {
+/**
+ * The client's process id; not used.
+ */
 processId?: (number | null)
 /**
  * The workspace root as a `file://` URI.
@@ -79,6 +85,12 @@ processId?: (number | null)
 rootUri?: (string | null)
 workspaceFolders?: (WorkspaceFolder[] | null)
 clientInfo?: (NameVersion | null)
+/**
+ * The client's LSP `ClientCapabilities`; accepted and not used.
+ */
+capabilities?: {
+[k: string]: unknown | undefined
+}
 /**
  * A toolwire `Config` (see `config.json`).
  */
