@@ -12,6 +12,8 @@
 //! artifact already in place is reused only when it holds the same bytes.
 //! Nothing here follows a symbolic link.
 
+pub mod read;
+
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;

@@ -20,6 +20,7 @@ pub mod code {
     pub const SESSION_NOT_FOUND: i64 = -32012;
     pub const TRANSCRIPT_LOCKED: i64 = -32013;
     pub const STORAGE: i64 = -32014;
+    pub const ARTIFACT_NOT_FOUND: i64 = -32015;
 }
 
 // Tests walk every variant (`Error::iter()`) to check that each code and
@@ -52,6 +53,11 @@ pub enum Error {
     Storage {
         message: String,
         path: Option<String>,
+    },
+    #[error("session `{session_id}` has no saved output for tool_use_id `{tool_use_id}`")]
+    ArtifactNotFound {
+        session_id: String,
+        tool_use_id: String,
     },
     #[error("internal error: {0}")]
     Internal(String),
@@ -86,6 +92,7 @@ impl Error {
             Error::SessionNotFound { .. } => code::SESSION_NOT_FOUND,
             Error::TranscriptLocked { .. } => code::TRANSCRIPT_LOCKED,
             Error::Storage { .. } => code::STORAGE,
+            Error::ArtifactNotFound { .. } => code::ARTIFACT_NOT_FOUND,
             Error::Internal(_) => code::INTERNAL,
         }
     }
@@ -104,6 +111,7 @@ impl Error {
             Error::SessionNotFound { .. } => "sessionNotFound",
             Error::TranscriptLocked { .. } => "transcriptLocked",
             Error::Storage { .. } => "storage",
+            Error::ArtifactNotFound { .. } => "artifactNotFound",
             Error::Internal(_) => "internal",
         }
     }
@@ -126,6 +134,17 @@ impl Error {
         };
         if let (Some((key, value)), Some(map)) = (extra, data.as_object_mut()) {
             map.insert(key.to_owned(), value);
+        }
+        if let (
+            Error::ArtifactNotFound {
+                session_id,
+                tool_use_id,
+            },
+            Some(map),
+        ) = (self, data.as_object_mut())
+        {
+            map.insert("sessionId".to_owned(), json!(session_id));
+            map.insert("toolUseId".to_owned(), json!(tool_use_id));
         }
         data
     }

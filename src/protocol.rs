@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::artifact::ArtifactKind;
+pub use crate::artifact::read::ReadResult;
 use crate::config::{AbortMode, LimitsOverride};
 use crate::error::code;
 
@@ -122,6 +123,15 @@ method!(
     TranscriptRepairResult,
     [code::STORAGE, code::TRANSCRIPT_LOCKED, code::CANCELLED],
     "Rewrite a transcript so that every tool call is directly followed by all its results."
+);
+
+method!(
+    ArtifactRead,
+    "artifact/read",
+    ArtifactReadParams,
+    ReadResult,
+    [code::ARTIFACT_NOT_FOUND, code::STORAGE, code::CANCELLED],
+    "Read a saved output back: a range of lines, or the lines matching a regular expression with context."
 );
 
 // ---------------------------------------------------------------- shared --
@@ -488,6 +498,41 @@ pub struct TranscriptRepairResult {
     pub dropped_tool_uses: Vec<String>,
     pub dropped_tool_results: Vec<String>,
     pub torn_lines: usize,
+}
+
+// -------------------------------------------------------------- artifact --
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ArtifactReadParams {
+    pub session_id: SessionId,
+    /// The tool_use_id whose saved output to read (data, never a path).
+    pub tool_use_id: String,
+    /// First line to read (0-based); with `grep`, where the search starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+    /// Lines to read (default 2000); with `grep`, matching lines to show.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+    /// A regular expression (Rust `regex` syntax): show the matching lines,
+    /// numbered, instead of a range.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grep: Option<String>,
+    /// With `grep`: lines shown before and after each match (at most 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<u64>,
+}
+
+impl ArtifactReadParams {
+    /// The core request these params describe.
+    pub fn request(&self) -> crate::artifact::read::ReadRequest {
+        crate::artifact::read::ReadRequest {
+            offset: self.offset.unwrap_or(0),
+            limit: self.limit,
+            grep: self.grep.clone(),
+            context: self.context.unwrap_or(0),
+        }
+    }
 }
 
 /// One line of a session transcript.

@@ -272,6 +272,9 @@ fn error_message(code: i64) -> &'static str {
         }
         code::TRANSCRIPT_LOCKED => "transcriptLocked: another process holds the transcript",
         code::STORAGE => "storage: the disk refused; nothing half-done remains",
+        code::ARTIFACT_NOT_FOUND => {
+            "artifactNotFound: the session has no saved output for that toolUseId"
+        }
         _ => "internal error",
     }
 }

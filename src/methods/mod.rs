@@ -11,6 +11,7 @@
 //! Adding a method is a file here, its types in `protocol.rs` and one line
 //! in [`method_table!`].
 
+mod artifact_read;
 mod budget_apply;
 mod pair_append;
 mod pair_flush;
@@ -178,6 +179,7 @@ method_table! {
     session PairAppend,
     session PairFlush,
     concurrent TranscriptRepair,
+    concurrent ArtifactRead,
 }
 
 /// Start a custom method: parse its params and queue or spawn its work.

@@ -1,0 +1,33 @@
+//! `artifact/read`: a page of a saved output, or the lines matching a
+//! pattern. Reads files only (no session state), so it runs beside the
+//! session's work on a blocking thread; the core is
+//! [`crate::artifact::read::read_artifact`].
+
+use futures_util::future::BoxFuture;
+
+use super::{ConcurrentMethod, RequestCx};
+use crate::artifact::read;
+use crate::error::{Error, Result};
+use crate::protocol::{ArtifactRead, ArtifactReadParams, ReadResult};
+
+impl ConcurrentMethod for ArtifactRead {
+    fn run(cx: RequestCx, params: ArtifactReadParams) -> BoxFuture<'static, Result<ReadResult>> {
+        Box::pin(async move {
+            let data_dir = cx.config.data_dir.clone();
+            let unit = cx.config.size_unit;
+            let cancel = cx.cancel.clone();
+            tokio::task::spawn_blocking(move || {
+                read::read_artifact_until(
+                    &data_dir,
+                    &params.session_id,
+                    &params.tool_use_id,
+                    &params.request(),
+                    unit,
+                    &|| cancel.is_cancelled(),
+                )
+            })
+            .await
+            .map_err(|err| Error::Internal(format!("artifact/read task failed: {err}")))?
+        })
+    }
+}

@@ -1,0 +1,384 @@
+//! `artifact/read` end to end: saved outputs read back in pages and
+//! searched, only from their own session, and a 1 GB artifact read by the
+//! real binary in bounded memory.
+
+mod common;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use common::*;
+use serde_json::{Value, json};
+
+fn tr(content: Value, id: &str) -> Value {
+    json!({"type": "tool_result", "tool_use_id": id, "content": content})
+}
+
+async fn setup() -> (tempfile::TempDir, MemClient) {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut client, _task) = connect(new_server());
+    // Every result over 10 chars is persisted.
+    client
+        .initialize(dir.path(), json!({"limits": {"maxResultChars": 10}}))
+        .await;
+    (dir, client)
+}
+
+/// Persist `content` as `id`'s result in `session`; returns the artifact path.
+async fn persist(c: &mut MemClient, session: &str, id: &str, content: Value) -> PathBuf {
+    let r = c
+        .call(
+            "budget/apply",
+            json!({"sessionId": session, "messages": [
+                {"role": "user", "content": [tr(content, id)]}
+            ]}),
+        )
+        .await;
+    assert_eq!(r["persisted"][0]["toolUseId"], json!(id), "{r}");
+    PathBuf::from(r["persisted"][0]["path"].as_str().unwrap())
+}
+
+async fn read(c: &mut MemClient, params: Value) -> Value {
+    c.call("artifact/read", params).await
+}
+
+#[tokio::test]
+async fn ranges_read_the_stored_bytes_at_every_edge() {
+    let (_dir, mut c) = setup().await;
+    // CRLF lines, multi-byte characters, no final newline.
+    let text = "first line\r\nsecond \u{e9}t\u{e9}\r\n\u{1F600} third\nfourth, no newline";
+    let path = persist(&mut c, "s", "toolu_1", json!(text)).await;
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+
+    let r = read(&mut c, json!({"sessionId": "s", "toolUseId": "toolu_1"})).await;
+    assert_eq!(r["text"], json!(text));
+    assert_eq!(
+        (&r["startLine"], &r["endLine"], &r["totalLines"]),
+        (&json!(0), &json!(4), &json!(4))
+    );
+    assert_eq!(r["totalChars"], json!(text.chars().count()));
+    assert_eq!(r["truncated"], json!(false));
+
+    let r = read(
+        &mut c,
+        json!({"sessionId": "s", "toolUseId": "toolu_1", "offset": 1, "limit": 2}),
+    )
+    .await;
+    assert_eq!(
+        r["text"],
+        json!("second \u{e9}t\u{e9}\r\n\u{1F600} third\n")
+    );
+    assert_eq!((&r["startLine"], &r["endLine"]), (&json!(1), &json!(3)));
+    assert_eq!(r["truncated"], json!(true));
+
+    // The last line, then past the end.
+    let r = read(
+        &mut c,
+        json!({"sessionId": "s", "toolUseId": "toolu_1", "offset": 3}),
+    )
+    .await;
+    assert_eq!(r["text"], json!("fourth, no newline"));
+    assert_eq!(r["truncated"], json!(false));
+    let r = read(
+        &mut c,
+        json!({"sessionId": "s", "toolUseId": "toolu_1", "offset": 50}),
+    )
+    .await;
+    assert_eq!((&r["text"], &r["startLine"]), (&json!(""), &json!(4)));
+
+    // Paging one line at a time gives the artifact back byte for byte.
+    let mut joined = String::new();
+    let mut offset = 0;
+    loop {
+        let r = read(
+            &mut c,
+            json!({"sessionId": "s", "toolUseId": "toolu_1", "offset": offset, "limit": 1}),
+        )
+        .await;
+        joined.push_str(r["text"].as_str().unwrap());
+        offset = r["endLine"].as_u64().unwrap();
+        if r["truncated"] == json!(false) {
+            break;
+        }
+    }
+    assert_eq!(joined, text);
+}
+
+#[tokio::test]
+async fn sizes_are_counted_in_the_configured_unit() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut c, _task) = connect(new_server());
+    c.initialize(
+        dir.path(),
+        json!({"sizeUnit": "utf16", "limits": {"maxResultChars": 10}}),
+    )
+    .await;
+    let text = "\u{1F600}\u{1F600}\u{1F600} and more text";
+    persist(&mut c, "s", "toolu_1", json!(text)).await;
+    let r = read(&mut c, json!({"sessionId": "s", "toolUseId": "toolu_1"})).await;
+    assert_eq!(r["totalChars"], json!(text.encode_utf16().count()));
+}
+
+#[tokio::test]
+async fn grep_shows_numbered_matches_with_merged_context() {
+    let (_dir, mut c) = setup().await;
+    let log: String = (1..=30)
+        .map(|i| {
+            if i % 7 == 0 {
+                format!("error: step {i} failed\r\n")
+            } else {
+                format!("ok {i}\r\n")
+            }
+        })
+        .collect();
+    persist(&mut c, "s", "toolu_log", json!(log)).await;
+    let r = read(
+        &mut c,
+        json!({"sessionId": "s", "toolUseId": "toolu_log", "grep": "^error", "context": 3}),
+    )
+    .await;
+    // Matches at lines 7, 14, 21, 28: the context of 7 and 14 overlaps
+    // (lines 4-17 run together), as do those of 14 and 21, and 21 and 28.
+    let mut expected = String::new();
+    for n in 4..=30 {
+        let sep = if n % 7 == 0 { ':' } else { '-' };
+        let body = if n % 7 == 0 {
+            format!("error: step {n} failed")
+        } else {
+            format!("ok {n}")
+        };
+        expected.push_str(&format!("{n}{sep}{body}\n"));
+    }
+    assert_eq!(r["text"], json!(expected));
+    assert_eq!((&r["startLine"], &r["endLine"]), (&json!(3), &json!(30)));
+    assert_eq!(r["totalLines"], json!(30));
+    assert_eq!(r["truncated"], json!(false));
+
+    // Non-adjacent groups are separated; `limit` pages through matches.
+    let r = read(
+        &mut c,
+        json!({"sessionId": "s", "toolUseId": "toolu_log", "grep": "failed$", "context": 1, "limit": 2}),
+    )
+    .await;
+    assert_eq!(
+        r["text"],
+        json!(
+            "6-ok 6\n7:error: step 7 failed\n8-ok 8\n--\n13-ok 13\n14:error: step 14 failed\n15-ok 15\n"
+        )
+    );
+    assert_eq!(r["truncated"], json!(true));
+    let next = r["endLine"].clone();
+    let r = read(
+        &mut c,
+        json!({"sessionId": "s", "toolUseId": "toolu_log", "grep": "failed$", "limit": 5, "offset": next}),
+    )
+    .await;
+    assert_eq!(
+        r["text"],
+        json!("21:error: step 21 failed\n28:error: step 28 failed\n")
+    );
+    assert_eq!(r["truncated"], json!(false));
+
+    // Bad patterns and context are invalid params naming the field.
+    let e = c
+        .fails(
+            "artifact/read",
+            json!({"sessionId": "s", "toolUseId": "toolu_log", "grep": "(unclosed"}),
+            -32602,
+        )
+        .await;
+    assert_eq!(e["data"]["path"], json!("grep"));
+    let e = c
+        .fails(
+            "artifact/read",
+            json!({"sessionId": "s", "toolUseId": "toolu_log", "grep": "x", "context": 101}),
+            -32602,
+        )
+        .await;
+    assert_eq!(e["data"]["path"], json!("context"));
+}
+
+#[tokio::test]
+async fn block_array_artifacts_read_as_their_text() {
+    let (_dir, mut c) = setup().await;
+    let blocks = json!([
+        {"type": "text", "text": "alpha\nbeta"},
+        {"type": "text", "text": "gamma"}
+    ]);
+    let path = persist(&mut c, "s", "toolu_b", blocks).await;
+    assert!(path.to_string_lossy().ends_with(".json"));
+    let r = read(&mut c, json!({"sessionId": "s", "toolUseId": "toolu_b"})).await;
+    assert_eq!(r["text"], json!("alpha\nbeta\ngamma"));
+    assert_eq!(r["totalLines"], json!(3));
+}
+
+#[tokio::test]
+async fn only_the_sessions_own_artifacts_are_read() {
+    let (dir, mut c) = setup().await;
+    persist(&mut c, "mine", "toolu_1", json!("a saved output of mine")).await;
+    let theirs = persist(&mut c, "theirs", "toolu_2", json!("their secret output")).await;
+
+    let missing = |id: &str, session: &str| json!({"sessionId": session, "toolUseId": id});
+    for (session, id) in [
+        ("mine", "toolu_2"),
+        ("nobody", "toolu_1"),
+        ("mine", "../theirs/tool-results/toolu_2"),
+        ("mine", "../../theirs/tool-results/toolu_2.txt"),
+        ("mine", &theirs.display().to_string()),
+        ("mine", ""),
+    ] {
+        let e = c.fails("artifact/read", missing(id, session), -32015).await;
+        assert_eq!(e["data"]["kind"], json!("artifactNotFound"), "{e}");
+        assert_eq!(e["data"]["toolUseId"], json!(id));
+        assert_eq!(e["data"]["sessionId"], json!(session));
+    }
+    c.fails(
+        "artifact/read",
+        json!({"sessionId": "../theirs", "toolUseId": "toolu_2"}),
+        -32602,
+    )
+    .await;
+
+    // A link planted in the session's directory is not followed.
+    let secret = dir.path().join("secret.txt");
+    std::fs::write(&secret, "do not read").unwrap();
+    let link = dir
+        .path()
+        .join(".toolwire/sessions/mine/tool-results/toolu_link.txt");
+    std::os::unix::fs::symlink(&secret, &link).unwrap();
+    let e = c
+        .fails(
+            "artifact/read",
+            json!({"sessionId": "mine", "toolUseId": "toolu_link"}),
+            -32014,
+        )
+        .await;
+    assert!(!e.to_string().contains("do not read"));
+}
+
+// ---------------------------------------------------------------- 1 GB --
+
+const GIB: u64 = 1 << 30;
+const LINE: usize = 64;
+const LINES_PER_BLOCK: u64 = (1 << 20) / LINE as u64;
+
+/// Write a 1 GiB artifact of 64-byte lines: each 1 MiB block starts with a
+/// line naming the block, so a page shows where it was read from.
+fn write_big_artifact(path: &Path) {
+    let filler = format!("{:<63}\n", "the quick brown fox jumps over the lazy dog");
+    let mut block = filler.repeat(LINES_PER_BLOCK as usize).into_bytes();
+    let mut file = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    for k in 0..(GIB >> 20) {
+        let head = format!("{:<63}\n", format!("block {k:04}"));
+        block[..LINE].copy_from_slice(head.as_bytes());
+        file.write_all(&block).unwrap();
+    }
+    file.flush().unwrap();
+}
+
+fn free_bytes(dir: &Path) -> u64 {
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid NUL-terminated path and an out-pointer to a statvfs.
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut s) }, 0);
+    s.f_bavail as u64 * s.f_frsize as u64
+}
+
+/// `VmRSS` and `VmHWM` (peak) of a process, in KiB.
+fn memory_kib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+            .unwrap()
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+#[tokio::test]
+async fn a_1gb_artifact_is_read_in_pages_in_bounded_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let free = free_bytes(dir.path());
+    assert!(
+        free > 3 * GIB,
+        "this test writes a 1 GiB file; only {} MiB free in {}",
+        free >> 20,
+        dir.path().display()
+    );
+    let artifacts = dir.path().join(".toolwire/sessions/big/tool-results");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let path = artifacts.join("toolu_big.txt");
+    write_big_artifact(&path);
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), GIB);
+
+    let (mut c, child) = spawn_binary(dir.path());
+    let pid = child.id().unwrap();
+    c.initialize(dir.path(), json!({})).await;
+    let (_, before) = memory_kib(pid);
+
+    let total_lines = GIB / LINE as u64;
+    // The middle: the last filler line of block 511, then block 512's head.
+    let middle = 512 * LINES_PER_BLOCK - 1;
+    let r = c
+        .call(
+            "artifact/read",
+            json!({"sessionId": "big", "toolUseId": "toolu_big", "offset": middle, "limit": 2}),
+        )
+        .await;
+    let head = |k: u64| format!("{:<63}\n", format!("block {k:04}"));
+    let filler = format!("{:<63}\n", "the quick brown fox jumps over the lazy dog");
+    assert_eq!(r["text"], json!(format!("{filler}{}", head(512))));
+    assert_eq!(r["totalLines"], json!(total_lines));
+    assert_eq!(r["totalChars"], json!(GIB));
+    assert_eq!(r["truncated"], json!(true));
+
+    // Full pages at the start, the middle and the end.
+    for offset in [0, middle, total_lines - 2000] {
+        let r = c
+            .call(
+                "artifact/read",
+                json!({"sessionId": "big", "toolUseId": "toolu_big", "offset": offset}),
+            )
+            .await;
+        assert_eq!(r["text"].as_str().unwrap().len(), 2000 * LINE);
+        assert_eq!(r["endLine"], json!(offset + 2000));
+    }
+    // A grep streams the whole gigabyte.
+    let r = c
+        .call(
+            "artifact/read",
+            json!({"sessionId": "big", "toolUseId": "toolu_big", "grep": "^block 10(22|23)", "context": 1}),
+        )
+        .await;
+    let n = 1022 * LINES_PER_BLOCK + 1;
+    assert_eq!(
+        r["text"],
+        json!(format!(
+            "{}-{}\n{}:{}\n{}-{}\n--\n{}-{}\n{}:{}\n{}-{}\n",
+            n - 1,
+            filler.trim_end_matches('\n'),
+            n,
+            head(1022).trim_end_matches('\n'),
+            n + 1,
+            filler.trim_end_matches('\n'),
+            n + LINES_PER_BLOCK - 1,
+            filler.trim_end_matches('\n'),
+            n + LINES_PER_BLOCK,
+            head(1023).trim_end_matches('\n'),
+            n + LINES_PER_BLOCK + 1,
+            filler.trim_end_matches('\n'),
+        ))
+    );
+
+    let (rss, peak) = memory_kib(pid);
+    eprintln!("server VmHWM {before} KiB before reading, {peak} KiB after (VmRSS {rss} KiB)");
+    assert!(
+        peak < before + 8 * 1024,
+        "reading a 1 GiB artifact grew the server's peak memory from {before} KiB to {peak} KiB"
+    );
+    drop(c);
+    drop(child);
+    std::fs::remove_file(&path).unwrap();
+}
