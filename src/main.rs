@@ -33,6 +33,9 @@ enum Command {
     Schema(cli::schema::Args),
     /// Rewrite a transcript so every tool call is followed by all its results.
     Repair(cli::repair::Args),
+    /// Print a saved tool output, a range of its lines, or the lines
+    /// matching a pattern.
+    Show(cli::show::Args),
 }
 
 fn main() -> ExitCode {
@@ -49,5 +52,6 @@ fn main() -> ExitCode {
         Command::Replay(args) => cli::replay::run(args),
         Command::Schema(args) => cli::schema::run(args),
         Command::Repair(args) => cli::repair::run(args),
+        Command::Show(args) => cli::show::run(args),
     }
 }

@@ -382,3 +382,42 @@ async fn a_1gb_artifact_is_read_in_pages_in_bounded_memory() {
     drop(child);
     std::fs::remove_file(&path).unwrap();
 }
+
+#[tokio::test]
+async fn toolwire_show_prints_lines_and_matches() {
+    let (dir, mut c) = setup().await;
+    let log: String = (1..=5000).map(|i| format!("line {i}\n")).collect();
+    persist(&mut c, "s", "toolu_log", json!(log)).await;
+    let show = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_toolwire"))
+            .arg("show")
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+    };
+    let out = show(&["s", "toolu_log", "--lines", "2:3"]);
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), "line 2\nline 3\n");
+    // The whole output, across several pages, byte for byte.
+    let out = show(&["s", "toolu_log"]);
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), log);
+    let out = show(&["s", "toolu_log", "--lines", "4999:"]);
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        "line 4999\nline 5000\n"
+    );
+    let out = show(&["s", "toolu_log", "--grep", "^line 4(0|99)9$", "-C", "1"]);
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        "408-line 408\n409:line 409\n410-line 410\n--\n4998-line 4998\n4999:line 4999\n5000-line 5000\n"
+    );
+    let out = show(&["s", "toolu_nope"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("no saved output for tool_use_id `toolu_nope`"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

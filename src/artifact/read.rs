@@ -381,9 +381,9 @@ impl Identity {
     }
 }
 
-/// Most recently used last.
-static INDEXES: LazyLock<Mutex<Vec<(Identity, Arc<LineIndex>)>>> =
-    LazyLock::new(|| Mutex::new(Vec::new()));
+/// Indexes by the identity of their file, most recently used last.
+type IndexCache = Vec<(Identity, Arc<LineIndex>)>;
+static INDEXES: LazyLock<Mutex<IndexCache>> = LazyLock::new(|| Mutex::new(Vec::new()));
 
 fn cached_index(
     identity: Identity,
@@ -597,7 +597,7 @@ fn search(
     let mut number = offset;
     let mut line = Vec::new();
     loop {
-        if number % STOP_CHECK_LINES == 0 && stop() {
+        if number.is_multiple_of(STOP_CHECK_LINES) && stop() {
             return Ok(Err(Error::Cancelled));
         }
         line.clear();

@@ -6,6 +6,7 @@ pub mod repair;
 pub mod replay;
 pub mod schema;
 pub mod serve;
+pub mod show;
 
 /// The multi-threaded runtime every async command runs on.
 pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {

@@ -170,6 +170,35 @@ class TranscriptRepairParams(BaseModel):
     work_done_token: ProgressToken | None = Field(None, alias='workDoneToken')
 
 
+class ArtifactReadParams(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    session_id: SessionId = Field(..., alias='sessionId')
+    tool_use_id: str = Field(..., alias='toolUseId')
+    """
+    The tool_use_id whose saved output to read (data, never a path).
+    """
+    offset: conint(ge=0) | None = None
+    """
+    First line to read (0-based); with `grep`, where the search starts.
+    """
+    limit: conint(ge=0) | None = None
+    """
+    Lines to read (default 2000); with `grep`, matching lines to show.
+    """
+    grep: str | None = None
+    """
+    A regular expression (Rust `regex` syntax): show the matching lines,
+    numbered, instead of a range.
+    """
+    context: conint(ge=0) | None = None
+    """
+    With `grep`: lines shown before and after each match (at most 100).
+    """
+
+
 class Limits(BaseModel):
     """
     Size limits, all counted in `sizeUnit`.
@@ -360,6 +389,39 @@ class TranscriptRepairResult(BaseModel):
     torn_lines: conint(ge=0) = Field(..., alias='tornLines')
 
 
+class ReadResult(BaseModel):
+    """
+    A page of an artifact (`artifact/read`'s result).
+    """
+
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    text: str
+    """
+    The lines read: verbatim for a range, numbered `grep -n` style for a
+    grep (see the module documentation of `artifact::read`).
+    """
+    start_line: conint(ge=0) = Field(..., alias='startLine')
+    """
+    First line shown (0-based).
+    """
+    end_line: conint(ge=0) = Field(..., alias='endLine')
+    """
+    One past the last line shown (0-based): the next page's `offset`.
+    """
+    total_lines: conint(ge=0) = Field(..., alias='totalLines')
+    total_chars: conint(ge=0) = Field(..., alias='totalChars')
+    """
+    The artifact's size in the configured `sizeUnit`.
+    """
+    truncated: bool
+    """
+    More follows what `text` shows (lines after `endLine`, more matches,
+    or a line shown cut).
+    """
+
+
 class ErrorData(BaseModel):
     """
     The `data` member of every toolwire error.
@@ -391,6 +453,10 @@ class ShutdownResult(RootModel[Any]):
 
 class PairFlushResult(RootModel[FlushResult]):
     root: FlushResult
+
+
+class ArtifactReadResult(RootModel[ReadResult]):
+    root: ReadResult
 
 
 class InitializeParams(BaseModel):

@@ -240,6 +240,34 @@ dryRun?: (boolean | null)
 workDoneToken?: (ProgressToken | null)
 }
 /**
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "ArtifactReadParams".
+ */
+export interface ArtifactReadParams {
+sessionId: SessionId
+/**
+ * The tool_use_id whose saved output to read (data, never a path).
+ */
+toolUseId: string
+/**
+ * First line to read (0-based); with `grep`, where the search starts.
+ */
+offset?: (number | null)
+/**
+ * Lines to read (default 2000); with `grep`, matching lines to show.
+ */
+limit?: (number | null)
+/**
+ * A regular expression (Rust `regex` syntax): show the matching lines,
+ * numbered, instead of a range.
+ */
+grep?: (string | null)
+/**
+ * With `grep`: lines shown before and after each match (at most 100).
+ */
+context?: (number | null)
+}
+/**
  * The whole configuration, as accepted in `toolwire.toml` and in
  * `initializationOptions`.
  * 
@@ -481,6 +509,40 @@ kept: number
 droppedToolUses: string[]
 droppedToolResults: string[]
 tornLines: number
+}
+/**
+ * A page of an artifact (`artifact/read`'s result).
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "ReadResult".
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "ArtifactReadResult".
+ */
+export interface ReadResult {
+/**
+ * The lines read: verbatim for a range, numbered `grep -n` style for a
+ * grep (see the module documentation of `artifact::read`).
+ */
+text: string
+/**
+ * First line shown (0-based).
+ */
+startLine: number
+/**
+ * One past the last line shown (0-based): the next page's `offset`.
+ */
+endLine: number
+totalLines: number
+/**
+ * The artifact's size in the configured `sizeUnit`.
+ */
+totalChars: number
+/**
+ * More follows what `text` shows (lines after `endLine`, more matches,
+ * or a line shown cut).
+ */
+truncated: boolean
 }
 /**
  * The `data` member of every toolwire error.
