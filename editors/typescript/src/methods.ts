@@ -11,12 +11,13 @@ export interface MethodTable {
   "pair/append": { params: P.PairAppendParams; result: P.PairAppendResult };
   "pair/flush": { params: P.PairFlushParams; result: P.FlushResult };
   "transcript/repair": { params: P.TranscriptRepairParams; result: P.TranscriptRepairResult };
+  "artifact/read": { params: P.ArtifactReadParams; result: P.ReadResult };
 }
 
 export type MethodName = keyof MethodTable;
 
 /** The method names, in the order of the server's method table. */
-export const METHOD_NAMES: readonly MethodName[] = ["budget/apply", "state/fork", "state/reconstruct", "state/get", "pair/append", "pair/flush", "transcript/repair"];
+export const METHOD_NAMES: readonly MethodName[] = ["budget/apply", "state/fork", "state/reconstruct", "state/get", "pair/append", "pair/flush", "transcript/repair", "artifact/read"];
 
 /** Methods that report `$/progress` when their params carry a `workDoneToken`. */
 export const PROGRESS_METHODS: ReadonlySet<MethodName> = new Set<MethodName>(["state/reconstruct", "transcript/repair"]);
@@ -66,5 +67,10 @@ export abstract class ToolwireMethods {
   /** `transcript/repair`: Rewrite a transcript so that every tool call is directly followed by all its results. */
   transcriptRepair(params: MethodTable["transcript/repair"]["params"], options?: CallOptions): Promise<MethodTable["transcript/repair"]["result"]> {
     return this.request("transcript/repair", params, options);
+  }
+
+  /** `artifact/read`: Read a saved output back: a range of lines, or the lines matching a regular expression with context. */
+  artifactRead(params: MethodTable["artifact/read"]["params"], options?: CallOptions): Promise<MethodTable["artifact/read"]["result"]> {
+    return this.request("artifact/read", params, options);
   }
 }
