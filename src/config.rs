@@ -147,17 +147,7 @@ pub fn load(workspace: &Path, init_options: Option<&Value>) -> Result<Effective>
     let mut merged = Value::Object(Map::new());
     let file = workspace.join(CONFIG_FILE);
     match std::fs::read_to_string(&file) {
-        Ok(text) => {
-            let table: toml::Table = toml::from_str(&text).map_err(|err| {
-                Error::invalid_params(
-                    "toolwire.toml",
-                    format!("{}: {}", file.display(), err.message()),
-                )
-            })?;
-            let value = serde_json::to_value(table)
-                .map_err(|err| Error::invalid_params("toolwire.toml", err.to_string()))?;
-            merge(&mut merged, camel_keys(value));
-        }
+        Ok(text) => merge(&mut merged, read_file(&file, &text)?),
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
         Err(err) => return Err(Error::storage(&file, &err)),
     }
@@ -173,6 +163,101 @@ pub fn load(workspace: &Path, init_options: Option<&Value>) -> Result<Effective>
     }
     let config: Config = crate::error::from_value(merged, "initializationOptions")?;
     Ok(resolve(workspace, config))
+}
+
+/// The layer `toolwire.toml` contributes, checked on its own so that a
+/// mistake in it is reported at its key and line in the file, not at the
+/// merged configuration's path.
+fn read_file(file: &Path, text: &str) -> Result<Value> {
+    let at_line = |span: Option<std::ops::Range<usize>>| match span {
+        Some(span) => format!("{}:{}", file.display(), line_of(text, span.start)),
+        None => file.display().to_string(),
+    };
+    let table: toml::Table = toml::from_str(text).map_err(|err| {
+        Error::invalid_params(
+            CONFIG_FILE,
+            format!("{}: {}", at_line(err.span()), err.message()),
+        )
+    })?;
+    let value = serde_json::to_value(table)
+        .map_err(|err| Error::invalid_params(CONFIG_FILE, format!("{}: {err}", file.display())))?;
+    let value = camel_keys(value);
+    if let Err(err) = serde_path_to_error::deserialize::<_, Config>(value.clone()) {
+        let (key, span) = locate(text, err.path());
+        let path = if key.is_empty() {
+            CONFIG_FILE.to_owned()
+        } else {
+            format!("{CONFIG_FILE}:{key}")
+        };
+        // serde names an unknown key as camelCase; say it as the file does.
+        let mut message = err.inner().to_string();
+        if let (Some(serde_path_to_error::Segment::Map { key: camel }), Some(spelled)) =
+            (err.path().iter().next_back(), key.rsplit('.').next())
+        {
+            message = message.replacen(&format!("`{camel}`"), &format!("`{spelled}`"), 1);
+        }
+        return Err(Error::invalid_params(
+            path,
+            format!("{}: `{key}`: {message}", at_line(span)),
+        ));
+    }
+    Ok(value)
+}
+
+/// The key at `path` (camelCase, as the merged configuration names it)
+/// spelled as `text` spells it, and the span of its deepest part found.
+fn locate(
+    text: &str,
+    path: &serde_path_to_error::Path,
+) -> (String, Option<std::ops::Range<usize>>) {
+    use serde_path_to_error::Segment;
+    use toml::de::{DeTable, DeValue};
+    let Ok(root) = DeTable::parse(text) else {
+        return (path.to_string(), None);
+    };
+    let mut key = String::new();
+    let mut span = None;
+    let mut table = Some(root.get_ref());
+    let mut array: Option<&toml::de::DeArray> = None;
+    for segment in path {
+        let value = match (segment, table, array) {
+            (Segment::Map { key: name }, Some(t), _) => {
+                let Some((k, v)) = t.iter().find(|(k, _)| to_camel(k.get_ref()) == *name) else {
+                    break;
+                };
+                if !key.is_empty() {
+                    key.push('.');
+                }
+                key.push_str(k.get_ref());
+                span = Some(k.span());
+                v
+            }
+            (Segment::Seq { index }, _, Some(items)) => {
+                let Some(v) = items.get(*index) else {
+                    break;
+                };
+                key.push_str(&format!("[{index}]"));
+                span = Some(v.span());
+                v
+            }
+            _ => break,
+        };
+        (table, array) = match value.get_ref() {
+            DeValue::Table(t) => (Some(t), None),
+            DeValue::Array(a) => (None, Some(a)),
+            _ => (None, None),
+        };
+    }
+    (key, span)
+}
+
+/// The 1-based line of byte `offset` in `text`.
+fn line_of(text: &str, offset: usize) -> usize {
+    text.as_bytes()[..offset.min(text.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
 }
 
 /// Resolve a parsed [`Config`] against its workspace root.
@@ -276,5 +361,40 @@ mod tests {
         );
         let err = load(dir.path(), Some(&json!({"abortmode": "discard"}))).unwrap_err();
         assert!(err.to_string().contains("abortmode"), "{err}");
+    }
+
+    fn file_error(toml: &str) -> (String, String) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(CONFIG_FILE), toml).unwrap();
+        match load(dir.path(), Some(&json!({"limits": {"previewChars": 7}}))).unwrap_err() {
+            Error::InvalidParams { path, message } => {
+                let file = dir.path().join(CONFIG_FILE).display().to_string();
+                assert!(message.starts_with(&file), "{message}");
+                (path, message[file.len()..].to_owned())
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_bad_key_in_the_file_is_named_as_the_file_spells_it_with_its_line() {
+        let (path, message) = file_error("durability = \"none\"\n\n[limits]\nbogus_key = 1\n");
+        assert_eq!(path, "toolwire.toml:limits.bogus_key");
+        assert!(
+            message.starts_with(":4: `limits.bogus_key`: unknown field"),
+            "{message}"
+        );
+
+        let (path, message) = file_error("[limits]\nmaxResultChars = -1\n");
+        assert_eq!(path, "toolwire.toml:limits.maxResultChars");
+        assert!(message.starts_with(":2: "), "{message}");
+
+        let (path, message) = file_error("exempt_tools = [\"Read\",\n  3]\n");
+        assert_eq!(path, "toolwire.toml:exempt_tools[1]");
+        assert!(message.starts_with(":2: "), "{message}");
+
+        let (path, message) = file_error("abort_mode = \"synthetic\"\nsize_unit = \n");
+        assert_eq!(path, "toolwire.toml");
+        assert!(message.starts_with(":2: "), "{message}");
     }
 }

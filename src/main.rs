@@ -42,6 +42,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(colour_logs())
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("toolwire=warn")),
         )
@@ -54,4 +55,12 @@ fn main() -> ExitCode {
         Command::Repair(args) => cli::repair::run(args),
         Command::Show(args) => cli::show::run(args),
     }
+}
+
+/// Colour in logs only on a terminal, and never with `NO_COLOR` set
+/// (<https://no-color.org>): a log file or a harness reading stderr gets
+/// plain text.
+fn colour_logs() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }

@@ -80,18 +80,46 @@ pub fn generate() -> BTreeMap<String, String> {
         .collect()
 }
 
-/// Write every schema file into `dir`.
+/// An I/O error that names the path it is about.
+fn at(path: &Path) -> impl FnOnce(std::io::Error) -> std::io::Error + '_ {
+    move |err| std::io::Error::new(err.kind(), format!("{}: {err}", path.display()))
+}
+
+/// `dir` must be a directory (or, when `create`, be creatable as one).
+fn directory(dir: &Path, create: bool) -> std::io::Result<()> {
+    match std::fs::metadata(dir) {
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::NotADirectory,
+            format!("{} is not a directory", dir.display()),
+        )),
+        Err(err) if create && err.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(dir).map_err(at(dir))
+        }
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Err(std::io::Error::new(
+            err.kind(),
+            format!("{}: no such directory", dir.display()),
+        )),
+        Err(err) => Err(at(dir)(err)),
+    }
+}
+
+/// Write every schema file into `dir`, creating it when missing. Errors
+/// name the path they are about.
 pub fn write(dir: &Path) -> std::io::Result<usize> {
-    std::fs::create_dir_all(dir)?;
+    directory(dir, true)?;
     let files = generate();
     for (name, text) in &files {
-        std::fs::write(dir.join(name), text)?;
+        let path = dir.join(name);
+        std::fs::write(&path, text).map_err(at(&path))?;
     }
     Ok(files.len())
 }
 
-/// Compare `dir` with what the code generates; the differences, if any.
-pub fn check(dir: &Path) -> Vec<String> {
+/// Compare the directory `dir` with what the code generates; the
+/// differences, if any. An error when `dir` is not a directory.
+pub fn check(dir: &Path) -> std::io::Result<Vec<String>> {
+    directory(dir, false)?;
     let mut problems = Vec::new();
     let files = generate();
     for (name, text) in &files {
@@ -112,7 +140,7 @@ pub fn check(dir: &Path) -> Vec<String> {
             }
         }
     }
-    problems
+    Ok(problems)
 }
 
 fn first_difference(old: &str, new: &str) -> String {

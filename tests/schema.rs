@@ -5,7 +5,7 @@ use std::path::Path;
 #[test]
 fn checked_in_schemas_match_the_code() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("schema");
-    let problems = toolwire::schema::check(&dir);
+    let problems = toolwire::schema::check(&dir).unwrap();
     assert!(
         problems.is_empty(),
         "schema/ is stale; regenerate with `cargo run -- schema --out schema`:\n{}",

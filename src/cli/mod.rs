@@ -14,3 +14,15 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
         .enable_all()
         .build()
 }
+
+/// A clap value parser for a directory that must exist, so a mistyped path
+/// is refused with its name before anything starts.
+pub fn existing_dir(arg: &str) -> Result<std::path::PathBuf, String> {
+    let path = std::path::PathBuf::from(arg);
+    match std::fs::metadata(&path) {
+        Ok(meta) if meta.is_dir() => Ok(path),
+        Ok(_) => Err("not a directory".into()),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Err("no such directory".into()),
+        Err(err) => Err(err.to_string()),
+    }
+}

@@ -6,6 +6,8 @@ use std::process::ExitCode;
 
 #[derive(clap::Args)]
 pub struct Args {
+    /// The transcript (JSON Lines) to repair; the original is kept as
+    /// PATH.bak.
     path: PathBuf,
     /// Report what would change without writing.
     #[arg(long)]

@@ -17,7 +17,13 @@ pub struct Args {
 #[allow(clippy::print_stdout)]
 pub fn run(Args { out, check }: Args) -> ExitCode {
     if let Some(dir) = check {
-        let problems = toolwire::schema::check(&dir);
+        let problems = match toolwire::schema::check(&dir) {
+            Ok(problems) => problems,
+            Err(err) => {
+                eprintln!("toolwire schema --check: {err}");
+                return ExitCode::FAILURE;
+            }
+        };
         if problems.is_empty() {
             println!("{}: up to date", dir.display());
             return ExitCode::SUCCESS;
@@ -41,7 +47,7 @@ pub fn run(Args { out, check }: Args) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(err) => {
-            eprintln!("toolwire schema: {}: {err}", dir.display());
+            eprintln!("toolwire schema --out: {err}");
             ExitCode::FAILURE
         }
     }

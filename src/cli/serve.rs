@@ -16,16 +16,16 @@ pub struct Args {
     #[arg(long)]
     shared: bool,
     /// With --shared: seconds the daemon stays up with no client.
-    #[arg(long, default_value_t = 600, value_name = "SECS")]
+    #[arg(long, default_value_t = 600, value_name = "SECS", requires = "shared")]
     idle_timeout: u64,
-    /// With --shared: the workspace (default: the current directory).
-    #[arg(long)]
+    /// With --shared: the workspace directory (default: the current one).
+    #[arg(long, value_name = "DIR", requires = "shared", value_parser = super::existing_dir)]
     workspace: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
 pub struct DaemonArgs {
-    #[arg(long)]
+    #[arg(long, value_parser = super::existing_dir)]
     workspace: PathBuf,
     #[arg(long, default_value_t = 600, value_name = "SECS")]
     idle_timeout: u64,
