@@ -74,13 +74,14 @@ async fn a_bad_configuration_fails_initialize_naming_the_key_and_changes_nothing
             -32602,
         )
         .await;
-    assert!(
-        e["data"]["path"]
-            .as_str()
-            .unwrap()
-            .ends_with("limits.previewChars"),
-        "{e}"
+    // Blamed on the file, with the key as it spells it and its line.
+    assert_eq!(
+        e["data"]["path"],
+        json!("toolwire.toml:limits.preview_chars")
     );
+    let message = e["message"].as_str().unwrap();
+    let file = dir.path().join("toolwire.toml");
+    assert!(message.contains(&format!("{}:2: ", file.display())), "{e}");
     std::fs::write(dir.path().join("toolwire.toml"), "durability = \"none\"\n").unwrap();
     c.fails("state/get", json!({"sessionId": "s"}), -32002)
         .await;
