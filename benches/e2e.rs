@@ -635,6 +635,7 @@ async fn resident_memory(root: &Path, report: &mut Report) {
                     &path.display().to_string(),
                     2000,
                     Default::default(),
+                    Default::default(),
                 );
                 writeln!(f, "{}", json!({"type": "replacement", "record": {"kind": "tool-result", "toolUseId": id, "replacement": r}})).unwrap();
             }

@@ -10,7 +10,7 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use serde_json::{Value, json};
 use toolwire::budget::planner::{Candidate, choose};
 use toolwire::budget::{PlanContext, plan_message};
-use toolwire::config::{Limits, SizeUnit};
+use toolwire::config::{Limits, PreviewMode, SizeUnit, ToolPolicy};
 use toolwire::state::{Replacement, ReplacementState};
 
 fn message(results: usize, size: usize) -> Value {
@@ -24,11 +24,16 @@ fn message(results: usize, size: usize) -> Value {
 fn bench(c: &mut Criterion) {
     let dir = PathBuf::from("/data/sessions/s/tool-results");
     let never = |_: &str| false;
+    let policy = |_: &str| ToolPolicy {
+        max_result_chars: Some(Limits::default().max_result_chars),
+        preview_mode: PreviewMode::Head,
+    };
     let cx = PlanContext {
         limits: Limits::default(),
         unit: SizeUnit::Chars,
         artifact_dir: &dir,
         is_exempt: &never,
+        policy: &policy,
     };
 
     let mut group = c.benchmark_group("plan_message");
@@ -68,7 +73,7 @@ fn bench(c: &mut Criterion) {
         })
         .collect();
     c.bench_function("choose/1000 candidates", |b| {
-        b.iter(|| choose(&candidates, 50_000, 200_000, |_| 2_300))
+        b.iter(|| choose(&candidates, |_| 50_000, 200_000, |_| 2_300))
     });
 }
 

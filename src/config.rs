@@ -7,6 +7,7 @@
 //! denied, so a typo or a bad value is an error that names its key instead of
 //! a silent default.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use schemars::JsonSchema;
@@ -60,6 +61,102 @@ impl Limits {
     }
 }
 
+/// How the preview of a persisted result is cut.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum PreviewMode {
+    /// The first `previewChars` of the original (PROTOCOL.md section 4).
+    #[default]
+    Head,
+    /// The first and the last part of the original, with a line saying how
+    /// much was left out between them (build logs fail at their end).
+    HeadTail,
+}
+
+/// Settings of one tool (`tools.<name>`), overriding the general ones for
+/// its results.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ToolSettings {
+    /// Persist this tool's results above this size; `null` (in TOML, which
+    /// has no null: `"never"`) never persists them, as `exemptTools`.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "max_or_never"
+    )]
+    #[schemars(with = "Option<MaxOrNever>")]
+    pub max_result_chars: Option<Option<u64>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview_mode: Option<PreviewMode>,
+}
+
+/// A tool's `maxResultChars`: a number, or `null` / `"never"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+enum MaxOrNever {
+    Chars(u64),
+    Never(Never),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+enum Never {
+    Never,
+}
+
+/// Present-but-null is `Some(None)`: never persist; absent is `None`.
+fn max_or_never<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<u64>>, D::Error> {
+    Ok(Some(match Option::<MaxOrNever>::deserialize(d)? {
+        Some(MaxOrNever::Chars(n)) => Some(n),
+        Some(MaxOrNever::Never(_)) | None => None,
+    }))
+}
+
+/// Per-tool settings by tool name.
+pub type Tools = BTreeMap<String, ToolSettings>;
+
+/// Overlay `top` onto `base`, tool by tool and key by key.
+pub fn merge_tools(base: &Tools, top: Option<&Tools>) -> Tools {
+    let mut out = base.clone();
+    for (name, settings) in top.into_iter().flatten() {
+        let slot = out.entry(name.clone()).or_default();
+        if settings.max_result_chars.is_some() {
+            slot.max_result_chars = settings.max_result_chars;
+        }
+        if settings.preview_mode.is_some() {
+            slot.preview_mode = settings.preview_mode;
+        }
+    }
+    out
+}
+
+/// How one tool's fresh results are budgeted: its own settings where it
+/// has them, else the general ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ToolPolicy {
+    /// `None`: never persisted.
+    pub max_result_chars: Option<u64>,
+    pub preview_mode: PreviewMode,
+}
+
+impl ToolPolicy {
+    pub fn resolve(
+        tools: &Tools,
+        name: Option<&str>,
+        limits: &Limits,
+        preview_mode: PreviewMode,
+    ) -> ToolPolicy {
+        let own = name.and_then(|n| tools.get(n));
+        ToolPolicy {
+            max_result_chars: own
+                .and_then(|t| t.max_result_chars)
+                .unwrap_or(Some(limits.max_result_chars)),
+            preview_mode: own.and_then(|t| t.preview_mode).unwrap_or(preview_mode),
+        }
+    }
+}
+
 /// What an interrupted tool pair becomes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -108,6 +205,11 @@ pub struct Config {
     pub abort_mode: AbortMode,
     pub durability: Durability,
     pub size_unit: SizeUnit,
+    /// How previews are cut: `head` or `headTail`.
+    pub preview_mode: PreviewMode,
+    /// Per-tool settings by tool name (names kept exactly as the tools
+    /// have them, also in `toolwire.toml`).
+    pub tools: Tools,
 }
 
 /// The configuration in force for one connection, with paths resolved.
@@ -120,6 +222,8 @@ pub struct Effective {
     pub abort_mode: AbortMode,
     pub durability: Durability,
     pub size_unit: SizeUnit,
+    pub preview_mode: PreviewMode,
+    pub tools: Tools,
 }
 
 impl Effective {
@@ -222,7 +326,11 @@ fn locate(
     for segment in path {
         let value = match (segment, table, array) {
             (Segment::Map { key: name }, Some(t), _) => {
-                let Some((k, v)) = t.iter().find(|(k, _)| to_camel(k.get_ref()) == *name) else {
+                // Tool names are not camel-cased: match them as written too.
+                let Some((k, v)) = t
+                    .iter()
+                    .find(|(k, _)| k.get_ref() == name || to_camel(k.get_ref()) == *name)
+                else {
                     break;
                 };
                 if !key.is_empty() {
@@ -275,6 +383,8 @@ pub fn resolve(workspace: &Path, config: Config) -> Effective {
         abort_mode: config.abort_mode,
         durability: config.durability,
         size_unit: config.size_unit,
+        preview_mode: config.preview_mode,
+        tools: config.tools,
     }
 }
 
@@ -295,12 +405,37 @@ fn merge(base: &mut Value, top: Value) {
     }
 }
 
-/// `max_result_chars` → `maxResultChars`, recursively through objects.
+/// `max_result_chars` → `maxResultChars`, recursively through objects,
+/// except the names of the `tools` table: those are tool names, kept as the
+/// tools spell them (`run_tests` stays `run_tests`).
 fn camel_keys(value: Value) -> Value {
+    let Value::Object(map) = value else {
+        return value;
+    };
+    Value::Object(
+        map.into_iter()
+            .map(|(key, value)| {
+                let key = to_camel(&key);
+                let value = match value {
+                    Value::Object(tools) if key == "tools" => Value::Object(
+                        tools
+                            .into_iter()
+                            .map(|(name, settings)| (name, camel_all(settings)))
+                            .collect(),
+                    ),
+                    other => camel_all(other),
+                };
+                (key, value)
+            })
+            .collect(),
+    )
+}
+
+fn camel_all(value: Value) -> Value {
     match value {
         Value::Object(map) => Value::Object(
             map.into_iter()
-                .map(|(key, value)| (to_camel(&key), camel_keys(value)))
+                .map(|(key, value)| (to_camel(&key), camel_all(value)))
                 .collect(),
         ),
         other => other,
@@ -396,5 +531,63 @@ mod tests {
         let (path, message) = file_error("abort_mode = \"synthetic\"\nsize_unit = \n");
         assert_eq!(path, "toolwire.toml");
         assert!(message.starts_with(":2: "), "{message}");
+    }
+
+    #[test]
+    fn tool_settings_keep_tool_names_and_layer_key_by_key() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join(CONFIG_FILE),
+            "preview_mode = \"headTail\"\n[tools.run_tests]\nmax_result_chars = 100\npreview_mode = \"head\"\n[tools.Read]\nmax_result_chars = \"never\"\n",
+        )
+        .unwrap();
+        let eff = load(
+            dir.path(),
+            Some(&json!({"tools": {"run_tests": {"maxResultChars": null}, "Bash": {"previewMode": "headTail"}}})),
+        )
+        .unwrap();
+        assert_eq!(eff.preview_mode, PreviewMode::HeadTail);
+        let tool = |name: &str| eff.tools.get(name).cloned().unwrap_or_default();
+        assert_eq!(tool("run_tests").max_result_chars, Some(None));
+        assert_eq!(tool("run_tests").preview_mode, Some(PreviewMode::Head));
+        assert_eq!(tool("Read").max_result_chars, Some(None));
+        assert_eq!(tool("Bash").max_result_chars, None);
+        let limits = Limits::default();
+        let policy = |name| ToolPolicy::resolve(&eff.tools, Some(name), &limits, eff.preview_mode);
+        assert_eq!(policy("run_tests").max_result_chars, None);
+        assert_eq!(policy("Bash").max_result_chars, Some(50_000));
+        assert_eq!(policy("Bash").preview_mode, PreviewMode::HeadTail);
+        assert_eq!(policy("Other").preview_mode, PreviewMode::HeadTail);
+        let (path, message) = file_error("[tools.run_tests]\nmax_result_chars = -1\n");
+        assert_eq!(path, "toolwire.toml:tools.run_tests.max_result_chars");
+        assert!(message.starts_with(":2: "), "{message}");
+
+        for (bad, path) in [
+            (
+                json!({"tools": {"x": {"maxResultChars": -1}}}),
+                "initializationOptions.tools.x.maxResultChars",
+            ),
+            (
+                json!({"tools": {"x": {"maxResultChars": "always"}}}),
+                "initializationOptions.tools.x.maxResultChars",
+            ),
+            (
+                json!({"tools": {"x": {"previewMode": "tail"}}}),
+                "initializationOptions.tools.x.previewMode",
+            ),
+            (
+                json!({"tools": {"x": {"previewChars": 5}}}),
+                "initializationOptions.tools.x.previewChars",
+            ),
+            (
+                json!({"previewMode": "middle"}),
+                "initializationOptions.previewMode",
+            ),
+        ] {
+            match load(dir.path(), Some(&bad)).unwrap_err() {
+                Error::InvalidParams { path: got, .. } => assert_eq!(got, path, "{bad}"),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
     }
 }

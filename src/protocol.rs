@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::artifact::ArtifactKind;
 pub use crate::artifact::read::ReadResult;
-use crate::config::{AbortMode, LimitsOverride};
+use crate::config::{AbortMode, LimitsOverride, PreviewMode, Tools};
 use crate::error::code;
 
 /// A request method: its name, params and result.
@@ -321,6 +321,12 @@ pub struct BudgetApplyParams {
     pub messages: Vec<Message>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<LimitsOverride>,
+    /// How this request's fresh previews are cut (decided ones keep theirs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview_mode: Option<PreviewMode>,
+    /// Per-tool settings for this request, over the configuration's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Tools>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

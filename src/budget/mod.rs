@@ -17,7 +17,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::artifact::{self, ArtifactKind};
-use crate::config::{Limits, SizeUnit};
+use crate::config::{Limits, SizeUnit, ToolPolicy};
 use crate::message::{self, ResultContent};
 use crate::state::{Fate, ReplacementState};
 use planner::Candidate;
@@ -30,6 +30,9 @@ pub struct PlanContext<'a> {
     pub artifact_dir: &'a Path,
     /// Whether the tool that produced `tool_use_id` is exempt.
     pub is_exempt: &'a (dyn Fn(&str) -> bool + Sync),
+    /// The size limit and preview mode for the result of `tool_use_id`
+    /// (its tool's own settings, else the general ones).
+    pub policy: &'a (dyn Fn(&str) -> ToolPolicy + Sync),
 }
 
 /// A fresh result chosen for persistence.
@@ -88,9 +91,10 @@ pub fn plan_message(message: &Value, state: &ReplacementState, cx: &PlanContext)
         chosen: Vec::new(),
     };
     let mut built: Vec<Option<Chosen>> = vec![None; rows.len()];
+    let policies: Vec<ToolPolicy> = rows.iter().map(|(_, id, _)| (cx.policy)(id)).collect();
     let chosen = planner::choose(
         &candidates,
-        cx.limits.max_result_chars,
+        |i| policies[i].max_result_chars.unwrap_or(u64::MAX),
         cx.limits.max_message_chars,
         |i| {
             let (block, id, content) = &rows[i];
@@ -105,6 +109,7 @@ pub fn plan_message(message: &Value, state: &ReplacementState, cx: &PlanContext)
                 &path.to_string_lossy(),
                 cx.limits.preview_chars,
                 cx.unit,
+                policies[i].preview_mode,
             );
             let size = cx.unit.len(&text);
             built[i] = Some(Chosen {
@@ -173,6 +178,7 @@ pub fn message_total(message: &Value, unit: SizeUnit) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::PreviewMode;
     use crate::state::Replacement;
     use proptest::prelude::*;
     use serde_json::json;
@@ -211,18 +217,28 @@ mod tests {
             sizes in prop::collection::vec(0usize..3000, 12),
             max_result in 100u64..2500,
             max_message in 500u64..6000,
+            head_tail in prop::collection::vec(any::<bool>(), 8),
+            odd_limit in 0u64..4000,
         ) {
             let dir = std::path::PathBuf::from("/data/sessions/s/tool-results");
             let never = |_: &str| false;
-            let cx = PlanContext {
-                limits: Limits { max_result_chars: max_result, max_message_chars: max_message, preview_chars: 60 },
-                unit: SizeUnit::Chars,
-                artifact_dir: &dir,
-                is_exempt: &never,
-            };
             let mut state = ReplacementState::default();
             let mut sent: HashMap<String, Value> = HashMap::new();
-            for turn in turns {
+            for (turn_no, turn) in turns.into_iter().enumerate() {
+                // The preview mode changes between turns, and odd ids have
+                // a limit of their own (as a tool's own `maxResultChars`).
+                let mode = if head_tail[turn_no] { PreviewMode::HeadTail } else { PreviewMode::Head };
+                let policy = |id: &str| ToolPolicy {
+                    max_result_chars: Some(if id.ends_with(['1', '3', '5', '7', '9']) { odd_limit } else { max_result }),
+                    preview_mode: mode,
+                };
+                let cx = PlanContext {
+                    limits: Limits { max_result_chars: max_result, max_message_chars: max_message, preview_chars: 60 },
+                    unit: SizeUnit::Chars,
+                    artifact_dir: &dir,
+                    is_exempt: &never,
+                    policy: &policy,
+                };
                 // A tool_use_id always carries the same original.
                 let blocks: Vec<Value> = turn.iter().map(|id| json!({
                     "type": "tool_result", "tool_use_id": format!("t{id}"), "content": "x".repeat(sizes[*id]),

@@ -13,14 +13,15 @@ pub struct Candidate {
 }
 
 /// The indexes of the candidates to persist, in the order they were chosen:
-/// every fresh result above `max_result`, then the largest remaining fresh
-/// results (ties by position) while the message total exceeds `max_message`.
+/// every fresh result above its own `max_result(i)` (per-tool limits), then
+/// the largest remaining fresh results (ties by position) while the message
+/// total exceeds `max_message`.
 /// A result that already fits is never chosen. `replacement_size(i)` is the
 /// size candidate `i` will have once replaced; it is asked only of chosen
 /// candidates.
 pub fn choose(
     candidates: &[Candidate],
-    max_result: u64,
+    max_result: impl Fn(usize) -> u64,
     max_message: u64,
     mut replacement_size: impl FnMut(usize) -> u64,
 ) -> Vec<(usize, u64)> {
@@ -30,13 +31,22 @@ pub fn choose(
     // Stable sort keeps position order among equal sizes.
     order.sort_by(|&a, &b| candidates[b].size.cmp(&candidates[a].size));
 
+    // Those over their own limit first (with one limit for all, they are a
+    // prefix of the largest-first order), then the rest in that order.
+    let (over, rest): (Vec<usize>, Vec<usize>) = order
+        .into_iter()
+        .partition(|&i| candidates[i].size > max_result(i));
     let mut total: u64 = candidates.iter().map(|c| c.size).sum();
     let mut chosen = Vec::new();
-    for i in order {
-        let c = candidates[i];
-        if c.size <= max_result && total <= max_message {
+    for (i, forced) in over
+        .into_iter()
+        .map(|i| (i, true))
+        .chain(rest.into_iter().map(|i| (i, false)))
+    {
+        if !forced && total <= max_message {
             break;
         }
+        let c = candidates[i];
         let replaced = replacement_size(i);
         total = total - c.size + replaced;
         chosen.push((i, replaced));
@@ -65,7 +75,7 @@ mod tests {
     }
 
     fn run(c: &[Candidate], max_result: u64, max_message: u64) -> Vec<usize> {
-        choose(c, max_result, max_message, |i| replacement(c, i))
+        choose(c, |_| max_result, max_message, |i| replacement(c, i))
             .into_iter()
             .map(|(i, _)| i)
             .collect()

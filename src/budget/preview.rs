@@ -7,20 +7,29 @@
 //! provider prompt caches hitting.
 
 use crate::budget::size::format_size;
-use crate::config::SizeUnit;
+use crate::config::{PreviewMode, SizeUnit};
 
 /// Opening tag; text starting with it is never persisted again.
 pub const OPEN_TAG: &str = "<persisted-output>";
 
 /// Build the replacement for an original of `original_size` units whose text
-/// (for previewing) is `text`, saved at `path`.
+/// (for previewing) is `text`, saved at `path`, in preview `mode`.
 pub fn replacement(
     text: &str,
     original_size: u64,
     path: &str,
     preview_size: u64,
     unit: SizeUnit,
+    mode: PreviewMode,
 ) -> String {
+    match mode {
+        PreviewMode::Head => head(text, original_size, path, preview_size, unit),
+        PreviewMode::HeadTail => head_tail(text, original_size, path, preview_size, unit),
+    }
+}
+
+/// `head`: PROTOCOL.md section 4's preview, unchanged.
+fn head(text: &str, original_size: u64, path: &str, preview_size: u64, unit: SizeUnit) -> String {
     let (preview, has_more) = cut_preview(text, preview_size, unit);
     let more = if has_more { "...\n" } else { "" };
     format!(
@@ -57,13 +66,93 @@ pub fn cut_preview(text: &str, limit: u64, unit: SizeUnit) -> (&str, bool) {
     }
 }
 
+/// `headTail`: the first and the last part of the original, the preview
+/// budget split between them (the head gets the odd unit), with a line
+/// saying how much was left out:
+///
+/// ```text
+/// <persisted-output>
+/// Output too large (<size>). Full output saved to: <path>
+///
+/// Preview (first <head budget> and last <tail budget>):
+/// <head>
+/// ... <omitted> omitted ...
+/// <tail>
+/// </persisted-output>
+/// ```
+///
+/// The head is cut as [`cut_preview`] cuts; the tail by the mirror rule
+/// ([`cut_tail`]). `<omitted>` is the size of what lies between them, in
+/// the size unit, formatted as `<size>`. An original that fits the whole
+/// budget gets exactly the `head` preview (nothing is left out).
+fn head_tail(
+    text: &str,
+    original_size: u64,
+    path: &str,
+    preview_size: u64,
+    unit: SizeUnit,
+) -> String {
+    let (head_size, tail_size) = split_budget(preview_size);
+    let (first, cut) = cut_preview(text, head_size, unit);
+    if !cut || unit.len(text) <= preview_size {
+        return head(text, original_size, path, preview_size, unit);
+    }
+    let last = cut_tail(text, tail_size, unit);
+    let omitted = unit.len(&text[first.len()..text.len() - last.len()]);
+    format!(
+        "{OPEN_TAG}\nOutput too large ({}). Full output saved to: {path}\n\nPreview (first {} and last {}):\n{first}\n... {} omitted ...\n{last}\n</persisted-output>",
+        format_size(original_size),
+        format_size(head_size),
+        format_size(tail_size),
+        format_size(omitted),
+    )
+}
+
+/// A `headTail` preview budget as (head, tail): the head gets the odd unit.
+pub fn split_budget(preview_size: u64) -> (u64, u64) {
+    let tail = preview_size / 2;
+    (preview_size - tail, tail)
+}
+
+/// The last `limit` units of `text`, cut forward to just after the first
+/// newline in them when more than half of them follows it (the mirror of
+/// [`cut_preview`]'s rule); never splits a character.
+pub fn cut_tail(text: &str, limit: u64, unit: SizeUnit) -> &str {
+    let mut units = 0u64;
+    let mut start = text.len();
+    let mut first_newline: Option<(usize, u64)> = None;
+    for (idx, ch) in text.char_indices().rev() {
+        let w = unit.char_len(ch);
+        if units + w > limit {
+            break;
+        }
+        if ch == '\n' {
+            // Units after this newline, within the window.
+            first_newline = Some((idx, units));
+        }
+        units += w;
+        start = idx;
+    }
+    match first_newline {
+        Some((idx, after)) if after * 2 > limit => &text[idx + 1..],
+        _ => &text[start..],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn whole_original_when_it_fits() {
-        let r = replacement("short", 5, "/d/x.txt", 2000, SizeUnit::Chars);
+        let r = replacement(
+            "short",
+            5,
+            "/d/x.txt",
+            2000,
+            SizeUnit::Chars,
+            PreviewMode::Head,
+        );
         assert_eq!(
             r,
             "<persisted-output>\nOutput too large (5 bytes). Full output saved to: /d/x.txt\n\nPreview (first 2KB):\nshort\n</persisted-output>"
@@ -85,7 +174,14 @@ mod tests {
             cut_preview("aaaaa\nbbbbbbbb", 10, SizeUnit::Chars),
             ("aaaaa\nbbbb", true)
         );
-        let r = replacement("aaaaaaa\nbbbbbbbb", 16, "/p", 10, SizeUnit::Chars);
+        let r = replacement(
+            "aaaaaaa\nbbbbbbbb",
+            16,
+            "/p",
+            10,
+            SizeUnit::Chars,
+            PreviewMode::Head,
+        );
         assert!(
             r.ends_with("Preview (first 10 bytes):\naaaaaaa\n...\n</persisted-output>"),
             "{r}"
@@ -101,5 +197,96 @@ mod tests {
             cut_preview(s, 2, SizeUnit::Chars),
             ("\u{1F600}\u{1F600}", true)
         );
+    }
+
+    #[test]
+    fn head_tail_exact_bytes() {
+        // 30 lines of "line NN\n" (8 chars each, 240 in all), budget 40:
+        // head 20 cut back to just before its last newline (15), tail 20 cut forward
+        // past its first newline (16).
+        let text: String = (1..=30).map(|i| format!("line {i:02}\n")).collect();
+        let r = replacement(
+            &text,
+            240,
+            "/d/t.txt",
+            40,
+            SizeUnit::Chars,
+            PreviewMode::HeadTail,
+        );
+        assert_eq!(
+            r,
+            "<persisted-output>\nOutput too large (240 bytes). Full output saved to: /d/t.txt\n\n\
+             Preview (first 20 bytes and last 20 bytes):\nline 01\nline 02\n... 209 bytes omitted ...\n\
+             line 29\nline 30\n\n</persisted-output>"
+        );
+        // No newline to cut at: exact unit counts, whole characters.
+        let text = "\u{1F600}".repeat(20);
+        let r = replacement(&text, 20, "/p", 7, SizeUnit::Utf16, PreviewMode::HeadTail);
+        assert!(
+            r.ends_with("Preview (first 4 bytes and last 3 bytes):\n\u{1F600}\u{1F600}\n... 34 bytes omitted ...\n\u{1F600}\n</persisted-output>"),
+            "{r}"
+        );
+        // A newline exactly at the middle of the tail is not cut at.
+        assert_eq!(
+            cut_tail("xxxxxxxxxxaaaa\nbbbbb", 10, SizeUnit::Chars),
+            "aaaa\nbbbbb"
+        );
+        assert_eq!(
+            cut_tail("xxxxxxxxxxaaa\nbbbbbb", 10, SizeUnit::Chars),
+            "bbbbbb"
+        );
+        assert_eq!(
+            cut_tail("xxxxxxxxxxaaaaaaa\nbb", 10, SizeUnit::Chars),
+            "aaaaaaa\nbb"
+        );
+        // What fits is shown whole, exactly as in head mode.
+        for text in ["short", "just\nten!"] {
+            assert_eq!(
+                replacement(text, 10, "/p", 10, SizeUnit::Chars, PreviewMode::HeadTail),
+                replacement(text, 10, "/p", 10, SizeUnit::Chars, PreviewMode::Head)
+            );
+        }
+    }
+
+    fn unit() -> impl proptest::strategy::Strategy<Value = SizeUnit> {
+        proptest::prop_oneof![
+            proptest::strategy::Just(SizeUnit::Chars),
+            proptest::strategy::Just(SizeUnit::Utf16),
+            proptest::strategy::Just(SizeUnit::Bytes),
+        ]
+    }
+
+    proptest::proptest! {
+        /// The head is a true prefix and the tail a true suffix of the
+        /// original, within their budgets, disjoint, and the preview is a
+        /// pure function of its inputs.
+        #[test]
+        fn head_tail_is_prefix_and_suffix_within_budget(
+            text in "(\\PC{0,12}\n?){0,24}",
+            budget in 0u64..120,
+            unit in unit(),
+        ) {
+            let (h, t) = split_budget(budget);
+            proptest::prop_assert_eq!(h + t, budget);
+            let (first, _) = cut_preview(&text, h, unit);
+            let last = cut_tail(&text, t, unit);
+            proptest::prop_assert!(text.starts_with(first));
+            proptest::prop_assert!(text.ends_with(last));
+            proptest::prop_assert!(unit.len(first) <= h && unit.len(last) <= t);
+            let size = unit.len(&text);
+            let r = replacement(&text, size, "/p", budget, unit, PreviewMode::HeadTail);
+            proptest::prop_assert_eq!(&r, &replacement(&text, size, "/p", budget, unit, PreviewMode::HeadTail));
+            if size <= budget {
+                proptest::prop_assert_eq!(r, replacement(&text, size, "/p", budget, unit, PreviewMode::Head));
+            } else {
+                proptest::prop_assert!(first.len() + last.len() <= text.len());
+                let omitted = size - unit.len(first) - unit.len(last);
+                let expected = format!(
+                    "Preview (first {} and last {}):\n{first}\n... {} omitted ...\n{last}\n</persisted-output>",
+                    format_size(h), format_size(t), format_size(omitted)
+                );
+                proptest::prop_assert!(r.ends_with(&expected), "{} !~ {}", r, expected);
+            }
+        }
     }
 }

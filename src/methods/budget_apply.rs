@@ -17,6 +17,7 @@ use serde_json::Value;
 use super::{Reply, RequestCx, SessionMethod};
 use crate::artifact::ArtifactKind;
 use crate::budget::{self, Chosen, PlanContext};
+use crate::config::{self, ToolPolicy};
 use crate::error::Result;
 use crate::message;
 use crate::protocol::{
@@ -65,13 +66,23 @@ async fn apply(
             names.insert_mut(Arc::from(id), Arc::from(name));
         }
     }
-    let is_exempt =
-        |id: &str| !exempt.is_empty() && names.get(id).is_some_and(|name| exempt.contains(&**name));
+    // Per-tool settings: the request's over the connection's, key by key.
+    let tools = config::merge_tools(&cx.config.tools, params.tools.as_ref());
+    let preview_mode = params.preview_mode.unwrap_or(cx.config.preview_mode);
+    let policy = |id: &str| {
+        let name = names.get(id).map(|name| &**name);
+        ToolPolicy::resolve(&tools, name, &limits, preview_mode)
+    };
+    let is_exempt = |id: &str| {
+        (!exempt.is_empty() && names.get(id).is_some_and(|name| exempt.contains(&**name)))
+            || policy(id).max_result_chars.is_none()
+    };
     let pcx = PlanContext {
         limits,
         unit,
         artifact_dir: &artifact_dir,
         is_exempt: &is_exempt,
+        policy: &policy,
     };
 
     let mut messages: Vec<Value> = params.messages.into_iter().map(|m| m.0).collect();

@@ -88,6 +88,26 @@ class LimitsOverride(BaseModel):
     preview_chars: conint(ge=0) | None = Field(None, alias='previewChars')
 
 
+class PreviewMode(StrEnum):
+    """
+    How the preview of a persisted result is cut.
+    """
+
+    head = 'head'
+    """
+    The first `previewChars` of the original (PROTOCOL.md section 4).
+    """
+    head_tail = 'headTail'
+    """
+    The first and the last part of the original, with a line saying how
+    much was left out between them (build logs fail at their end).
+    """
+
+
+class Never(StrEnum):
+    never = 'never'
+
+
 class StateForkParams(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
@@ -501,6 +521,21 @@ class BudgetApplyParams(BaseModel):
     The conversation, or its tail, about to be sent.
     """
     limits: LimitsOverride | None = None
+    preview_mode: PreviewMode | None = Field(None, alias='previewMode')
+    """
+    How this request's fresh previews are cut (decided ones keep theirs).
+    """
+    tools: dict[str, Any] | None = None
+    """
+    Per-tool settings for this request, over the configuration's.
+    """
+
+
+class MaxOrNever(RootModel[conint(ge=0) | Never]):
+    root: conint(ge=0) | Never
+    """
+    A tool's `maxResultChars`: a number, or `null` / `"never"`.
+    """
 
 
 class StateReconstructParams(BaseModel):
@@ -538,34 +573,6 @@ class PairFlushParams(BaseModel):
     """
     Named in synthetic error results.
     """
-
-
-class Config(BaseModel):
-    """
-    The whole configuration, as accepted in `toolwire.toml` and in
-    `initializationOptions`.
-    """
-
-    model_config = ConfigDict(
-        extra='forbid',
-        populate_by_name=True,
-    )
-    data_dir: str | None = Field(None, alias='dataDir')
-    """
-    Root of everything toolwire writes; relative paths are taken from the
-    workspace root. Default: `<workspace>/.toolwire`.
-    """
-    limits: Limits | None = Field(
-        {'maxResultChars': 50000, 'maxMessageChars': 200000, 'previewChars': 2000},
-        validate_default=True,
-    )
-    exempt_tools: list[str] | None = Field([], alias='exemptTools')
-    """
-    Tool names whose results are never replaced.
-    """
-    abort_mode: AbortMode | None = Field(AbortMode.discard, alias='abortMode')
-    durability: Durability | None = Durability.fsync
-    size_unit: SizeUnit | None = Field(SizeUnit.chars, alias='sizeUnit')
 
 
 class Experimental(BaseModel):
@@ -614,6 +621,61 @@ class PairAppendResult(BaseModel):
     flushed: FlushResult | None = None
     """
     Present when this message interrupted a pending pair.
+    """
+
+
+class ToolSettings(BaseModel):
+    """
+    Settings of one tool (`tools.<name>`), overriding the general ones for
+    its results.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    max_result_chars: MaxOrNever | None = Field(None, alias='maxResultChars')
+    """
+    Persist this tool's results above this size; `null` (in TOML, which
+    has no null: `"never"`) never persists them, as `exemptTools`.
+    """
+    preview_mode: PreviewMode | None = Field(None, alias='previewMode')
+
+
+class Config(BaseModel):
+    """
+    The whole configuration, as accepted in `toolwire.toml` and in
+    `initializationOptions`.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    data_dir: str | None = Field(None, alias='dataDir')
+    """
+    Root of everything toolwire writes; relative paths are taken from the
+    workspace root. Default: `<workspace>/.toolwire`.
+    """
+    limits: Limits | None = Field(
+        {'maxResultChars': 50000, 'maxMessageChars': 200000, 'previewChars': 2000},
+        validate_default=True,
+    )
+    exempt_tools: list[str] | None = Field([], alias='exemptTools')
+    """
+    Tool names whose results are never replaced.
+    """
+    abort_mode: AbortMode | None = Field(AbortMode.discard, alias='abortMode')
+    durability: Durability | None = Durability.fsync
+    size_unit: SizeUnit | None = Field(SizeUnit.chars, alias='sizeUnit')
+    preview_mode: PreviewMode | None = Field(PreviewMode.head, alias='previewMode')
+    """
+    How previews are cut: `head` or `headTail`.
+    """
+    tools: dict[str, ToolSettings] | None = Field({}, validate_default=True)
+    """
+    Per-tool settings by tool name (names kept exactly as the tools
+    have them, also in `toolwire.toml`).
     """
 
 

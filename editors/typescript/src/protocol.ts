@@ -9,6 +9,25 @@
  */
 export type SessionId = string
 /**
+ * How the preview of a persisted result is cut.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "PreviewMode".
+ */
+export type PreviewMode = ("head" | "headTail")
+/**
+ * A tool's `maxResultChars`: a number, or `null` / `"never"`.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "MaxOrNever".
+ */
+export type MaxOrNever = (number | Never)
+/**
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "Never".
+ */
+export type Never = "never"
+/**
  * An LSP progress token (`workDoneToken`): `$/progress` notifications for
  * long work carry it.
  * 
@@ -125,6 +144,16 @@ sessionId: SessionId
  */
 messages: Message[]
 limits?: (LimitsOverride | null)
+/**
+ * How this request's fresh previews are cut (decided ones keep theirs).
+ */
+previewMode?: (PreviewMode | null)
+/**
+ * Per-tool settings for this request, over the configuration's.
+ */
+tools?: ({
+[k: string]: ToolSettings | undefined
+} | null)
 }
 /**
  * A message in the Anthropic Messages API shape; unknown fields and blocks round-trip unchanged.
@@ -150,6 +179,21 @@ export interface LimitsOverride {
 maxResultChars?: (number | null)
 maxMessageChars?: (number | null)
 previewChars?: (number | null)
+}
+/**
+ * Settings of one tool (`tools.<name>`), overriding the general ones for
+ * its results.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "ToolSettings".
+ */
+export interface ToolSettings {
+/**
+ * Persist this tool's results above this size; `null` (in TOML, which
+ * has no null: `"never"`) never persists them, as `exemptTools`.
+ */
+maxResultChars?: (MaxOrNever | null)
+previewMode?: (PreviewMode | null)
 }
 /**
  * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
@@ -297,6 +341,17 @@ durability?: ("fsync" | "none")
  * How sizes are counted.
  */
 sizeUnit?: ("chars" | "utf16" | "bytes")
+/**
+ * How the preview of a persisted result is cut.
+ */
+previewMode?: ("head" | "headTail")
+/**
+ * Per-tool settings by tool name (names kept exactly as the tools
+ * have them, also in `toolwire.toml`).
+ */
+tools?: {
+[k: string]: ToolSettings | undefined
+}
 }
 /**
  * Size limits, all counted in `sizeUnit`.
