@@ -1,8 +1,7 @@
 //! The editor integrations and client packages, installed the way a user
 //! installs them and driven against the built binary: the TypeScript
-//! package from its `npm pack` tarball; the Python models back a typed
-//! harness client tested with pytest. Each fails when its generated files
-//! are stale.
+//! package from its `npm pack` tarball, the Python package from its wheel.
+//! Each fails when its generated files are stale.
 //!
 //! Needs the pinned packages `editors/install.sh` installs (README's test
 //! command runs it first).
@@ -51,7 +50,7 @@ fn typescript_package_installs_from_its_tarball_and_drives_the_binary() {
 }
 
 #[test]
-fn python_client_models_are_fresh_and_its_tests_pass() {
+fn python_package_builds_installs_from_its_wheel_and_drives_the_binary() {
     let dir = editors().join("python");
     let python = dir.join(".venv/bin/python");
     assert!(
@@ -60,16 +59,17 @@ fn python_client_models_are_fresh_and_its_tests_pass() {
     );
     run(
         Command::new(&python)
-            .arg("generate.py")
-            .arg("--check")
+            .args(["generate.py", "--check"])
             .current_dir(&dir),
-        "models.py freshness",
+        "models.py and _methods.py freshness",
     );
+    // `python -m build` (wheel + sdist), the wheel into a fresh venv, pytest
+    // there against the binary.
     run(
         Command::new(&python)
-            .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
-            .env("TOOLWIRE_BIN", env!("CARGO_BIN_EXE_toolwire"))
+            .arg("scripts/test_installed.py")
+            .arg(env!("CARGO_BIN_EXE_toolwire"))
             .current_dir(&dir),
-        "pytest",
+        "python package test",
     );
 }

@@ -1,124 +1,222 @@
-"""Spawn ``toolwire serve`` and call its methods with typed params/results.
+"""The blocking client: start toolwire and call its methods with typed params and results.
 
-The wire is JSON-RPC 2.0 with LSP framing (``Content-Length`` headers) over
-the child's stdin/stdout. Calls are sequential, as a harness makes them.
+A reader thread takes the server's frames, so calls may come from several
+threads at once (each waits for its own answer), ``$/progress`` reaches the
+caller's callback while it waits, and a ``CancelToken`` can cancel a call
+from another thread.
 """
 
 from __future__ import annotations
 
-import json
+import os
 import subprocess
-from pathlib import Path
-from typing import Any, TypeVar
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from typing import IO, Any, TypeVar
 
 from pydantic import BaseModel
 
-from . import models as m
+from . import _wire, models as m
+from ._cancel import CancelToken
+from ._methods import SyncMethods
+from .errors import ToolwireError, error_from_response
 
-T = TypeVar("T", bound=BaseModel)
-
-
-class ToolwireError(Exception):
-    """A JSON-RPC error answer; ``data.kind`` is stable, branch on it."""
-
-    def __init__(self, method: str, code: int, message: str, data: m.ErrorData) -> None:
-        super().__init__(f"{method} failed ({code}): {message}")
-        self.code = code
-        self.data = data
+_T = TypeVar("_T", bound=BaseModel)
 
 
-class ToolwireClient:
-    def __init__(self, binary: str | Path, root: Path, config: m.Config | None = None) -> None:
-        self._proc = subprocess.Popen(
-            [str(binary), "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+class ToolwireClient(SyncMethods, _wire.Router):
+    """One connection to toolwire. Use ``ToolwireClient.start(root)``; close with ``close()`` or ``with``."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        if proc.stdin is None or proc.stdout is None:
+            raise ValueError("toolwire: the process needs stdin and stdout pipes")
+        _wire.Router.__init__(self)
+        self._proc = proc
+        self._stdin: IO[bytes] = proc.stdin
+        self._stdout: IO[bytes] = proc.stdout
+        self._write_lock = threading.Lock()
+        self._pending: dict[int, Future[Any]] = {}
+        self._lock = threading.Lock()
+        self._closed: BaseException | None = None
+        self._reader = threading.Thread(target=self._read_loop, name="toolwire-reader", daemon=True)
+        self._reader.start()
+        self.initialize_result: m.InitializeResult | None = None
+
+    @classmethod
+    def start(
+        cls,
+        root: str | os.PathLike[str],
+        *,
+        binary: str | os.PathLike[str] | None = None,
+        binary_setting_name: str = "setting",
+        shared: bool = True,
+        idle_timeout: float | None = None,
+        command: Sequence[str] | None = None,
+        config: m.Config | Mapping[str, Any] | None = None,
+        client_info: m.NameVersion | None = None,
+        env: Mapping[str, str] | None = None,
+        stderr: int | IO[Any] | None = None,
+    ) -> ToolwireClient:
+        """Start ``toolwire serve --shared`` for ``root`` (or ``serve``, or ``command``) and initialize it.
+
+        The binary is ``binary`` (a setting), else ``TOOLWIRE_BIN``, else
+        ``toolwire`` on ``PATH``; ``ToolwireNotFoundError`` names where it looked.
+        """
+        path = _wire.root_path(root)
+        argv = _wire.command_line(
+            path,
+            binary=binary,
+            binary_setting_name=binary_setting_name,
+            shared=shared,
+            idle_timeout=idle_timeout,
+            command=command,
+            env=env,
         )
-        self._next_id = 1
-        params = m.InitializeParams(
-            process_id=None,
-            root_uri=root.resolve().as_uri(),
-            client_info=m.NameVersion(name="toolwire-python-client", version="0.1.0"),
-            initialization_options=(
-                config.model_dump(by_alias=True, exclude_none=True, mode="json") if config else None
-            ),
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            cwd=path,
+            env=dict(env) if env is not None else None,
         )
-        self.initialize_result = self._call("initialize", params, m.InitializeResult)
-        self._notify("initialized", {})
+        client = cls(proc)
+        try:
+            result = client.request("initialize", _wire.initialize_params(path, config, client_info))
+            client.initialize_result = m.InitializeResult.model_validate(result)
+            client._notify("initialized", {})
+        except BaseException:
+            client._kill()
+            raise
+        return client
 
-    # -- methods ---------------------------------------------------------
+    @property
+    def server_methods(self) -> list[str]:
+        """The methods the server lists (``capabilities.experimental.toolwire.methods``)."""
+        assert self.initialize_result is not None
+        return list(self.initialize_result.capabilities.experimental.toolwire.methods)
 
-    def budget_apply(self, params: m.BudgetApplyParams) -> m.BudgetApplyResult:
-        return self._call("budget/apply", params, m.BudgetApplyResult)
+    # -- calls -----------------------------------------------------------
 
-    def state_fork(self, params: m.StateForkParams) -> m.StateForkResult:
-        return self._call("state/fork", params, m.StateForkResult)
+    def request(
+        self,
+        method: str,
+        params: BaseModel | Mapping[str, Any] | None = None,
+        *,
+        cancel: CancelToken | None = None,
+        on_progress: Callable[[Any], None] | None = None,
+    ) -> Any:
+        """Call any method with raw params; returns the raw result or raises a typed ``ToolwireError``."""
+        request_id, message, token = self._prepare(method, params, on_progress)
+        future: Future[Any] = Future()
+        with self._lock:
+            if self._closed is not None:
+                raise ConnectionError(f"toolwire connection is closed: {self._closed}")
+            self._pending[request_id] = future
+        unsubscribe = None
+        try:
+            self._send(message)
+            if cancel is not None:
+                unsubscribe = cancel._on_cancel(lambda: self._notify("$/cancelRequest", {"id": request_id}))
+            answer = future.result()
+        finally:
+            if unsubscribe is not None:
+                unsubscribe()
+            self._done(token)
+            with self._lock:
+                self._pending.pop(request_id, None)
+        if "error" in answer:
+            raise error_from_response(method, answer["error"])
+        return answer.get("result")
 
-    def state_get(self, params: m.StateGetParams) -> m.StateGetResult:
-        return self._call("state/get", params, m.StateGetResult)
+    def _call(
+        self,
+        method: str,
+        params: BaseModel,
+        result: type[_T],
+        cancel: CancelToken | None,
+        on_progress: Callable[[Any], None] | None,
+    ) -> _T:
+        return result.model_validate(self.request(method, params, cancel=cancel, on_progress=on_progress))
 
-    def state_reconstruct(self, params: m.StateReconstructParams) -> m.StateReconstructResult:
-        return self._call("state/reconstruct", params, m.StateReconstructResult)
+    def close(self, timeout: float = 30) -> int:
+        """``shutdown`` then ``exit``; returns the server's exit code (0 after a clean shutdown)."""
+        try:
+            self.request("shutdown")
+            self._notify("exit", None)
+        except (ToolwireError, ConnectionError, OSError):
+            pass  # already gone: what matters is that the process is
+        try:
+            self._stdin.close()
+        except OSError:
+            pass
+        try:
+            code = self._proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self._kill()
+            code = self._proc.wait()
+        self._reader.join(timeout=timeout)
+        self._stdout.close()
+        return code
 
-    def pair_append(self, params: m.PairAppendParams) -> m.PairAppendResult:
-        return self._call("pair/append", params, m.PairAppendResult)
+    def __enter__(self) -> ToolwireClient:
+        return self
 
-    def pair_flush(self, params: m.PairFlushParams) -> m.FlushResult:
-        return self._call("pair/flush", params, m.FlushResult)
-
-    def transcript_repair(self, params: m.TranscriptRepairParams) -> m.TranscriptRepairResult:
-        return self._call("transcript/repair", params, m.TranscriptRepairResult)
-
-    def close(self) -> int:
-        """``shutdown`` then ``exit``; returns the server's exit code."""
-        self._request("shutdown", None)
-        self._notify("exit", None)
-        assert self._proc.stdin is not None
-        self._proc.stdin.close()
-        return self._proc.wait(timeout=30)
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- wire ------------------------------------------------------------
 
-    def _call(self, method: str, params: BaseModel, result: type[T]) -> T:
-        body = params.model_dump(by_alias=True, exclude_none=True, mode="json")
-        return result.model_validate(self._request(method, body))
+    def _kill(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.kill()
+        self._proc.wait()
 
     def _send(self, message: dict[str, Any]) -> None:
-        body = json.dumps(message).encode()
-        assert self._proc.stdin is not None
-        self._proc.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
-        self._proc.stdin.flush()
+        frame = _wire.encode(message)
+        with self._write_lock:
+            self._stdin.write(frame)
+            self._stdin.flush()
 
     def _notify(self, method: str, params: Any) -> None:
-        self._send({"jsonrpc": "2.0", "method": method, "params": params})
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        self._send(message)
 
-    def _request(self, method: str, params: Any) -> Any:
-        request_id = self._next_id
-        self._next_id += 1
-        self._send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
-        while True:
-            message = self._read()
-            if message.get("id") != request_id:
-                continue  # a notification such as $/progress
-            if "error" in message:
-                err = message["error"]
-                raise ToolwireError(
-                    method, err["code"], err["message"], m.ErrorData.model_validate(err["data"])
-                )
-            return message.get("result")
+    def _read_loop(self) -> None:
+        import json
 
-    def _read(self) -> dict[str, Any]:
-        out = self._proc.stdout
-        assert out is not None
-        length = None
-        while True:
-            line = out.readline()
-            if not line:
-                raise ConnectionError("toolwire closed its output")
-            line = line.strip()
-            if not line:
-                break
-            name, _, value = line.decode().partition(":")
-            if name.strip().lower() == "content-length":
-                length = int(value)
-        if length is None:
-            raise ConnectionError("frame without Content-Length")
-        return json.loads(out.read(length))
+        reason: BaseException = ConnectionError("toolwire closed its output")
+        try:
+            while True:
+                headers: list[bytes] = []
+                while True:
+                    line = self._stdout.readline()
+                    if not line:
+                        raise ConnectionError("toolwire closed its output")
+                    if not line.strip():
+                        break
+                    headers.append(line.strip())
+                length = _wire.content_length(headers)
+                body = self._stdout.read(length)
+                if len(body) < length:
+                    raise ConnectionError("toolwire closed its output mid-frame")
+                self._dispatch(json.loads(body))
+        except (ConnectionError, OSError, ValueError) as err:
+            reason = err
+        with self._lock:
+            self._closed = reason
+            pending = list(self._pending.values())
+        for future in pending:
+            if not future.done():
+                future.set_exception(ConnectionError(f"toolwire connection ended: {reason}"))
+
+    def _dispatch(self, message: Any) -> None:
+        response = self._route(message)
+        if response is not None:
+            with self._lock:
+                future = self._pending.get(response[0])
+            if future is not None and not future.done():
+                future.set_result(response[1])

@@ -1,4 +1,4 @@
-# Generated from schema/toolwire.schema.json by editors/python/generate.py. Do not edit.
+# Generated from schema/toolwire.schema.json by editors/python/generate.py. Do not edit: run editors/regenerate.sh.
 
 from __future__ import annotations
 
