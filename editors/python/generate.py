@@ -100,6 +100,7 @@ def methods_source() -> str:
     for cls, prefix in (("SyncMethods", "def"), ("AsyncMethods", "async def")):
         out += [
             "",
+            "",
             f"class {cls}:",
             f'    """Typed wrappers over ``_call``; {"awaitable" if prefix != "def" else "blocking"}."""',
             "",

@@ -21,6 +21,7 @@ import pytest
 import toolwire_client
 from toolwire_client import (
     METHOD_NAMES,
+    ArtifactNotFoundError,
     AsyncToolwireClient,
     CancelledError,
     CancelToken,
@@ -113,6 +114,11 @@ def test_budget_apply_persists_and_replays(client):
     assert sent.startswith("<persisted-output>\nOutput too large (58.6KB).")
     again = client.budget_apply(params)
     assert again.records == [] and again.messages == first.messages
+    page = client.artifact_read(m.ArtifactReadParams(session_id="py", tool_use_id="t1"))
+    assert (page.text, page.total_lines, page.truncated) == ("p" * 60_000, 1, False)
+    with pytest.raises(ArtifactNotFoundError) as err:
+        client.artifact_read(m.ArtifactReadParams(session_id="py", tool_use_id="nope"))
+    assert err.value.code == -32015 and err.value.kind == "artifactNotFound"
 
 
 def test_pairs_fork_and_typed_errors(client):

@@ -14,10 +14,11 @@ from ._cancel import CancelToken
 _T = TypeVar("_T", bound=BaseModel)
 
 #: Every method a client calls (lifecycle aside), in the server's order.
-METHOD_NAMES: tuple[str, ...] = ('budget/apply', 'state/fork', 'state/reconstruct', 'state/get', 'pair/append', 'pair/flush', 'transcript/repair',)
+METHOD_NAMES: tuple[str, ...] = ('budget/apply', 'state/fork', 'state/reconstruct', 'state/get', 'pair/append', 'pair/flush', 'transcript/repair', 'artifact/read',)
 
 #: Methods that report ``$/progress`` when their params carry a ``workDoneToken``.
 PROGRESS_METHODS: frozenset[str] = frozenset({'state/reconstruct', 'transcript/repair'})
+
 
 
 class SyncMethods:
@@ -103,6 +104,17 @@ class SyncMethods:
         """``transcript/repair``: Rewrite a transcript so that every tool call is directly followed by all its results."""
         return self._call("transcript/repair", params, m.TranscriptRepairResult, cancel, on_progress)
 
+    def artifact_read(
+        self,
+        params: m.ArtifactReadParams,
+        *,
+        cancel: CancelToken | None = None,
+        on_progress: Callable[[Any], None] | None = None,
+    ) -> m.ReadResult:
+        """``artifact/read``: Read a saved output back: a range of lines, or the lines matching a regular expression with context."""
+        return self._call("artifact/read", params, m.ReadResult, cancel, on_progress)
+
+
 class AsyncMethods:
     """Typed wrappers over ``_call``; awaitable."""
 
@@ -185,3 +197,13 @@ class AsyncMethods:
     ) -> m.TranscriptRepairResult:
         """``transcript/repair``: Rewrite a transcript so that every tool call is directly followed by all its results."""
         return await self._call("transcript/repair", params, m.TranscriptRepairResult, cancel, on_progress)
+
+    async def artifact_read(
+        self,
+        params: m.ArtifactReadParams,
+        *,
+        cancel: CancelToken | None = None,
+        on_progress: Callable[[Any], None] | None = None,
+    ) -> m.ReadResult:
+        """``artifact/read``: Read a saved output back: a range of lines, or the lines matching a regular expression with context."""
+        return await self._call("artifact/read", params, m.ReadResult, cancel, on_progress)

@@ -9,6 +9,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
+  ArtifactNotFoundError,
   CancelledError,
   InvalidParamsError,
   METHOD_NAMES,
@@ -66,6 +67,9 @@ async function main(): Promise<void> {
     assert.deepEqual(applied.persisted.map((p) => p.toolUseId), ["t1"]);
     assert.equal(readFileSync(applied.persisted[0]!.path, "utf8"), "x".repeat(60_000));
     assert.deepEqual((await b.stateGet({ sessionId: "ts" })).seenIds, ["t1"]);
+    const page = await b.artifactRead({ sessionId: "ts", toolUseId: "t1", limit: 1 });
+    assert.equal(page.text, "x".repeat(60_000));
+    await assert.rejects(b.artifactRead({ sessionId: "ts", toolUseId: "nope" }), (err: unknown) => err instanceof ArtifactNotFoundError && err.code === -32015);
 
     // pair/append, pair/flush, typed errors.
     assert.equal((await a.pairAppend({ sessionId: "ts", message: call("t2") })).status, "buffered");
