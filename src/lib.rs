@@ -20,6 +20,7 @@ pub mod daemon;
 #[cfg(test)]
 mod docs;
 pub mod error;
+pub mod import;
 pub mod message;
 pub mod methods;
 pub mod protocol;

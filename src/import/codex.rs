@@ -1,0 +1,128 @@
+//! Codex rollouts (`~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl`) into
+//! `openai-responses` input items.
+//!
+//! Format followed: `RolloutLine` of openai/codex
+//! `codex-rs/protocol/src/protocol.rs` (`{"timestamp", "type", "payload"}`,
+//! `type` one of `session_meta`, `response_item`, `compacted`,
+//! `turn_context`, `event_msg`), with `ResponseItem` of
+//! `codex-rs/protocol/src/models.rs` as the `response_item` payload
+//! (`message`, `reasoning`, `function_call`, `function_call_output`,
+//! `custom_tool_call`, `custom_tool_call_output`, `local_shell_call`,
+//! `web_search_call`, `compaction`, `ghost_snapshot`, …), as Codex
+//! CLI 0.4x and later write them. History is rebuilt as Codex's
+//! `reconstruct_history_from_rollout` does:
+//!
+//! - each `response_item` payload is one input item, kept verbatim
+//!   (reasoning items with their `encrypted_content` included), except
+//!   `ghost_snapshot`, which Codex keeps for undo and never sends;
+//! - `compacted` with `replacement_history` replaces everything before it
+//!   with that history; without it (older local compaction) the history
+//!   becomes the user's own messages followed by the summary as a user
+//!   message, as Codex's `build_compacted_history` does (without its token
+//!   cap on the kept user messages);
+//! - an `event_msg` `thread_rolled_back` drops the last `num_turns` user
+//!   turns; every other event, `session_meta` and `turn_context` carry no
+//!   model input.
+
+use serde_json::{Map, Value, json};
+
+use super::{Conversion, Format, json_lines, str_of};
+
+pub fn convert(input: &[u8]) -> Conversion {
+    let mut out = Conversion::new(Format::OpenAiResponses);
+    let lines = json_lines(input, &mut out.report);
+    let mut items: Vec<Value> = Vec::new();
+    for line in lines {
+        let payload = line.get("payload");
+        match (str_of(&line, "type"), payload) {
+            (Some("response_item"), Some(item @ Value::Object(_))) => {
+                if item.get("type").and_then(Value::as_str) == Some("ghost_snapshot") {
+                    out.report.skipped += 1;
+                } else {
+                    items.push(item.clone());
+                }
+            }
+            (Some("compacted"), Some(Value::Object(compacted))) => {
+                out.report.compactions += 1;
+                let before = items.len();
+                let kept;
+                (items, kept) = compacted_history(compacted, std::mem::take(&mut items));
+                out.report.left_out += before - kept;
+            }
+            (Some("event_msg"), Some(Value::Object(event)))
+                if str_of(event, "type") == Some("thread_rolled_back") =>
+            {
+                let turns = event.get("num_turns").and_then(Value::as_u64).unwrap_or(0);
+                let before = items.len();
+                roll_back(&mut items, turns);
+                out.report.left_out += before - items.len();
+            }
+            _ => out.report.skipped += 1,
+        }
+    }
+    out.messages = items;
+    out
+}
+
+/// The history after a compaction, and how many of the items before it
+/// it kept.
+fn compacted_history(compacted: &Map<String, Value>, items: Vec<Value>) -> (Vec<Value>, usize) {
+    if let Some(Value::Array(history)) = compacted.get("replacement_history") {
+        let history = history
+            .iter()
+            .filter(|item| item.get("type").and_then(Value::as_str) != Some("ghost_snapshot"))
+            .cloned()
+            .collect();
+        return (history, 0);
+    }
+    let mut kept: Vec<Value> = items.into_iter().filter(is_user_turn_start).collect();
+    let count = kept.len();
+    let summary = str_of(compacted, "message").unwrap_or_default();
+    kept.push(json!({
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": summary}],
+    }));
+    (kept, count)
+}
+
+/// A message the user typed (not the context Codex injects as user
+/// messages: environment, instructions, AGENTS.md).
+fn is_user_turn_start(item: &Value) -> bool {
+    if item.get("type").and_then(Value::as_str) != Some("message")
+        || item.get("role").and_then(Value::as_str) != Some("user")
+    {
+        return false;
+    }
+    let first_text = item
+        .get("content")
+        .and_then(Value::as_array)
+        .and_then(|parts| parts.first())
+        .and_then(|part| part.get("text"))
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    const CONTEXT: [&str; 4] = [
+        "<environment_context>",
+        "<user_instructions>",
+        "# AGENTS.md instructions",
+        "<user_shell_command>",
+    ];
+    !CONTEXT.iter().any(|tag| first_text.starts_with(tag))
+}
+
+/// Drop the last `turns` user turns (each from a message the user typed to
+/// the item before the next one).
+fn roll_back(items: &mut Vec<Value>, turns: u64) {
+    let mut left = turns;
+    let mut cut = items.len();
+    while left > 0 {
+        match items[..cut].iter().rposition(is_user_turn_start) {
+            Some(start) => {
+                cut = start;
+                left -= 1;
+            }
+            None => break,
+        }
+    }
+    items.truncate(cut);
+}

@@ -1,0 +1,389 @@
+//! OpenClaw and pi sessions (`~/.openclaw/agents/<agent>/sessions/*.jsonl`,
+//! `~/.pi/agent/sessions/<cwd>/*.jsonl`) into `anthropic` messages.
+//!
+//! Format followed: session version 3 of badlogic/pi-mono
+//! `packages/coding-agent/docs/session.md` and `src/core/session-manager.ts`
+//! (March 2026), which OpenClaw writes too:
+//!
+//! ```text
+//! {"type":"session","version":3,"id":"…","timestamp":"…","cwd":"…"}
+//! {"type":"message","id":"a1","parentId":null,"message":{"role":"user","content":"…","timestamp":…}}
+//! {"type":"message","id":"b2","parentId":"a1","message":{"role":"assistant","content":[{"type":"toolCall","id","name","arguments"}],"stopReason":"toolUse",…}}
+//! {"type":"message","id":"c3","parentId":"b2","message":{"role":"toolResult","toolCallId":"…","toolName":"…","content":[…],"isError":false}}
+//! {"type":"compaction","id":"d4","parentId":"c3","summary":"…","firstKeptEntryId":"b2","tokensBefore":…}
+//! model_change, thinking_level_change, branch_summary, custom, custom_message, label, session_info
+//! ```
+//!
+//! The context is built as pi's `buildSessionContext` does: the path from
+//! the leaf (the last entry) back to the root by `parentId` (every entry in
+//! order for version 1 files, which have no ids); after the last compaction
+//! on it, its summary, then the entries from `firstKeptEntryId` up to it,
+//! then those after it; `custom_message` and `branch_summary` entries are
+//! messages. Messages then become provider messages as pi's `convertToLlm`
+//! and pi-ai's Anthropic provider (`convertMessages`) do:
+//!
+//! - `user`: as is (string or blocks; `image` `{data, mimeType}` becomes a
+//!   base64 `source`);
+//! - `assistant`: `text`, `thinking` (with its signature; redacted thinking
+//!   becomes `redacted_thinking`, unsigned thinking plain text) and
+//!   `toolCall` `{id, name, arguments}` becomes `tool_use` `{id, name,
+//!   input}`; messages that ended in `error` or `aborted` are not sent by
+//!   pi and are skipped;
+//! - a run of `toolResult` messages: one user message of `tool_result`
+//!   blocks (`toolCallId` → `tool_use_id`, `isError` → `is_error`);
+//! - `bashExecution`, `custom`, `branchSummary` and `compactionSummary`:
+//!   user text, worded as pi words it.
+//!
+//! Fields with no Anthropic counterpart (`timestamp`, `usage`, `details`,
+//! `thoughtSignature`, …) are kept beside the renamed ones. Unlike pi,
+//! nothing is invented for a call left without result.
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::{Map, Value, json};
+
+use super::{Conversion, Format, json_lines, str_of};
+
+const COMPACTION_SUMMARY_PREFIX: &str =
+    "The conversation history before this point was compacted into the following summary:\n\n<summary>\n";
+const COMPACTION_SUMMARY_SUFFIX: &str = "\n</summary>";
+const BRANCH_SUMMARY_PREFIX: &str =
+    "The following is a summary of a branch that this conversation came back from:\n\n<summary>\n";
+const BRANCH_SUMMARY_SUFFIX: &str = "</summary>";
+
+pub fn convert(input: &[u8]) -> Conversion {
+    let mut out = Conversion::new(Format::Anthropic);
+    let mut entries = json_lines(input, &mut out.report);
+    if entries
+        .first()
+        .is_some_and(|e| str_of(e, "type") == Some("session"))
+    {
+        entries.remove(0);
+        out.report.skipped += 1;
+    }
+    let path = current_path(&entries);
+    let on_path: HashSet<usize> = path.iter().copied().collect();
+    for (i, entry) in entries.iter().enumerate() {
+        if !on_path.contains(&i) {
+            if carries_message(entry) {
+                out.report.left_out += 1;
+            } else {
+                out.report.skipped += 1;
+            }
+        }
+    }
+
+    let compaction = path
+        .iter()
+        .rposition(|&i| str_of(&entries[i], "type") == Some("compaction"));
+    let mut context: Vec<Value> = Vec::new();
+    match compaction {
+        Some(at) => {
+            out.report.compactions += 1;
+            let entry = &entries[path[at]];
+            let summary = str_of(entry, "summary").unwrap_or_default();
+            context.push(user_text(format!(
+                "{COMPACTION_SUMMARY_PREFIX}{summary}{COMPACTION_SUMMARY_SUFFIX}"
+            )));
+            let first_kept = str_of(entry, "firstKeptEntryId");
+            let kept_from = path[..at]
+                .iter()
+                .position(|&i| first_kept.is_some() && str_of(&entries[i], "id") == first_kept)
+                .unwrap_or(at);
+            for &i in &path[..kept_from] {
+                if carries_message(&entries[i]) {
+                    out.report.left_out += 1;
+                } else {
+                    out.report.skipped += 1;
+                }
+            }
+            for &i in path[kept_from..at].iter().chain(&path[at + 1..]) {
+                agent_message(&entries[i], &mut context, &mut out);
+            }
+        }
+        None => {
+            for &i in &path {
+                agent_message(&entries[i], &mut context, &mut out);
+            }
+        }
+    }
+    for message in context {
+        llm_message(message, &mut out);
+    }
+    out
+}
+
+/// Indices of the entries from the root to the leaf.
+fn current_path(entries: &[Map<String, Value>]) -> Vec<usize> {
+    let by_id: HashMap<&str, usize> = entries
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| Some((str_of(e, "id")?, i)))
+        .collect();
+    if by_id.is_empty() {
+        return (0..entries.len()).collect(); // version 1: a plain list
+    }
+    let mut path = Vec::new();
+    let mut seen = HashSet::new();
+    let mut at = entries.iter().rposition(|e| e.contains_key("id"));
+    while let Some(i) = at {
+        if !seen.insert(i) {
+            break;
+        }
+        path.push(i);
+        at = str_of(&entries[i], "parentId").and_then(|p| by_id.get(p).copied());
+    }
+    path.reverse();
+    path
+}
+
+fn carries_message(entry: &Map<String, Value>) -> bool {
+    matches!(
+        str_of(entry, "type"),
+        Some("message" | "custom_message" | "branch_summary")
+    )
+}
+
+fn user_text(text: String) -> Value {
+    json!({"role": "user", "content": [{"type": "text", "text": text}]})
+}
+
+/// The agent message an entry contributes to the context, already in
+/// pi's LLM shape for the kinds `convertToLlm` rewrites.
+fn agent_message(entry: &Map<String, Value>, context: &mut Vec<Value>, out: &mut Conversion) {
+    match str_of(entry, "type") {
+        Some("message") => match entry.get("message") {
+            Some(Value::Object(message)) => {
+                if let Some(m) = to_llm(message) {
+                    context.push(m);
+                } else {
+                    out.report.skipped += 1;
+                }
+            }
+            _ => out.report.skipped += 1,
+        },
+        Some("custom_message") => {
+            context.push(json!({
+                "role": "user",
+                "content": entry.get("content").cloned().unwrap_or(Value::Null),
+            }));
+        }
+        Some("branch_summary") if str_of(entry, "summary").is_some_and(|s| !s.is_empty()) => {
+            let summary = str_of(entry, "summary").unwrap_or_default();
+            context.push(user_text(format!(
+                "{BRANCH_SUMMARY_PREFIX}{summary}{BRANCH_SUMMARY_SUFFIX}"
+            )));
+        }
+        _ => out.report.skipped += 1,
+    }
+}
+
+/// pi's `convertToLlm`: its own message kinds as user text.
+fn to_llm(message: &Map<String, Value>) -> Option<Value> {
+    match str_of(message, "role") {
+        Some("user" | "assistant" | "toolResult") => Some(Value::Object(message.clone())),
+        Some("custom") => Some(json!({
+            "role": "user",
+            "content": message.get("content").cloned().unwrap_or(Value::Null),
+        })),
+        Some("branchSummary") => Some(user_text(format!(
+            "{BRANCH_SUMMARY_PREFIX}{}{BRANCH_SUMMARY_SUFFIX}",
+            str_of(message, "summary").unwrap_or_default()
+        ))),
+        Some("compactionSummary") => Some(user_text(format!(
+            "{COMPACTION_SUMMARY_PREFIX}{}{COMPACTION_SUMMARY_SUFFIX}",
+            str_of(message, "summary").unwrap_or_default()
+        ))),
+        Some("bashExecution") if message.get("excludeFromContext") != Some(&Value::Bool(true)) => {
+            Some(user_text(bash_execution_text(message)))
+        }
+        _ => None,
+    }
+}
+
+fn bash_execution_text(m: &Map<String, Value>) -> String {
+    let mut text = format!("Ran `{}`\n", str_of(m, "command").unwrap_or_default());
+    match str_of(m, "output") {
+        Some(output) if !output.is_empty() => text.push_str(&format!("```\n{output}\n```")),
+        _ => text.push_str("(no output)"),
+    }
+    if m.get("cancelled") == Some(&Value::Bool(true)) {
+        text.push_str("\n\n(command cancelled)");
+    } else if let Some(code) = m.get("exitCode").and_then(Value::as_i64)
+        && code != 0
+    {
+        text.push_str(&format!("\n\nCommand exited with code {code}"));
+    }
+    if m.get("truncated") == Some(&Value::Bool(true))
+        && let Some(path) = str_of(m, "fullOutputPath")
+    {
+        text.push_str(&format!("\n\n[Output truncated. Full output: {path}]"));
+    }
+    text
+}
+
+/// One LLM message as an Anthropic message, appended to `out`.
+fn llm_message(message: Value, out: &mut Conversion) {
+    let Value::Object(mut m) = message else {
+        return;
+    };
+    match str_of(&m, "role") {
+        Some("user") => {
+            let content = match m.remove("content") {
+                Some(Value::Array(blocks)) => {
+                    let blocks: Vec<Value> = blocks
+                        .into_iter()
+                        .map(media_block)
+                        .filter(|b| !is_blank_text(b))
+                        .collect();
+                    if blocks.is_empty() {
+                        out.report.skipped += 1;
+                        return;
+                    }
+                    Value::Array(blocks)
+                }
+                Some(Value::String(s)) if !s.trim().is_empty() => Value::String(s),
+                _ => {
+                    out.report.skipped += 1;
+                    return;
+                }
+            };
+            m.insert("content".to_owned(), content);
+            out.messages.push(Value::Object(m));
+        }
+        Some("assistant") => {
+            if matches!(str_of(&m, "stopReason"), Some("error" | "aborted")) {
+                out.report.skipped += 1;
+                return;
+            }
+            let blocks: Vec<Value> = match m.remove("content") {
+                Some(Value::Array(blocks)) => blocks.into_iter().filter_map(assistant_block).collect(),
+                _ => Vec::new(),
+            };
+            if blocks.is_empty() {
+                out.report.skipped += 1;
+                return;
+            }
+            m.insert("content".to_owned(), Value::Array(blocks));
+            out.messages.push(Value::Object(m));
+        }
+        Some("toolResult") => {
+            let block = tool_result_block(m);
+            // A run of results is one user message, as pi-ai sends it.
+            if let Some(last) = out.messages.last_mut()
+                && is_tool_result_message(last)
+                && let Some(Value::Array(blocks)) = last.get_mut("content")
+            {
+                blocks.push(block);
+                return;
+            }
+            out.messages
+                .push(json!({"role": "user", "content": [block]}));
+        }
+        _ => out.report.skipped += 1,
+    }
+}
+
+fn is_tool_result_message(message: &Value) -> bool {
+    message.get("role").and_then(Value::as_str) == Some("user")
+        && message
+            .get("content")
+            .and_then(Value::as_array)
+            .is_some_and(|b| {
+                !b.is_empty()
+                    && b.iter()
+                        .all(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+            })
+}
+
+fn is_blank_text(block: &Value) -> bool {
+    block.get("type").and_then(Value::as_str) == Some("text")
+        && block
+            .get("text")
+            .and_then(Value::as_str)
+            .is_some_and(|t| t.trim().is_empty())
+}
+
+/// Rename `from` to `to` in `block`, keeping its place.
+fn rename(block: Map<String, Value>, renames: &[(&str, &str)]) -> Map<String, Value> {
+    block
+        .into_iter()
+        .map(|(k, v)| match renames.iter().find(|(from, _)| *from == k) {
+            Some((_, to)) => ((*to).to_owned(), v),
+            None => (k, v),
+        })
+        .collect()
+}
+
+/// pi's `{type:"image", data, mimeType}` as an Anthropic base64 image.
+fn media_block(block: Value) -> Value {
+    let Value::Object(mut b) = block else {
+        return block;
+    };
+    if str_of(&b, "type") != Some("image") || b.contains_key("source") {
+        return Value::Object(b);
+    }
+    let data = b.remove("data").unwrap_or(Value::Null);
+    let media_type = b.remove("mimeType").unwrap_or(Value::Null);
+    b.insert(
+        "source".to_owned(),
+        json!({"type": "base64", "media_type": media_type, "data": data}),
+    );
+    Value::Object(b)
+}
+
+fn assistant_block(block: Value) -> Option<Value> {
+    let Value::Object(mut b) = block else {
+        return Some(block);
+    };
+    match str_of(&b, "type") {
+        Some("text") if is_blank_text(&Value::Object(b.clone())) => None,
+        Some("thinking") => {
+            if b.get("redacted") == Some(&Value::Bool(true)) {
+                let data = b.remove("thinkingSignature").unwrap_or(Value::Null);
+                return Some(json!({"type": "redacted_thinking", "data": data}));
+            }
+            let thinking = str_of(&b, "thinking").unwrap_or_default().to_owned();
+            if thinking.trim().is_empty() {
+                return None;
+            }
+            let signed = str_of(&b, "thinkingSignature").is_some_and(|s| !s.trim().is_empty());
+            if signed {
+                Some(Value::Object(rename(b, &[("thinkingSignature", "signature")])))
+            } else {
+                // Anthropic refuses thinking without a signature; pi sends
+                // it as text.
+                Some(json!({"type": "text", "text": thinking}))
+            }
+        }
+        Some("toolCall") => {
+            b.insert("type".to_owned(), json!("tool_use"));
+            if b.get("arguments").is_none_or(Value::is_null) {
+                b.insert("arguments".to_owned(), json!({}));
+            }
+            Some(Value::Object(rename(b, &[("arguments", "input")])))
+        }
+        _ => Some(Value::Object(b)),
+    }
+}
+
+fn tool_result_block(mut m: Map<String, Value>) -> Value {
+    m.remove("role");
+    let content = match m.remove("content") {
+        Some(Value::Array(blocks)) => Value::Array(blocks.into_iter().map(media_block).collect()),
+        Some(other) => other,
+        None => json!([]),
+    };
+    let mut block = Map::new();
+    block.insert("type".to_owned(), json!("tool_result"));
+    block.insert(
+        "tool_use_id".to_owned(),
+        m.remove("toolCallId").unwrap_or(Value::Null),
+    );
+    block.insert("content".to_owned(), content);
+    if let Some(is_error) = m.remove("isError") {
+        block.insert("is_error".to_owned(), is_error);
+    }
+    block.extend(m);
+    Value::Object(block)
+}
