@@ -33,6 +33,9 @@ enum Command {
     Schema(cli::schema::Args),
     /// Rewrite a transcript so every tool call is followed by all its results.
     Repair(cli::repair::Args),
+    /// Convert another agent's session file (Claude Code, Codex, Gemini
+    /// CLI, OpenClaw/pi) into a toolwire transcript.
+    Import(cli::import::Args),
     /// Print a saved tool output, a range of its lines, or the lines
     /// matching a pattern.
     Show(cli::show::Args),
@@ -54,6 +57,7 @@ fn main() -> ExitCode {
         Command::Schema(args) => cli::schema::run(args),
         Command::Repair(args) => cli::repair::run(args),
         Command::Show(args) => cli::show::run(args),
+        Command::Import(args) => cli::import::run(args),
     }
 }
 

@@ -2,6 +2,7 @@
 //!
 //! Adding a command is a file here and one variant in `main.rs`.
 
+pub mod import;
 pub mod repair;
 pub mod replay;
 pub mod schema;

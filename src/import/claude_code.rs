@@ -139,7 +139,7 @@ fn join_response(message: &mut Value, later: Value) {
     let Value::Object(mut later) = later else {
         return;
     };
-    let content = later.remove("content");
+    let content = later.shift_remove("content");
     if let Some(obj) = message.as_object_mut() {
         for (key, value) in later {
             obj.insert(key, value);
@@ -150,4 +150,30 @@ fn join_response(message: &mut Value, later: Value) {
         rest.insert("content".to_owned(), content);
     }
     append_content(message, Value::Object(rest));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_parent_cycle_ends_the_walk_instead_of_looping() {
+        let input = br#"{"type":"user","uuid":"a","parentUuid":"b","message":{"role":"user","content":"x"}}
+{"type":"assistant","uuid":"b","parentUuid":"a","message":{"id":"m","role":"assistant","content":[{"type":"text","text":"y"}]}}
+"#;
+        let out = convert(input);
+        assert_eq!(out.messages.len(), 2);
+    }
+
+    #[test]
+    fn a_torn_last_line_is_counted_and_skipped() {
+        let input = br#"{"type":"user","uuid":"a","parentUuid":null,"message":{"role":"user","content":"x"}}
+{"type":"assistant","uuid":"b","parentUuid":"a","mess"#;
+        let out = convert(input);
+        assert_eq!(
+            out.messages,
+            [serde_json::json!({"role": "user", "content": "x"})]
+        );
+        assert_eq!(out.report.unreadable, 1);
+    }
 }

@@ -126,3 +126,64 @@ fn roll_back(items: &mut Vec<Value>, turns: u64) {
     }
     items.truncate(cut);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(kind: &str, payload: Value) -> String {
+        json!({"timestamp": "2026-01-01T00:00:00.000Z", "type": kind, "payload": payload})
+            .to_string()
+    }
+
+    fn user(text: &str) -> Value {
+        json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]})
+    }
+
+    #[test]
+    fn older_compaction_keeps_the_users_messages_then_the_summary() {
+        let input = [
+            line("response_item", user("<environment_context>cwd</environment_context>")),
+            line("response_item", user("fix the bug")),
+            line(
+                "response_item",
+                json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]}),
+            ),
+            line("compacted", json!({"message": "We fixed the bug."})),
+            line("response_item", user("thanks")),
+        ]
+        .join("\n");
+        let out = convert(input.as_bytes());
+        assert_eq!(
+            out.messages,
+            [
+                user("fix the bug"),
+                user("We fixed the bug."),
+                user("thanks")
+            ]
+        );
+        assert_eq!(out.report.compactions, 1);
+        assert_eq!(out.report.left_out, 2);
+    }
+
+    #[test]
+    fn a_rollback_drops_whole_user_turns() {
+        let answer = |t: &str| json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": t}]});
+        let input = [
+            line("response_item", user("one")),
+            line("response_item", answer("1")),
+            line("response_item", user("two")),
+            line("response_item", answer("2")),
+            line("response_item", user("three")),
+            line("response_item", answer("3")),
+            line(
+                "event_msg",
+                json!({"type": "thread_rolled_back", "num_turns": 2}),
+            ),
+        ]
+        .join("\n");
+        let out = convert(input.as_bytes());
+        assert_eq!(out.messages, [user("one"), answer("1")]);
+        assert_eq!(out.report.left_out, 4);
+    }
+}

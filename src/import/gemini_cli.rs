@@ -138,9 +138,7 @@ fn contents(records: Vec<Value>, out: &mut Conversion) {
                     out.report.skipped += 1;
                     continue;
                 }
-                parts.retain(|part| {
-                    response_id(part).is_none_or(|id| !answered.contains(id))
-                });
+                parts.retain(|part| response_id(part).is_none_or(|id| !answered.contains(id)));
                 if parts.is_empty() {
                     out.report.skipped += 1;
                     continue;
@@ -229,6 +227,8 @@ fn response_id(part: &Value) -> Option<&str> {
 /// A `PartListUnion` (a string, a part, or a list of both) as parts.
 fn part_list(content: Option<&Value>) -> Vec<Value> {
     match content {
+        // An empty string is no content (Gemini CLI tests it as falsy).
+        Some(Value::String(text)) if text.is_empty() => Vec::new(),
         Some(Value::String(text)) => vec![json!({"text": text})],
         Some(Value::Array(items)) => items
             .iter()

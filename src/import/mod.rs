@@ -208,7 +208,9 @@ pub enum DetectError {
         "not a transcript, message list or agent session toolwire knows: its first line is JSON without a \"type\" field ({0})"
     )]
     NoType(String),
-    #[error("the session line names the format {0:?}; known formats: anthropic, openai-chat, openai-responses, gemini")]
+    #[error(
+        "the session line names the format {0:?}; known formats: anthropic, openai-chat, openai-responses, gemini"
+    )]
     UnknownFormat(String),
 }
 
@@ -558,8 +560,14 @@ fn classify(value: &Value) -> Result<Verdict, DetectError> {
         "user" | "gemini" | "info" | "error" | "warning" if has("id") && has("content") => {
             agent(Agent::GeminiCli)
         }
-        "model_change" | "thinking_level_change" | "compaction" | "branch_summary" | "custom"
-        | "custom_message" | "label" | "session_info"
+        "model_change"
+        | "thinking_level_change"
+        | "compaction"
+        | "branch_summary"
+        | "custom"
+        | "custom_message"
+        | "label"
+        | "session_info"
             if has("parentId") =>
         {
             agent(Agent::OpenClaw)
@@ -597,18 +605,23 @@ fn message_format(message: &Value) -> Option<Format> {
         return Some(Format::OpenAiChat);
     }
     let blocks = obj.get("content")?.as_array()?;
-    blocks.iter().find_map(|block| {
-        match block.get("type").and_then(Value::as_str)? {
-            "tool_use" | "tool_result" | "thinking" | "redacted_thinking" | "document"
-            | "server_tool_use" | "web_search_tool_result" => Some(Format::Anthropic),
+    blocks
+        .iter()
+        .find_map(|block| match block.get("type").and_then(Value::as_str)? {
+            "tool_use"
+            | "tool_result"
+            | "thinking"
+            | "redacted_thinking"
+            | "document"
+            | "server_tool_use"
+            | "web_search_tool_result" => Some(Format::Anthropic),
             "image" if block.get("source").is_some() => Some(Format::Anthropic),
             "image_url" | "input_audio" | "refusal" | "file" => Some(Format::OpenAiChat),
             "input_text" | "output_text" | "input_image" | "input_file" => {
                 Some(Format::OpenAiResponses)
             }
             _ => None,
-        }
-    })
+        })
 }
 
 fn unknown(first: &Value) -> DetectError {
@@ -650,16 +663,20 @@ fn content_blocks(content: Option<Value>) -> Vec<Value> {
 }
 
 /// Append `next`'s content to `message` (an Anthropic message), as
-/// providers read two messages of one role in a row.
+/// providers read two messages of one role in a row. The content keeps its
+/// place among the message's fields.
 fn append_content(message: &mut Value, next: Value) {
-    let Value::Object(next) = next else { return };
     let Some(obj) = message.as_object_mut() else {
         return;
     };
-    let mut blocks = content_blocks(obj.remove("content"));
-    let mut next = next;
-    blocks.extend(content_blocks(next.remove("content")));
-    obj.insert("content".to_owned(), Value::Array(blocks));
+    let mut more = match next {
+        Value::Object(mut next) => content_blocks(next.shift_remove("content")),
+        _ => Vec::new(),
+    };
+    let slot = obj.entry("content").or_insert(Value::Null);
+    let mut blocks = content_blocks(Some(std::mem::take(slot)));
+    blocks.append(&mut more);
+    *slot = Value::Array(blocks);
 }
 
 #[cfg(test)]

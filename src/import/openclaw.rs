@@ -44,8 +44,7 @@ use serde_json::{Map, Value, json};
 
 use super::{Conversion, Format, json_lines, str_of};
 
-const COMPACTION_SUMMARY_PREFIX: &str =
-    "The conversation history before this point was compacted into the following summary:\n\n<summary>\n";
+const COMPACTION_SUMMARY_PREFIX: &str = "The conversation history before this point was compacted into the following summary:\n\n<summary>\n";
 const COMPACTION_SUMMARY_SUFFIX: &str = "\n</summary>";
 const BRANCH_SUMMARY_PREFIX: &str =
     "The following is a summary of a branch that this conversation came back from:\n\n<summary>\n";
@@ -163,10 +162,11 @@ fn agent_message(entry: &Map<String, Value>, context: &mut Vec<Value>, out: &mut
             _ => out.report.skipped += 1,
         },
         Some("custom_message") => {
-            context.push(json!({
-                "role": "user",
+            let custom = json!({
+                "role": "custom",
                 "content": entry.get("content").cloned().unwrap_or(Value::Null),
-            }));
+            });
+            context.extend(custom.as_object().and_then(to_llm));
         }
         Some("branch_summary") if str_of(entry, "summary").is_some_and(|s| !s.is_empty()) => {
             let summary = str_of(entry, "summary").unwrap_or_default();
@@ -182,10 +182,10 @@ fn agent_message(entry: &Map<String, Value>, context: &mut Vec<Value>, out: &mut
 fn to_llm(message: &Map<String, Value>) -> Option<Value> {
     match str_of(message, "role") {
         Some("user" | "assistant" | "toolResult") => Some(Value::Object(message.clone())),
-        Some("custom") => Some(json!({
-            "role": "user",
-            "content": message.get("content").cloned().unwrap_or(Value::Null),
-        })),
+        Some("custom") => Some(match message.get("content") {
+            Some(Value::String(text)) => user_text(text.clone()),
+            content => json!({"role": "user", "content": content.cloned().unwrap_or(Value::Null)}),
+        }),
         Some("branchSummary") => Some(user_text(format!(
             "{BRANCH_SUMMARY_PREFIX}{}{BRANCH_SUMMARY_SUFFIX}",
             str_of(message, "summary").unwrap_or_default()
@@ -229,7 +229,7 @@ fn llm_message(message: Value, out: &mut Conversion) {
     };
     match str_of(&m, "role") {
         Some("user") => {
-            let content = match m.remove("content") {
+            let content = match m.get_mut("content").map(Value::take) {
                 Some(Value::Array(blocks)) => {
                     let blocks: Vec<Value> = blocks
                         .into_iter()
@@ -256,8 +256,10 @@ fn llm_message(message: Value, out: &mut Conversion) {
                 out.report.skipped += 1;
                 return;
             }
-            let blocks: Vec<Value> = match m.remove("content") {
-                Some(Value::Array(blocks)) => blocks.into_iter().filter_map(assistant_block).collect(),
+            let blocks: Vec<Value> = match m.get_mut("content").map(Value::take) {
+                Some(Value::Array(blocks)) => {
+                    blocks.into_iter().filter_map(assistant_block).collect()
+                }
                 _ => Vec::new(),
             };
             if blocks.is_empty() {
@@ -323,8 +325,8 @@ fn media_block(block: Value) -> Value {
     if str_of(&b, "type") != Some("image") || b.contains_key("source") {
         return Value::Object(b);
     }
-    let data = b.remove("data").unwrap_or(Value::Null);
-    let media_type = b.remove("mimeType").unwrap_or(Value::Null);
+    let data = b.shift_remove("data").unwrap_or(Value::Null);
+    let media_type = b.shift_remove("mimeType").unwrap_or(Value::Null);
     b.insert(
         "source".to_owned(),
         json!({"type": "base64", "media_type": media_type, "data": data}),
@@ -340,7 +342,7 @@ fn assistant_block(block: Value) -> Option<Value> {
         Some("text") if is_blank_text(&Value::Object(b.clone())) => None,
         Some("thinking") => {
             if b.get("redacted") == Some(&Value::Bool(true)) {
-                let data = b.remove("thinkingSignature").unwrap_or(Value::Null);
+                let data = b.shift_remove("thinkingSignature").unwrap_or(Value::Null);
                 return Some(json!({"type": "redacted_thinking", "data": data}));
             }
             let thinking = str_of(&b, "thinking").unwrap_or_default().to_owned();
@@ -349,7 +351,10 @@ fn assistant_block(block: Value) -> Option<Value> {
             }
             let signed = str_of(&b, "thinkingSignature").is_some_and(|s| !s.trim().is_empty());
             if signed {
-                Some(Value::Object(rename(b, &[("thinkingSignature", "signature")])))
+                Some(Value::Object(rename(
+                    b,
+                    &[("thinkingSignature", "signature")],
+                )))
             } else {
                 // Anthropic refuses thinking without a signature; pi sends
                 // it as text.
@@ -368,8 +373,8 @@ fn assistant_block(block: Value) -> Option<Value> {
 }
 
 fn tool_result_block(mut m: Map<String, Value>) -> Value {
-    m.remove("role");
-    let content = match m.remove("content") {
+    m.shift_remove("role");
+    let content = match m.shift_remove("content") {
         Some(Value::Array(blocks)) => Value::Array(blocks.into_iter().map(media_block).collect()),
         Some(other) => other,
         None => json!([]),
@@ -378,10 +383,10 @@ fn tool_result_block(mut m: Map<String, Value>) -> Value {
     block.insert("type".to_owned(), json!("tool_result"));
     block.insert(
         "tool_use_id".to_owned(),
-        m.remove("toolCallId").unwrap_or(Value::Null),
+        m.shift_remove("toolCallId").unwrap_or(Value::Null),
     );
     block.insert("content".to_owned(), content);
-    if let Some(is_error) = m.remove("isError") {
+    if let Some(is_error) = m.shift_remove("isError") {
         block.insert("is_error".to_owned(), is_error);
     }
     block.extend(m);

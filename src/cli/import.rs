@@ -1,0 +1,94 @@
+//! `toolwire import --from AGENT FILE [-o OUT]`: convert another agent's
+//! session file into a toolwire transcript (PROTOCOL.md section 10.5).
+//! The transcript goes to OUT (written whole or not at all) or to stdout;
+//! what was read and left out goes to stderr.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::builder::PossibleValuesParser;
+use toolwire::import::{self, Agent, Conversion};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The agent that wrote FILE.
+    #[arg(long, value_name = "AGENT", value_parser = PossibleValuesParser::new(Agent::ALL.map(Agent::name)))]
+    from: String,
+    /// Its session file.
+    file: PathBuf,
+    /// Write the transcript here instead of to stdout.
+    #[arg(short, long, value_name = "OUT")]
+    output: Option<PathBuf>,
+}
+
+pub fn run(args: Args) -> ExitCode {
+    match import(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("toolwire import: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn import(args: &Args) -> Result<(), String> {
+    let agent =
+        Agent::from_name(&args.from).ok_or_else(|| format!("unknown agent {}", args.from))?;
+    let conversion = import::convert_file(agent, &args.file).map_err(|e| e.to_string())?;
+    match &args.output {
+        Some(out) => write_file(out, &conversion)?,
+        None => {
+            let mut stdout = std::io::stdout().lock();
+            match conversion
+                .write_transcript(&mut stdout)
+                .and_then(|()| stdout.flush())
+            {
+                // A closed pipe (`| head`) ends the output, not in failure.
+                Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+                other => other.map_err(|e| format!("writing the transcript: {e}"))?,
+            }
+        }
+    }
+    eprintln!(
+        "{}: {} -> {} {} messages ({})",
+        args.file.display(),
+        agent.title(),
+        conversion.messages.len(),
+        conversion.format,
+        conversion.report
+    );
+    Ok(())
+}
+
+/// Write atomically: a new file beside OUT (created with the usual mode,
+/// or OUT's mode when it exists), renamed over it.
+fn write_file(out: &Path, conversion: &Conversion) -> Result<(), String> {
+    let fail = |e: std::io::Error| format!("{}: {e}", out.display());
+    let name = out
+        .file_name()
+        .ok_or_else(|| format!("{}: not a file name", out.display()))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".import-{}", std::process::id()));
+    let tmp = out.with_file_name(tmp_name);
+    let written = (|| {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)?;
+        if let Ok(meta) = std::fs::metadata(out) {
+            file.set_permissions(meta.permissions())?;
+        }
+        let mut buffered = std::io::BufWriter::new(&mut file);
+        conversion.write_transcript(&mut buffered)?;
+        buffered.flush()?;
+        drop(buffered);
+        file.sync_all()?;
+        std::fs::rename(&tmp, out)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written.map_err(fail)
+}
