@@ -1,6 +1,7 @@
 //! The editor integrations and client packages, installed the way a user
 //! installs them and driven against the built binary: the TypeScript
-//! package from its `npm pack` tarball, the Python package from its wheel.
+//! package from its `npm pack` tarball, the Python package from its wheel,
+//! the Neovim plugin as a native package in headless Neovim.
 //! Each fails when its generated files are stale.
 //!
 //! Needs the pinned packages `editors/install.sh` installs (README's test
@@ -71,5 +72,16 @@ fn python_package_builds_installs_from_its_wheel_and_drives_the_binary() {
             .arg(env!("CARGO_BIN_EXE_toolwire"))
             .current_dir(&dir),
         "python package test",
+    );
+}
+
+#[test]
+fn neovim_plugin_installed_as_a_package_drives_the_binary_headless() {
+    // The plugin as a native package, every command, in `nvim --headless`.
+    run(
+        Command::new("bash")
+            .arg(editors().join("nvim/test/run.sh"))
+            .arg(env!("CARGO_BIN_EXE_toolwire")),
+        "neovim plugin test (needs `apt-get install neovim`)",
     );
 }
