@@ -196,3 +196,98 @@ fn bad_recordings_are_refused_naming_the_line() {
     let err = String::from_utf8(run_replay(&[path.to_str().unwrap()]).stderr).unwrap();
     assert!(err.contains("line 1") && err.contains("weird"), "{err}");
 }
+
+/// `toolwire replay ARGS` with the temporary directory in `tmp`.
+fn replay_in(tmp: &std::path::Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_toolwire"))
+        .arg("replay")
+        .args(args)
+        .env("TMPDIR", tmp)
+        .output()
+        .unwrap()
+}
+
+fn entries(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+#[test]
+fn the_temporary_data_directory_is_removed_unless_kept() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = replay_in(tmp.path(), &["--synthetic", "5"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("--keep or --data-dir DIR keeps it"), "{text}");
+    assert_eq!(entries(tmp.path()), Vec::<String>::new());
+
+    let out = replay_in(tmp.path(), &["--synthetic", "5", "--keep"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let kept = entries(tmp.path());
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert!(kept[0].starts_with("toolwire-replay-"), "{kept:?}");
+    let transcript = tmp.path().join(&kept[0]).join("sessions/replay.jsonl");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains(&format!("transcript: {}", transcript.display())),
+        "{text}"
+    );
+    assert!(transcript.is_file());
+
+    // --keep is about the temporary directory: with --data-dir it makes no sense.
+    let out = replay_in(tmp.path(), &["--keep", "--data-dir", "x"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn an_empty_recording_is_an_error_naming_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("empty.jsonl");
+    for content in ["", "\n\n", "{\"type\":\"resume\"}\n"] {
+        std::fs::write(&path, content).unwrap();
+        let out = replay_in(tmp.path(), &[path.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(1), "{content:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(
+            err.contains(&format!("{}: no messages to replay", path.display())),
+            "{err}"
+        );
+        assert!(out.stdout.is_empty());
+    }
+    assert_eq!(entries(tmp.path()), ["empty.jsonl"]);
+}
+
+#[test]
+fn every_figure_of_the_summary_is_explained_in_its_legend() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = replay_in(tmp.path(), &["--synthetic", "5"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    let (figures, legend) = text.split_once("what the figures mean:").unwrap();
+    // The figures: the indented lines before the legend.
+    let terms: Vec<&str> = figures
+        .lines()
+        .filter(|l| l.starts_with("  ") && !l.trim().is_empty())
+        .map(|l| l.trim_start())
+        .collect();
+    assert_eq!(terms.len(), replay::LEGEND.len(), "{figures}");
+    for (term, meaning) in replay::LEGEND {
+        assert!(
+            terms.iter().any(|t| t.starts_with(term)),
+            "{term}: {figures}"
+        );
+        assert!(
+            legend.contains(&format!("  {term:<18} {}", meaning[0])),
+            "{legend}"
+        );
+    }
+}

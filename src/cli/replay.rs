@@ -9,9 +9,13 @@ use super::runtime;
 pub struct Args {
     /// JSON Lines of messages (or toolwire transcript lines); `.gz` is fine.
     path: Option<PathBuf>,
-    /// Where the transcript and artifacts go (default: a fresh directory).
-    #[arg(long)]
+    /// Where the transcript and artifacts go, and stay (default: a fresh
+    /// temporary directory, removed at the end).
+    #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
+    /// Keep the temporary data directory instead of removing it.
+    #[arg(long, conflicts_with = "data_dir")]
+    keep: bool,
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
@@ -50,16 +54,31 @@ pub fn run(args: Args) -> ExitCode {
             Err(err) => return fail(err),
         },
     };
-    let data_dir = match args.data_dir {
-        Some(dir) => match std::fs::create_dir_all(&dir).and_then(|()| std::path::absolute(&dir)) {
+    if !steps.iter().any(|s| matches!(s, replay::Step::Message(_))) {
+        let what = match (&args.path, args.synthetic) {
+            (_, Some(_)) => "--synthetic 0".to_owned(),
+            (Some(path), None) => path.display().to_string(),
+            (None, None) => "the bundled session".to_owned(),
+        };
+        return fail(format!("{what}: no messages to replay"));
+    }
+    // A directory the user named stays; a temporary one is removed when
+    // `temp` drops (after the server has stopped), unless `--keep`.
+    let mut temp = None;
+    let data_dir = match &args.data_dir {
+        Some(dir) => match std::fs::create_dir_all(dir).and_then(|()| std::path::absolute(dir)) {
             Ok(dir) => dir,
             Err(err) => return fail(format!("{}: {err}", dir.display())),
         },
         None => match replay::fresh_data_dir() {
-            Ok(dir) => dir,
+            Ok(dir) => temp.insert(dir).path().to_path_buf(),
             Err(err) => return fail(format!("creating a data directory: {err}")),
         },
     };
+    let kept = temp.is_none() || args.keep;
+    if args.keep {
+        temp.take().map(tempfile::TempDir::keep);
+    }
     let server = match std::env::current_exe() {
         Ok(exe) => exe,
         Err(err) => return fail(format!("locating the toolwire executable: {err}")),
@@ -90,7 +109,7 @@ pub fn run(args: Args) -> ExitCode {
             Err(err) => fail(err.to_string()),
         },
         Ok(summary) => {
-            print!("{}", replay::render(&summary));
+            print!("{}", replay::render(&summary, kept));
             ExitCode::SUCCESS
         }
         Err(err) => fail(err.to_string()),

@@ -328,23 +328,90 @@ fn percentile(sorted: &[Duration], p: usize) -> f64 {
     sorted[idx.min(sorted.len() - 1)].as_secs_f64() * 1000.0
 }
 
-/// A fresh data directory for a replay: `<tmp>/toolwire-replay-<n>`.
-pub fn fresh_data_dir() -> std::io::Result<PathBuf> {
-    let dir = tempfile::Builder::new()
+/// A fresh data directory for a replay, `<tmp>/toolwire-replay-<n>`,
+/// removed when dropped (unless kept with [`tempfile::TempDir::keep`]).
+pub fn fresh_data_dir() -> std::io::Result<tempfile::TempDir> {
+    tempfile::Builder::new()
         .prefix("toolwire-replay-")
-        .tempdir()?;
-    Ok(dir.keep())
+        .tempdir()
 }
 
-/// The human-readable summary.
-pub fn render(summary: &Summary) -> String {
+/// What each line of the summary means, printed under it: the term as
+/// the summary shows it, then its meaning (one line of text per entry).
+pub const LEGEND: &[(&str, &[&str])] = &[
+    (
+        "messages",
+        &["the recording's messages; a turn is one assistant message"],
+    ),
+    ("tool results", &["tool_result blocks in the user messages"]),
+    (
+        "chars received",
+        &["their text as recorded: what the model gets without toolwire"],
+    ),
+    (
+        "chars sent",
+        &["their text after budget/apply, previews in place of saved results"],
+    ),
+    (
+        "results persisted",
+        &["results saved to disk once and replaced by a preview"],
+    ),
+    (
+        "decisions reapplied",
+        &[
+            "results decided on an earlier turn and sent again exactly as then",
+            "(the same bytes, so the provider's prompt cache keeps hitting)",
+        ],
+    ),
+    (
+        "pairs",
+        &[
+            "committed: tool calls written with all their results; discarded:",
+            "interrupted calls dropped unwritten; synthesized: interrupted calls",
+            "closed with an error result",
+        ],
+    ),
+    (
+        "latency per call",
+        &["the time each budget/apply, pair/append and pair/flush took"],
+    ),
+];
+
+fn legend() -> String {
+    let mut out = String::from("  what the figures mean:\n");
+    for (term, lines) in LEGEND {
+        for (i, line) in lines.iter().enumerate() {
+            let term = if i == 0 { *term } else { "" };
+            out.push_str(&format!("  {term:<18} {line}\n"));
+        }
+    }
+    out
+}
+
+/// The human-readable summary, with its legend. `kept`: whether the data
+/// directory stays after the replay.
+pub fn render(summary: &Summary, kept: bool) -> String {
     let ratio = if summary.chars_received > 0 {
         summary.chars_sent as f64 / summary.chars_received as f64 * 100.0
     } else {
         100.0
     };
+    let place = if kept {
+        format!("into {}", summary.data_dir)
+    } else {
+        "in a temporary directory".to_owned()
+    };
+    let kept = if kept {
+        format!(
+            "transcript: {}/sessions/{}.jsonl\n",
+            summary.data_dir, summary.session_id
+        )
+    } else {
+        "the data directory was temporary and is removed: --keep or --data-dir DIR keeps it\n"
+            .to_owned()
+    };
     format!(
-        "replayed session {sid} into {dir}\n\
+        "replayed session {sid} {place}\n\
          \n  messages           {messages} ({turns} assistant turns, {resumes} resume(s))\n  \
          tool results       {results}\n  \
          chars received     {recv}\n  \
@@ -353,9 +420,9 @@ pub fn render(summary: &Summary) -> String {
          decisions reapplied {re}\n  \
          pairs              {pc} committed, {pd} discarded, {ps} synthesized\n  \
          latency per call   p50 {p50:.2} ms, p99 {p99:.2} ms over {calls} calls\n\
-         \ntranscript: {dir}/sessions/{sid}.jsonl\n",
+         \n{legend}\n{kept}",
+        legend = legend(),
         sid = summary.session_id,
-        dir = summary.data_dir,
         messages = summary.messages,
         turns = summary.turns,
         resumes = summary.resumes,
