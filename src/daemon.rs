@@ -18,6 +18,9 @@
 //!   the daemon's pid.
 //! - With no client for `--idle-timeout` seconds the daemon removes its
 //!   socket (still holding the lock) and exits.
+//! - The daemon's stderr (its log, filtered by the starter's `RUST_LOG`) is
+//!   `<name>.log` beside the socket (0600, started afresh by each daemon),
+//!   so an editor can show it; clients compute the name as below.
 //!
 //! A forwarder's client ending (EOF, crash) ends that client's connection
 //! only: its pending pairs are flushed, other clients are untouched.
@@ -45,6 +48,8 @@ pub struct Paths {
     pub dir: PathBuf,
     pub socket: PathBuf,
     pub lock: PathBuf,
+    /// The daemon's stderr.
+    pub log: PathBuf,
 }
 
 fn uid() -> u32 {
@@ -76,6 +81,7 @@ pub fn paths_in(dir: PathBuf, workspace: &Path) -> io::Result<Paths> {
     Ok(Paths {
         socket: dir.join(format!("{stem}.sock")),
         lock: dir.join(format!("{stem}.lock")),
+        log: dir.join(format!("{stem}.log")),
         dir,
     })
 }
@@ -255,7 +261,7 @@ async fn connect_or_start(
     if let Ok(stream) = UnixStream::connect(&paths.socket).await {
         return Ok(stream);
     }
-    spawn_daemon(workspace, idle)?;
+    spawn_daemon(paths, workspace, idle)?;
     let mut last = None;
     for _ in 0..500 {
         match UnixStream::connect(&paths.socket).await {
@@ -267,10 +273,19 @@ async fn connect_or_start(
     Err(last.unwrap_or_else(|| io::Error::other("the daemon did not start")))
 }
 
-/// Start `toolwire daemon` detached: its own session, no stdio of ours.
-fn spawn_daemon(workspace: &Path, idle: Duration) -> io::Result<()> {
+/// Start `toolwire daemon` detached: its own session, no stdio of ours;
+/// its stderr goes to the log file beside the socket.
+fn spawn_daemon(paths: &Paths, workspace: &Path, idle: Duration) -> io::Result<()> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe()?;
+    // Never through a link planted in the (private) directory.
+    let log = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&paths.log)?;
     let mut command = std::process::Command::new(exe);
     command
         .arg("daemon")
@@ -280,7 +295,7 @@ fn spawn_daemon(workspace: &Path, idle: Duration) -> io::Result<()> {
         .arg(idle.as_secs().to_string())
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(log)
         .current_dir(workspace);
     // SAFETY: setsid is async-signal-safe and touches only the child.
     unsafe {

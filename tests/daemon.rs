@@ -99,6 +99,13 @@ async fn clients_of_one_workspace_share_one_server() {
         &std::fs::metadata(&paths.dir).unwrap().permissions(),
     );
     assert_eq!(mode & 0o777, 0o700);
+    // The daemon's stderr is its log file, private like the socket.
+    let log = std::fs::symlink_metadata(&paths.log).expect("the daemon's log file");
+    assert!(log.is_file());
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&log.permissions()) & 0o777,
+        0o600
+    );
 
     // `exit` ends one client's connection, not the daemon.
     a.call("shutdown", Value::Null).await;

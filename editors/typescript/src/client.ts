@@ -7,7 +7,10 @@
 // table from ./methods.ts, both generated from toolwire's published
 // schemas, so the compiler checks each call.
 import { spawn, type ChildProcess } from "node:child_process";
-import { isAbsolute } from "node:path";
+import { createHash } from "node:crypto";
+import { realpathSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { isAbsolute, join } from "node:path";
 import { pathToFileURL } from "node:url";
 import {
   CancellationTokenSource,
@@ -56,9 +59,23 @@ function rootToUri(root: string): { uri: string; path: string | undefined } {
   return { uri: pathToFileURL(root).href, path: root };
 }
 
+/**
+ * The log file of the shared daemon of `root` (its stderr), as toolwire
+ * names it: `<runtime dir>/<first 8 bytes of sha256(canonical root), hex>-<version>.log`,
+ * the runtime dir being `$XDG_RUNTIME_DIR/toolwire`, else `<tmp>/toolwire-<uid>`.
+ */
+export function daemonLogPath(root: string, serverVersion: string, env: NodeJS.ProcessEnv = process.env): string {
+  const xdg = env.XDG_RUNTIME_DIR;
+  const dir = xdg ? join(xdg, "toolwire") : join(env.TMPDIR || tmpdir(), `toolwire-${process.geteuid?.() ?? 0}`);
+  const key = createHash("sha256").update(realpathSync(root)).digest("hex").slice(0, 16);
+  return join(dir, `${key}-${serverVersion}.log`);
+}
+
 export class ToolwireClient extends ToolwireMethods {
   private readonly progress = new Map<string, (value: unknown) => void>();
   private nextToken = 1;
+  /** With the shared daemon: its log file (see `daemonLogPath`). */
+  daemonLog: string | undefined;
   /** Resolves with the child's exit code (null when killed by a signal) once it has exited. */
   readonly exited: Promise<number | null>;
 
@@ -141,7 +158,11 @@ export class ToolwireClient extends ToolwireMethods {
     }
     died.catch(() => undefined);
     await connection.sendNotification("initialized", {});
-    return new ToolwireClient(connection, child, result);
+    const client = new ToolwireClient(connection, child, result);
+    if (path && (options.shared ?? true) && !options.command) {
+      client.daemonLog = daemonLogPath(path, result.serverInfo.version ?? "", options.env ?? process.env);
+    }
+    return client;
   }
 
   /** The methods this server supports (`capabilities.experimental.toolwire.methods`). */

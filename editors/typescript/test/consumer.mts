@@ -48,7 +48,8 @@ async function notFound(): Promise<void> {
 async function main(): Promise<void> {
   await notFound();
   // Found through TOOLWIRE_BIN, shared (the default): two clients, one daemon.
-  const env = { ...process.env, TOOLWIRE_BIN: binary, PATH: emptyDir };
+  // RUST_LOG reaches the daemon its first client starts.
+  const env = { ...process.env, TOOLWIRE_BIN: binary, PATH: emptyDir, RUST_LOG: "toolwire=info" };
   const logs: string[] = [];
   const a = await ToolwireClient.start({ root, env, idleTimeout: 1, config: { durability: "none" }, onLog: (t) => logs.push(t) });
   const b = await ToolwireClient.start({ root, binary, idleTimeout: 1 });
@@ -67,6 +68,9 @@ async function main(): Promise<void> {
     assert.deepEqual(applied.persisted.map((p) => p.toolUseId), ["t1"]);
     assert.equal(readFileSync(applied.persisted[0]!.path, "utf8"), "x".repeat(60_000));
     assert.deepEqual((await b.stateGet({ sessionId: "ts" })).seenIds, ["t1"]);
+    // The daemon's log names what it persisted.
+    assert.ok(a.daemonLog && b.daemonLog === a.daemonLog, "one daemon log");
+    assert.ok(readFileSync(a.daemonLog, "utf8").includes(applied.persisted[0]!.path), "the daemon log names the artifact");
     const page = await b.artifactRead({ sessionId: "ts", toolUseId: "t1", limit: 1 });
     assert.equal(page.text, "x".repeat(60_000));
     await assert.rejects(b.artifactRead({ sessionId: "ts", toolUseId: "nope" }), (err: unknown) => err instanceof ArtifactNotFoundError && err.code === -32015);
