@@ -6,8 +6,9 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 
-command -v node >/dev/null || { echo "install.sh: node (>= 18) is required" >&2; exit 1; }
-command -v python3 >/dev/null || { echo "install.sh: python3 (>= 3.11) is required" >&2; exit 1; }
+command -v node >/dev/null || { echo "install.sh: node (>= 18) is required: apt-get install nodejs npm" >&2; exit 1; }
+command -v python3 >/dev/null || { echo "install.sh: python3 (>= 3.11) is required: apt-get install python3 python3-venv" >&2; exit 1; }
+python3 -c 'import ensurepip' 2>/dev/null || { echo "install.sh: python3's venv module is incomplete: apt-get install python3-venv" >&2; exit 1; }
 
 cd "$here/typescript"
 if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then

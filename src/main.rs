@@ -4,7 +4,7 @@ mod cli;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
@@ -39,6 +39,11 @@ enum Command {
     /// Print a saved tool output, a range of its lines, or the lines
     /// matching a pattern.
     Show(cli::show::Args),
+    /// Print a shell completion script, e.g. `toolwire completions bash
+    /// > ~/.local/share/bash-completion/completions/toolwire`.
+    Completions(cli::completions::Args),
+    /// Print the manual page (roff), or write every page into a directory.
+    Man(cli::man::Args),
 }
 
 fn main() -> ExitCode {
@@ -58,6 +63,8 @@ fn main() -> ExitCode {
         Command::Repair(args) => cli::repair::run(args),
         Command::Show(args) => cli::show::run(args),
         Command::Import(args) => cli::import::run(args),
+        Command::Completions(args) => cli::completions::run(args, Cli::command()),
+        Command::Man(args) => cli::man::run(args, Cli::command()),
     }
 }
 

@@ -14,7 +14,10 @@ for part in "$here"/setup.d/*.sh; do
     failed+=("$(basename "$part")")
   fi
 done
+# A failed part does not stop README's `./tests/setup.sh && cargo test`:
+# the tests that need it fail, saying which command fixes it, and every
+# other test still runs.
 if [ ${#failed[@]} -gt 0 ]; then
-  echo "tests/setup.sh: these parts failed: ${failed[*]} (the tests that need them will fail; the others run)" >&2
-  exit 1
+  echo "tests/setup.sh: these parts failed: ${failed[*]}; the tests that need them will fail and say how to fix it, every other test still runs" >&2
 fi
+exit 0

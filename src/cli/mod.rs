@@ -2,7 +2,9 @@
 //!
 //! Adding a command is a file here and one variant in `main.rs`.
 
+pub mod completions;
 pub mod import;
+pub mod man;
 pub mod repair;
 pub mod replay;
 pub mod schema;
@@ -25,5 +27,20 @@ pub fn existing_dir(arg: &str) -> Result<std::path::PathBuf, String> {
         Ok(_) => Err("not a directory".into()),
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => Err("no such directory".into()),
         Err(err) => Err(err.to_string()),
+    }
+}
+
+/// Write a command's whole output to stdout. A reader that went away (a
+/// closed pipe: `toolwire man | head`) is not an error worth a message.
+pub fn write_stdout(bytes: &[u8]) -> std::process::ExitCode {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("toolwire: writing to stdout: {err}");
+            std::process::ExitCode::FAILURE
+        }
     }
 }
