@@ -69,7 +69,7 @@ where
                 return Err(ClientError::Protocol("malformed frame".into()));
             };
             let mut msg: Value =
-                serde_json::from_slice(&body).map_err(|e| ClientError::Protocol(e.to_string()))?;
+                crate::json::from_slice(&body).map_err(|e| ClientError::Protocol(e.to_string()))?;
             if msg.get("id") != Some(&json!(id)) {
                 continue;
             }

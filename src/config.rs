@@ -199,6 +199,8 @@ pub struct Config {
     /// workspace root. Default: `<workspace>/.toolwire`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub data_dir: Option<PathBuf>,
+    #[serde(deserialize_with = "crate::protocol::by_name::one")]
+    #[schemars(with = "Limits")]
     pub limits: Limits,
     /// Tool names whose results are never replaced.
     pub exempt_tools: Vec<String>,

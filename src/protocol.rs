@@ -260,9 +260,19 @@ pub struct InitializeParams {
     /// The workspace root as a `file://` URI.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root_uri: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "by_name::option_vec"
+    )]
+    #[schemars(with = "Option<Vec<WorkspaceFolder>>")]
     pub workspace_folders: Option<Vec<WorkspaceFolder>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "by_name::option"
+    )]
+    #[schemars(with = "Option<NameVersion>")]
     pub client_info: Option<NameVersion>,
     /// The client's LSP `ClientCapabilities`; accepted and not used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -319,7 +329,12 @@ pub struct BudgetApplyParams {
     pub session_id: SessionId,
     /// The conversation, or its tail, about to be sent.
     pub messages: Vec<Message>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "by_name::option"
+    )]
+    #[schemars(with = "Option<LimitsOverride>")]
     pub limits: Option<LimitsOverride>,
     /// How this request's fresh previews are cut (decided ones keep theirs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -392,7 +407,12 @@ pub struct StateReconstructParams {
     pub session_id: SessionId,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub messages: Option<Vec<Message>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "by_name::option_vec"
+    )]
+    #[schemars(with = "Option<Vec<ReplacementRecord>>")]
     pub records: Option<Vec<ReplacementRecord>>,
     /// A parent's replacements, for a fork that did not copy its transcript.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -564,4 +584,68 @@ pub struct ErrorData {
     pub session_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub method: Option<String>,
+}
+
+/// Params are taken by name only (PROTOCOL.md describes every method's
+/// params as an object). `serde`'s derived structs also accept a JSON array
+/// as the fields in declaration order, which would let `limits: [10]` set
+/// `maxResultChars` silently; fields holding a struct use these instead, so
+/// an array there is refused with `-32602` naming the field.
+pub mod by_name {
+    use serde::de::{Deserialize, Deserializer, Visitor};
+
+    /// A struct read only from a JSON object.
+    pub struct Named<T>(pub T);
+
+    impl<'de, T: Deserialize<'de>> Deserialize<'de> for Named<T> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            T::deserialize(MapOnly(d)).map(Named)
+        }
+    }
+
+    /// For `#[serde(deserialize_with)]` on a struct field.
+    pub fn one<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<T, D::Error> {
+        Named::<T>::deserialize(d).map(|n| n.0)
+    }
+
+    /// For an optional struct field.
+    pub fn option<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+        d: D,
+    ) -> Result<Option<T>, D::Error> {
+        Option::<Named<T>>::deserialize(d).map(|o| o.map(|n| n.0))
+    }
+
+    /// For an optional list of structs.
+    pub fn option_vec<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+        d: D,
+    ) -> Result<Option<Vec<T>>, D::Error> {
+        let list = Option::<Vec<Named<T>>>::deserialize(d)?;
+        Ok(list.map(|l| l.into_iter().map(|n| n.0).collect()))
+    }
+
+    /// Hands a struct's visitor a map, never a sequence.
+    struct MapOnly<D>(D);
+
+    impl<'de, D: Deserializer<'de>> Deserializer<'de> for MapOnly<D> {
+        type Error = D::Error;
+
+        fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+            self.0.deserialize_any(visitor)
+        }
+
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _name: &'static str,
+            _fields: &'static [&'static str],
+            visitor: V,
+        ) -> Result<V::Value, D::Error> {
+            self.0.deserialize_map(visitor)
+        }
+
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+            bytes byte_buf option unit unit_struct newtype_struct seq tuple
+            tuple_struct map enum identifier ignored_any
+        }
+    }
 }

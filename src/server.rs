@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures_util::StreamExt;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 use tokio_util::codec::FramedRead;
@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, Effective};
 use crate::error::{Error, Result};
+use crate::json::ParseError;
 use crate::methods::{self, ConnShared, RequestCx};
 use crate::protocol::{
     Experimental, InitializeParams, InitializeResult, NameVersion, ServerCapabilities,
@@ -151,8 +152,15 @@ where
 impl Connection {
     fn on_body(&mut self, body: &[u8]) {
         let direct = ReplySink::Direct(self.shared.outbox.clone());
-        let value: Value = match serde_json::from_slice(body) {
+        let value: Value = match crate::json::from_slice(body) {
             Ok(value) => value,
+            Err(err @ ParseError::TooDeep { .. }) => {
+                // Valid JSON the server will not hold: answer the request
+                // it carries, not an anonymous parse error.
+                let id = crate::json::request_id(body);
+                direct.reply(&id, Err(Error::InvalidRequest(err.to_string())));
+                return;
+            }
             Err(err) => {
                 direct.reply(&Value::Null, Err(Error::Parse(err.to_string())));
                 return;
@@ -304,8 +312,7 @@ impl Connection {
     }
 
     fn initialize(&mut self, raw: Value) -> Result<Value> {
-        let raw = if raw.is_null() { json!({}) } else { raw };
-        let params: InitializeParams = crate::error::from_value(raw, "")?;
+        let params: InitializeParams = methods::params(raw)?;
         let workspace = workspace_root(&params)?;
         let config = config::load(&workspace, params.initialization_options.as_ref())?;
         tracing::info!(workspace = %workspace.display(), data_dir = %config.data_dir.display(), client = ?params.client_info.as_ref().map(|c| &c.name), "initialized");

@@ -13,12 +13,12 @@
 //! queueing; a snapshot is only ever replaced whole, after the work it
 //! reflects has completed.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::BufReader;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
 use futures_util::FutureExt;
@@ -125,6 +125,98 @@ pub struct Registry {
     slots: Mutex<HashMap<SessionKey, Arc<Slot>>>,
     storage: Arc<Storage>,
     idle: Duration,
+    open: Arc<OpenTranscripts>,
+}
+
+/// The sessions holding their transcript open, least recently used first.
+///
+/// Each open transcript holds a file descriptor (and its lock) for as long
+/// as its session stays loaded. Past `max` of them, the least recently used
+/// session is asked, in its own queue, to close its transcript (as an idle
+/// one does); its next request reopens it, taking the lock again. A session
+/// with a pending pair cannot close (the pair lives only in memory), so it
+/// stays open and the next one in line goes instead.
+pub struct OpenTranscripts {
+    max: usize,
+    lru: Mutex<Lru>,
+}
+
+#[derive(Default)]
+struct Lru {
+    stamp: u64,
+    by_key: HashMap<SessionKey, (u64, Weak<Slot>)>,
+    by_stamp: BTreeMap<u64, SessionKey>,
+}
+
+impl OpenTranscripts {
+    pub fn new(max: usize) -> Self {
+        OpenTranscripts {
+            max: max.max(1),
+            lru: Mutex::new(Lru::default()),
+        }
+    }
+
+    /// The bound for a process whose soft limit on open files is `limit`:
+    /// half of it, leaving the rest for artifacts being written, sockets,
+    /// and transcripts being read.
+    pub fn for_open_files_limit(limit: u64) -> Self {
+        OpenTranscripts::new(usize::try_from(limit / 2).unwrap_or(usize::MAX).max(8))
+    }
+
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// How many transcripts are open now.
+    pub fn count(&self) -> usize {
+        self.lock().by_key.len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Lru> {
+        self.lru.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `slot`'s session has its transcript open and was just used. Asks the
+    /// least recently used sessions to close theirs while over the bound.
+    fn touch(&self, key: &SessionKey, slot: &Weak<Slot>, evict: bool) {
+        let victims = {
+            let mut lru = self.lock();
+            lru.stamp += 1;
+            let stamp = lru.stamp;
+            if let Some((old, _)) = lru.by_key.insert(key.clone(), (stamp, slot.clone())) {
+                lru.by_stamp.remove(&old);
+            }
+            lru.by_stamp.insert(stamp, key.clone());
+            let mut victims = Vec::new();
+            while evict && lru.by_key.len() > self.max {
+                let Some((_, oldest)) = lru.by_stamp.pop_first() else {
+                    break;
+                };
+                if let Some((_, victim)) = lru.by_key.remove(&oldest) {
+                    victims.push(victim);
+                }
+            }
+            victims
+        };
+        for victim in victims.iter().filter_map(Weak::upgrade) {
+            let _ = victim.enqueue(Box::new(|session| {
+                Box::pin(async move {
+                    session.close_if_idle();
+                    // Still open (a pair is pending): back in line, without
+                    // evicting another in turn (which could go round and
+                    // round while every session has a pending pair).
+                    session.evicting = false;
+                })
+            }));
+        }
+    }
+
+    fn closed(&self, key: &SessionKey) {
+        let mut lru = self.lock();
+        if let Some((stamp, _)) = lru.by_key.remove(key) {
+            lru.by_stamp.remove(&stamp);
+        }
+    }
 }
 
 /// How long a session stays loaded with nothing to do. Then, if it has a
@@ -135,11 +227,21 @@ pub const DEFAULT_SESSION_IDLE: Duration = Duration::from_secs(300);
 
 impl Registry {
     pub fn new(storage: Storage, idle: Duration) -> Self {
+        let open = OpenTranscripts::for_open_files_limit(crate::process::open_files_limit());
+        Registry::with_open_bound(storage, idle, open)
+    }
+
+    pub fn with_open_bound(storage: Storage, idle: Duration, open: OpenTranscripts) -> Self {
         Registry {
             slots: Mutex::new(HashMap::new()),
             storage: Arc::new(storage),
             idle,
+            open: Arc::new(open),
         }
+    }
+
+    pub fn open_transcripts(&self) -> &OpenTranscripts {
+        &self.open
     }
 
     pub fn storage(&self) -> &Arc<Storage> {
@@ -171,6 +273,9 @@ impl Registry {
             published,
             storage: self.storage.clone(),
             loaded: None,
+            open: self.open.clone(),
+            slot: Arc::downgrade(&slot),
+            evicting: true,
         };
         tokio::spawn(run_worker(session, rx, self.idle));
         slots.insert(key, slot.clone());
@@ -214,7 +319,10 @@ async fn run_worker(mut session: Session, mut queue: mpsc::UnboundedReceiver<Job
             tracing::error!(session = %session.key.id, "session job panicked; reloading from disk");
             session.unload();
         }
+        let evict = std::mem::replace(&mut session.evicting, true);
+        session.track_open(evict);
     }
+    session.unload();
 }
 
 /// A session as its worker holds it.
@@ -223,6 +331,11 @@ pub struct Session {
     published: PublishedCell,
     storage: Arc<Storage>,
     loaded: Option<Loaded>,
+    open: Arc<OpenTranscripts>,
+    slot: Weak<Slot>,
+    /// Whether the job just run may make other sessions close theirs
+    /// (false for the job that asked this one to close).
+    evicting: bool,
 }
 
 /// A session's contents once read from disk.
@@ -299,9 +412,20 @@ impl Session {
         }
     }
 
+    /// Report whether the transcript is open to the bound on open
+    /// transcripts, as the most recently used.
+    fn track_open(&self, evict: bool) {
+        if self.loaded.as_ref().is_some_and(|l| l.transcript.is_some()) {
+            self.open.touch(&self.key, &self.slot, evict);
+        } else {
+            self.open.closed(&self.key);
+        }
+    }
+
     /// Drop what is in memory; the next job reloads from disk.
     pub fn unload(&mut self) {
         self.loaded = None;
+        self.open.closed(&self.key);
         if let Ok(mut p) = self.published.write() {
             *p = None;
         }
@@ -392,9 +516,13 @@ fn load_from_disk(key: &SessionKey, files: &dyn LogFileFactory) -> Result<Loaded
     let storage = |err: std::io::Error| Error::storage(&path, &err);
     let read = File::open(&path).map_err(storage)?;
     let mut image = SessionImage::default();
-    let (complete, torn) =
-        reader::read_lines(BufReader::new(read), |span, entry| image.add(span, entry))
-            .map_err(storage)?;
+    let (complete, torn) = reader::read_lines(
+        BufReader::new(read),
+        reader::ReadLimits::default(),
+        || false,
+        |span, entry| image.add(span, entry),
+    )
+    .map_err(storage)?;
     let keep = image.open_call_at().unwrap_or(complete);
     image.cut_open_call();
     let actual = file.metadata().map_err(storage)?.len();

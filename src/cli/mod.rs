@@ -13,9 +13,7 @@ pub mod show;
 
 /// The multi-threaded runtime every async command runs on.
 pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
+    toolwire::process::runtime()
 }
 
 /// A clap value parser for a directory that must exist, so a mistyped path

@@ -53,6 +53,10 @@ fn shared(workspace: Option<PathBuf>, idle_timeout: u64, daemon: bool) -> ExitCo
         }
     };
     let idle = std::time::Duration::from_secs(idle_timeout);
+    if daemon {
+        let prepared = toolwire::process::prepare();
+        tracing::info!(open_files = prepared.open_files, "daemon starting");
+    }
     let outcome = runtime().and_then(|rt| {
         let outcome = rt.block_on(async {
             if daemon {
@@ -74,6 +78,8 @@ fn shared(workspace: Option<PathBuf>, idle_timeout: u64, daemon: bool) -> ExitCo
 }
 
 fn serve() -> ExitCode {
+    let prepared = toolwire::process::prepare();
+    tracing::debug!(open_files = prepared.open_files, "process prepared");
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(err) => {
@@ -83,11 +89,20 @@ fn serve() -> ExitCode {
     };
     let end = rt.block_on(async {
         let server = Server::new(Storage::default());
-        let end =
-            server::serve_connection(server.clone(), tokio::io::stdin(), tokio::io::stdout()).await;
+        // On a runtime thread (sized for deep messages), not this one.
+        let connection = tokio::spawn(server::serve_connection(
+            server.clone(),
+            tokio::io::stdin(),
+            tokio::io::stdout(),
+        ));
+        let end = connection.await;
         server.registry.close_all().await;
         end
     });
+    let Ok(end) = end else {
+        eprintln!("toolwire: the connection task failed");
+        return ExitCode::FAILURE;
+    };
     // Session workers may still be idle in the background; the client is
     // gone and every pair it left has been flushed, so stop here.
     rt.shutdown_background();

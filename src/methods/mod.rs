@@ -99,9 +99,23 @@ pub trait ConcurrentMethod: Method {
 pub type Pending = BoxFuture<'static, Result<Value>>;
 type Route = fn(RequestCx, Value) -> Result<Pending>;
 
-fn params<P: serde::de::DeserializeOwned>(value: Value) -> Result<P> {
-    let value = if value.is_null() { json!({}) } else { value };
+/// Decode a method's params: an object (by name), or nothing at all.
+pub fn params<P: serde::de::DeserializeOwned>(value: Value) -> Result<P> {
+    let value = match value {
+        Value::Null => json!({}),
+        Value::Array(_) => return Err(by_position()),
+        value => value,
+    };
     crate::error::from_value(value, "")
+}
+
+/// Every toolwire method names its params; a JSON-RPC by-position array is
+/// refused rather than mapped onto fields in declaration order.
+pub fn by_position() -> Error {
+    Error::invalid_params(
+        "params",
+        "params must be an object (by name); by-position params are not accepted",
+    )
 }
 
 fn encode<T: serde::Serialize>(result: T) -> Result<Value> {

@@ -21,7 +21,7 @@ use crate::protocol::{
 };
 use crate::session::Session;
 use crate::state::{Replacement, ReplacementState};
-use crate::transcript::reader::{self, SessionImage};
+use crate::transcript::reader::{self, ReadLimits, SessionImage};
 
 impl SessionMethod for StateReconstruct {
     fn session_id(params: &StateReconstructParams) -> &SessionId {
@@ -62,14 +62,20 @@ async fn reconstruct(
         );
         let token = params.work_done_token.clone();
         let progress_cx = cx.clone();
+        let cancel = cx.cancel.clone();
         image = tokio::task::spawn_blocking(move || {
-            read_transcript(&path, image, |done, total| {
-                let percentage = (done * 100).checked_div(total).unwrap_or(100);
-                progress_cx.progress(
-                    token.as_ref(),
-                    json!({"kind": "report", "percentage": percentage}),
-                );
-            })
+            read_transcript(
+                &path,
+                image,
+                || cancel.is_cancelled(),
+                |done, total| {
+                    let percentage = (done * 100).checked_div(total).unwrap_or(100);
+                    progress_cx.progress(
+                        token.as_ref(),
+                        json!({"kind": "report", "percentage": percentage}),
+                    );
+                },
+            )
         })
         .await
         .map_err(|e| Error::Internal(e.to_string()))??;
@@ -108,25 +114,33 @@ async fn reconstruct(
 }
 
 /// Stream a transcript into `image`, calling `progress(bytes, total)` every
-/// few megabytes. Nothing is cut: the file may be anyone's.
+/// few megabytes. Nothing is cut: the file may be anyone's. Only a regular
+/// file is read (a FIFO or a device could block or never end), a line
+/// longer than a frame is skipped and counted without being held, and
+/// `cancelled` is polled between reads.
 fn read_transcript(
     path: &std::path::Path,
     mut image: SessionImage,
+    cancelled: impl Fn() -> bool,
     progress: impl Fn(u64, u64),
 ) -> Result<SessionImage> {
-    let file = std::fs::File::open(path).map_err(|err| Error::storage(path, &err))?;
+    let file = reader::open_regular(path)?;
     let total = file.metadata().map(|m| m.len()).unwrap_or(0);
     const STEP: u64 = 8 << 20;
     let mut next_report = STEP;
     let reader = BufReader::with_capacity(1 << 20, file);
-    let (_, torn) = reader::read_lines(reader, |span, head| {
+    let read = reader::read_lines(reader, ReadLimits::default(), &cancelled, |span, head| {
         image.add(span, head);
         if span.offset + span.len >= next_report {
             next_report += STEP;
             progress(span.offset + span.len, total);
         }
-    })
-    .map_err(|err| Error::storage(path, &err))?;
+    });
+    let (_, torn) = match read {
+        Ok(read) => read,
+        Err(_) if cancelled() => return Err(Error::Cancelled),
+        Err(err) => return Err(Error::storage(path, &err)),
+    };
     if torn {
         image.skipped += 1;
     }

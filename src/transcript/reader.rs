@@ -30,7 +30,7 @@ pub enum Entry {
 
 /// Parse one line (without its newline). `None` when it is not a valid line.
 pub fn parse_line(line: &[u8]) -> Option<Entry> {
-    let value: Value = serde_json::from_slice(line).ok()?;
+    let value: Value = crate::json::from_slice(line).ok()?;
     let mut obj = match value {
         Value::Object(obj) => obj,
         _ => return None,
@@ -149,7 +149,7 @@ pub enum Head<'a> {
 /// Parse the head of one line (without its newline); `None` when it is not
 /// a valid line.
 pub fn parse_head(line: &[u8]) -> Option<Head<'_>> {
-    let head: LineHead = serde_json::from_slice(line).ok()?;
+    let head: LineHead = crate::json::from_slice(line).ok()?;
     match head.kind.as_deref() {
         Some("message") => head.message.map(Head::Message),
         Some("replacement") => {
@@ -173,31 +173,106 @@ pub struct Span {
     pub len: u64,
 }
 
+/// How [`read_lines`] reads.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadLimits {
+    /// A longer line is torn: skipped (handed to `f` as unparsable) without
+    /// being held in memory, and reading resumes after its newline.
+    pub max_line: usize,
+}
+
+impl Default for ReadLimits {
+    fn default() -> Self {
+        // No line toolwire writes is longer than the frame that brought it.
+        ReadLimits {
+            max_line: crate::transport::codec::MAX_FRAME,
+        }
+    }
+}
+
 /// Read every line, handing each to `f` with its span and head (`None` for
-/// an unparsable line). Returns the length up to the end of the last
-/// complete line, and whether a torn (unterminated) tail followed it.
+/// an unparsable or overlong line). Returns the length up to the end of the
+/// last complete line, and whether a torn (unterminated) tail followed it.
+///
+/// `cancelled` is asked before each read; once it says yes, reading stops
+/// with an [`io::ErrorKind::Interrupted`] error.
 pub fn read_lines<R: BufRead>(
     mut reader: R,
+    limits: ReadLimits,
+    cancelled: impl Fn() -> bool,
     mut f: impl FnMut(Span, Option<Head>),
 ) -> io::Result<(u64, bool)> {
     let mut buf = Vec::new();
     let mut offset = 0u64;
+    // Bytes of the current line consumed so far, and whether it has
+    // outgrown the limit (its bytes are then dropped as they come).
+    let mut line_len = 0u64;
+    let mut overlong = false;
     loop {
-        buf.clear();
-        let n = reader.read_until(b'\n', &mut buf)?;
-        if n == 0 {
-            return Ok((offset, false));
+        if cancelled() {
+            return Err(io::Error::new(
+                io::ErrorKind::Interrupted,
+                "reading cancelled",
+            ));
         }
-        if buf.last() != Some(&b'\n') {
-            return Ok((offset, true));
-        }
-        let span = Span {
-            offset,
-            len: n as u64,
+        let chunk = match reader.fill_buf() {
+            Ok(chunk) => chunk,
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+            Err(err) => return Err(err),
         };
-        f(span, parse_head(&buf[..n - 1]));
-        offset += n as u64;
+        if chunk.is_empty() {
+            return Ok((offset, line_len > 0));
+        }
+        let (take, complete) = match memchr::memchr(b'\n', chunk) {
+            Some(i) => (i + 1, true),
+            None => (chunk.len(), false),
+        };
+        let body = &chunk[..if complete { take - 1 } else { take }];
+        if !overlong {
+            if buf.len() + body.len() > limits.max_line {
+                overlong = true;
+                buf = Vec::new();
+            } else {
+                buf.extend_from_slice(body);
+            }
+        }
+        line_len += take as u64;
+        reader.consume(take);
+        if complete {
+            let span = Span {
+                offset,
+                len: line_len,
+            };
+            f(span, if overlong { None } else { parse_head(&buf) });
+            offset += line_len;
+            line_len = 0;
+            overlong = false;
+            buf.clear();
+        }
     }
+}
+
+/// Open `path` for reading only if it is a regular file: a FIFO would
+/// block the reader forever and a device such as `/dev/zero` never ends.
+/// Opened without blocking and without following a final symbolic link's
+/// target into a non-file.
+pub fn open_regular(path: &std::path::Path) -> crate::error::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|err| crate::error::Error::storage(path, &err))?;
+    let meta = file
+        .metadata()
+        .map_err(|err| crate::error::Error::storage(path, &err))?;
+    if !meta.is_file() {
+        return Err(crate::error::Error::Storage {
+            message: format!("{} is not a regular file", path.display()),
+            path: Some(path.display().to_string()),
+        });
+    }
+    Ok(file)
 }
 
 /// A session's state as a transcript records it, built in one pass; also

@@ -195,8 +195,12 @@ fn retain_blocks(msg: &mut Value, keep: impl Fn(&Value) -> bool) {
 /// as `<path>.bak`), or only report with `dry_run`. Refuses a transcript
 /// another writer holds locked.
 pub fn repair_file(path: &Path, dry_run: bool) -> Result<TranscriptRepairResult> {
+    // Only a regular file: a FIFO or a device would block or never end.
+    let mut source = super::reader::open_regular(path)?;
     let file = writer::open_locked(path, false)?;
-    let input = fs::read(path).map_err(|err| Error::storage(path, &err))?;
+    let mut input = Vec::new();
+    std::io::Read::read_to_end(&mut source, &mut input)
+        .map_err(|err| Error::storage(path, &err))?;
     let (output, report, changed) = repair_bytes(&input);
     if dry_run || !changed {
         drop(file);

@@ -42,10 +42,14 @@ impl LspCodec {
     }
 }
 
+/// Largest frame body accepted: tool results of tens of megabytes travel
+/// inside one frame, and a transcript line is never longer than the frame
+/// that brought its message.
+pub const MAX_FRAME: usize = 1 << 30;
+
 impl Default for LspCodec {
     fn default() -> Self {
-        // Tool results of tens of megabytes travel inside one frame.
-        LspCodec::new(1 << 30)
+        LspCodec::new(MAX_FRAME)
     }
 }
 

@@ -154,7 +154,7 @@ where
         loop {
             match self.reader.next().await? {
                 Ok(Frame::Body(body)) => {
-                    let value: Value = serde_json::from_slice(&body).unwrap();
+                    let value: Value = toolwire::json::from_slice(&body).unwrap();
                     if value.get("method").is_some() && value.get("id").is_none() {
                         self.notifications.push(value);
                         continue;
@@ -271,7 +271,10 @@ pub fn transcript_lines(path: &Path) -> Vec<Value> {
     match std::fs::read_to_string(path) {
         Ok(text) => text
             .lines()
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad line {l:?}: {e}")))
+            .map(|l| {
+                toolwire::json::from_slice(l.as_bytes())
+                    .unwrap_or_else(|e| panic!("bad line {l:?}: {e}"))
+            })
             .collect(),
         Err(_) => Vec::new(),
     }

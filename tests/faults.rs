@@ -1,0 +1,256 @@
+//! Reliability at the edges: hostile shapes of valid input, exhausted
+//! resources and clients that vanish. Each test here failed on the code
+//! before issue 13.
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+
+/// A tool input nested `depth` levels: `{"a":{"a":...{"a":1}}}`.
+fn nested_input(depth: usize) -> Value {
+    let text = format!("{}1{}", "{\"a\":".repeat(depth), "}".repeat(depth));
+    toolwire::json::from_slice(text.as_bytes()).unwrap()
+}
+
+fn deep_call(id: &str, depth: usize) -> Value {
+    json!({"role": "assistant", "content": [
+        {"type": "tool_use", "id": id, "name": "Deep", "input": nested_input(depth)}
+    ]})
+}
+
+/// Nesting up to 1,000 levels inside a tool input is taken, written,
+/// reloaded and answered; deeper input is refused with the request's own id.
+async fn deep_nesting_round_trips<R, W>(c: &mut Client<R, W>, transcript: &std::path::Path)
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
+    let call = deep_call("toolu_deep", 1000);
+    let r = c
+        .call(
+            "budget/apply",
+            json!({"sessionId": "deep", "messages": [call.clone(), results(&[("toolu_deep", "ok")])]}),
+        )
+        .await;
+    assert_eq!(r["messages"][0], call);
+    c.call("pair/append", json!({"sessionId": "deep", "message": call}))
+        .await;
+    c.call(
+        "pair/append",
+        json!({"sessionId": "deep", "message": results(&[("toolu_deep", "ok")])}),
+    )
+    .await;
+    let lines = transcript_messages(transcript);
+    assert_eq!(lines, vec![call.clone(), results(&[("toolu_deep", "ok")])]);
+
+    // Far deeper than anything accepted: refused, answering its own id.
+    let deep = "[".repeat(100_000);
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":"too-deep","method":"budget/apply","params":{{"sessionId":"deep","messages":{deep}}}}}"#
+    );
+    c.send_raw(format!("Content-Length: {}\r\n\r\n{body}", body.len()).as_bytes())
+        .await;
+    let answer = c.read().await.unwrap();
+    assert_eq!(answer["id"], json!("too-deep"), "{answer}");
+    assert_eq!(answer["error"]["code"], json!(-32600), "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("levels"),
+        "{answer}"
+    );
+    // The session is untouched and still answers.
+    let state = c.call("state/get", json!({"sessionId": "deep"})).await;
+    assert_eq!(state["seenIds"], json!(["toolu_deep"]));
+}
+
+/// Runs `test` on the runtime the binary uses (its threads sized for
+/// deep messages), as the in-process server needs.
+fn on_server_runtime<F: std::future::Future<Output = ()> + Send + 'static>(test: F) {
+    let rt = toolwire::process::runtime().unwrap();
+    rt.block_on(async { tokio::spawn(test).await.unwrap() });
+}
+
+#[test]
+fn nesting_of_a_thousand_levels_is_accepted_deeper_is_answered_by_id() {
+    on_server_runtime(async {
+        let dir = tempfile::tempdir().unwrap();
+        let transcript = dir.path().join(".toolwire/sessions/deep.jsonl");
+        let server = new_server();
+        let (mut c, _task) = connect(server.clone());
+        c.initialize(dir.path(), json!({})).await;
+        deep_nesting_round_trips(&mut c, &transcript).await;
+        server.registry.close_all().await;
+
+        // The binary, on its own threads: a restart reloads the deep line...
+        let (mut c, mut child) = spawn_binary(dir.path());
+        c.initialize(dir.path(), json!({})).await;
+        let state = c.call("state/get", json!({"sessionId": "deep"})).await;
+        assert_eq!(state["seenIds"], json!(["toolu_deep"]));
+        child.kill().await.unwrap();
+        // ... and it takes and refuses the same input.
+        std::fs::remove_file(&transcript).unwrap();
+        let (mut c, _child) = spawn_binary(dir.path());
+        c.initialize(dir.path(), json!({})).await;
+        deep_nesting_round_trips(&mut c, &transcript).await;
+    });
+}
+
+/// Params are by name: a by-position array is refused with -32602 wherever
+/// a struct is expected, top level or nested, and changes nothing.
+#[tokio::test]
+async fn by_position_params_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut c, _task) = connect(new_server());
+    let e = c
+        .fails("initialize", json!([null, "file:///"]), -32602)
+        .await;
+    assert_eq!(e["data"]["path"], json!("params"), "{e}");
+    let e = c
+        .fails(
+            "initialize",
+            json!({"rootUri": file_uri(dir.path()), "initializationOptions": {"limits": [10]}}),
+            -32602,
+        )
+        .await;
+    assert_eq!(
+        e["data"]["path"],
+        json!("initializationOptions.limits"),
+        "{e}"
+    );
+    let e = c
+        .fails(
+            "initialize",
+            json!({"rootUri": file_uri(dir.path()), "clientInfo": ["x", "1"]}),
+            -32602,
+        )
+        .await;
+    assert_eq!(e["data"]["path"], json!("clientInfo"), "{e}");
+    c.initialize(dir.path(), json!({})).await;
+
+    let big = "x".repeat(100);
+    let msg = results(&[("toolu_1", big.as_str())]);
+    let e = c
+        .fails(
+            "budget/apply",
+            json!({"sessionId": "s", "messages": [msg.clone()], "limits": [10]}),
+            -32602,
+        )
+        .await;
+    assert_eq!(e["data"]["path"], json!("limits"), "{e}");
+    let e = c.fails("budget/apply", json!(["s", [msg]]), -32602).await;
+    assert_eq!(e["data"]["path"], json!("params"), "{e}");
+    let e = c.fails("state/get", json!(["s"]), -32602).await;
+    assert_eq!(e["data"]["path"], json!("params"), "{e}");
+    let e = c
+        .fails(
+            "state/reconstruct",
+            json!({"sessionId": "s", "records": [["tool-result", "toolu_1", "r"]]}),
+            -32602,
+        )
+        .await;
+    assert_eq!(e["data"]["path"], json!("records[0]"), "{e}");
+    // Nothing was decided or created by any of them.
+    let state = c.call("state/get", json!({"sessionId": "s"})).await;
+    assert_eq!(state["seenIds"], json!([]));
+    assert!(!dir.path().join(".toolwire/sessions").exists());
+}
+
+/// The peak resident memory of a process, from /proc.
+fn peak_rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kb * 1024
+}
+
+/// `state/reconstruct` reads only regular files, bounds a line by the frame
+/// limit (an overlong one is skipped and counted, never held in memory),
+/// and a long read stays cancellable; the session answers afterwards.
+#[tokio::test]
+async fn reconstruct_reads_only_regular_files_bounds_lines_and_can_be_cancelled() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut c, child) = spawn_binary(dir.path());
+    let pid = child.id().unwrap();
+    c.initialize(dir.path(), json!({"durability": "none"}))
+        .await;
+
+    let fifo = dir.path().join("fifo");
+    let cpath = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo with a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(cpath.as_ptr(), 0o600) }, 0);
+    for path in [fifo.to_str().unwrap(), "/dev/zero"] {
+        let e = c
+            .fails(
+                "state/reconstruct",
+                json!({"sessionId": "r", "transcript": path}),
+                -32014,
+            )
+            .await;
+        assert_eq!(e["data"]["path"], json!(path), "{e}");
+        assert!(
+            e["message"]
+                .as_str()
+                .unwrap()
+                .contains("not a regular file"),
+            "{e}"
+        );
+    }
+
+    // A line longer than the frame limit (1 GiB, a sparse run of zeros):
+    // skipped and counted, the lines around it read.
+    let torn = dir.path().join("torn.jsonl");
+    {
+        use std::io::{Seek, Write};
+        let mut f = std::fs::File::create(&torn).unwrap();
+        let line = |id: &str| {
+            format!(
+                "{}\n{}\n",
+                json!({"type": "message", "message": assistant_calls(&[id])}),
+                json!({"type": "message", "message": results(&[(id, "ok")])})
+            )
+        };
+        f.write_all(line("toolu_a").as_bytes()).unwrap();
+        let at = f.stream_position().unwrap();
+        f.seek(std::io::SeekFrom::Start(
+            at + 2 * toolwire::transport::codec::MAX_FRAME as u64,
+        ))
+        .unwrap();
+        f.write_all(b"\n").unwrap();
+        f.write_all(line("toolu_b").as_bytes()).unwrap();
+    }
+    let r = c
+        .call(
+            "state/reconstruct",
+            json!({"sessionId": "r", "transcript": torn}),
+        )
+        .await;
+    assert_eq!(r["skippedLines"], json!(1), "{r}");
+    assert_eq!(r["messagesRead"], json!(4), "{r}");
+    assert_eq!(r["seenCount"], json!(2), "{r}");
+    // At most one frame's worth is held for a line (before, the whole line).
+    let peak = peak_rss_bytes(pid);
+    let bound = toolwire::transport::codec::MAX_FRAME as u64 + (256 << 20);
+    assert!(peak < bound, "peak resident memory {peak} bytes");
+
+    // A regular file of 64 GiB (sparse) with no newline: cancelled.
+    let endless = dir.path().join("endless.jsonl");
+    std::fs::File::create(&endless)
+        .unwrap()
+        .set_len(64 << 30)
+        .unwrap();
+    let id = c
+        .start(
+            "state/reconstruct",
+            json!({"sessionId": "r", "transcript": endless}),
+        )
+        .await;
+    c.notify("$/cancelRequest", json!({"id": id})).await;
+    let answer = c.response(id).await;
+    assert_eq!(answer["error"]["code"], json!(-32800), "{answer}");
+    // The session's queue moved on, and the cancelled read changed nothing.
+    let state = c.call("state/get", json!({"sessionId": "r"})).await;
+    assert_eq!(state["seenIds"], json!(["toolu_a", "toolu_b"]));
+}
