@@ -58,6 +58,34 @@ pub fn file_name(tool_use_id: &str, kind: ArtifactKind) -> String {
     }
 }
 
+/// Prefix of an artifact write in progress (a temporary file in the same
+/// directory). A write killed before its rename leaves one behind; no
+/// artifact name can start with it (plain names have no `.`, hashed ones
+/// start with `h.`), so a leftover is never taken for an artifact and may be
+/// swept.
+pub const TEMP_PREFIX: &str = ".tmp-";
+
+/// Whether `name` is an artifact's file name as [`file_name`] makes them;
+/// false for temporary leftovers and anything else found in the directory.
+pub fn is_artifact_name(name: &str) -> bool {
+    let Some((stem, ext)) = name.rsplit_once('.') else {
+        return false;
+    };
+    if ext != ArtifactKind::Text.extension() && ext != ArtifactKind::Json.extension() {
+        return false;
+    }
+    let plain = |s: &str| {
+        !s.is_empty()
+            && s.len() <= MAX_PLAIN_ID
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    };
+    match stem.strip_prefix("h.") {
+        Some(hex) => hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
+        None => plain(stem),
+    }
+}
+
 /// The artifact directory of a session.
 pub fn session_dir(data_dir: &Path, session_id: &str) -> PathBuf {
     data_dir
@@ -94,7 +122,9 @@ impl ArtifactStore for FsArtifactStore {
         if let Some(written) = reuse_existing(path, bytes)? {
             return Ok(written);
         }
-        let mut tmp = tempfile::Builder::new().prefix(".tmp-").tempfile_in(dir)?;
+        let mut tmp = tempfile::Builder::new()
+            .prefix(TEMP_PREFIX)
+            .tempfile_in(dir)?;
         tmp.write_all(bytes)?;
         if fsync {
             tmp.as_file().sync_all()?;
@@ -197,6 +227,34 @@ mod tests {
             file_name("../x", ArtifactKind::Text),
             file_name("../y", ArtifactKind::Text)
         );
+    }
+
+    #[test]
+    fn temporary_files_are_never_artifact_names() {
+        let dir = tempfile::tempdir().unwrap();
+        for _ in 0..50 {
+            let tmp = tempfile::Builder::new()
+                .prefix(TEMP_PREFIX)
+                .tempfile_in(dir.path())
+                .unwrap();
+            let name = tmp
+                .path()
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            assert!(!is_artifact_name(&name), "{name}");
+        }
+        for id in ["toolu_1", "../x", ".tmp-abc", "h.x", &"y".repeat(300)] {
+            for kind in [ArtifactKind::Text, ArtifactKind::Json] {
+                let name = file_name(id, kind);
+                assert!(is_artifact_name(&name), "{name}");
+                assert!(!name.starts_with(TEMP_PREFIX), "{name}");
+            }
+        }
+        for other in [".tmp-a.txt", "a.b.txt", "x.jsonl", "h.abc.txt", ".txt"] {
+            assert!(!is_artifact_name(other), "{other}");
+        }
     }
 
     #[test]

@@ -18,9 +18,10 @@
 //!   the daemon's pid.
 //! - With no client for `--idle-timeout` seconds the daemon removes its
 //!   socket (still holding the lock) and exits.
-//! - The daemon's stderr (its log, filtered by the starter's `RUST_LOG`) is
-//!   `<name>.log` beside the socket (0600, started afresh by each daemon),
-//!   so an editor can show it; clients compute the name as below.
+//! - The daemon logs to `<name>.log` beside the socket (0600; its tracing
+//!   output, filtered by the starter's `RUST_LOG`, default `toolwire=info`,
+//!   capped with one older generation kept as `<name>.log.1`, and its
+//!   stderr), so an editor can show it; clients compute the name as below.
 //!
 //! A forwarder's client ending (EOF, crash) ends that client's connection
 //! only: its pending pairs are flushed, other clients are untouched.
@@ -48,7 +49,9 @@ pub struct Paths {
     pub dir: PathBuf,
     pub socket: PathBuf,
     pub lock: PathBuf,
-    /// The daemon's stderr.
+    /// The daemon's log: its tracing output (`RUST_LOG`, default
+    /// `toolwire=info`), capped at [`crate::logfile::DEFAULT_CAP`] bytes
+    /// with one older generation kept as `<log>.1`, and its stderr.
     pub log: PathBuf,
 }
 
@@ -74,7 +77,7 @@ pub fn paths(workspace: &Path) -> io::Result<Paths> {
 /// [`paths`] under a given runtime directory.
 pub fn paths_in(dir: PathBuf, workspace: &Path) -> io::Result<Paths> {
     ensure_private_dir(&dir)?;
-    let canonical = fs::canonicalize(workspace)?;
+    let canonical = fs::canonicalize(workspace).map_err(|err| naming(workspace, err))?;
     let digest = Sha256::digest(canonical.as_os_str().as_encoded_bytes());
     let key: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
     let stem = format!("{key}-{VERSION}");
@@ -86,15 +89,20 @@ pub fn paths_in(dir: PathBuf, workspace: &Path) -> io::Result<Paths> {
     })
 }
 
+/// `err` with the path it concerns in its message.
+fn naming(path: &Path, err: io::Error) -> io::Error {
+    io::Error::new(err.kind(), format!("{}: {err}", path.display()))
+}
+
 /// Create `dir` with mode 0700 if missing; refuse it unless it is a real
 /// directory (not a link) owned by us and closed to everyone else.
 fn ensure_private_dir(dir: &Path) -> io::Result<()> {
     match fs::DirBuilder::new().mode(0o700).create(dir) {
         Ok(()) => {}
         Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(err) => return Err(err),
+        Err(err) => return Err(naming(dir, err)),
     }
-    let meta = fs::symlink_metadata(dir)?;
+    let meta = fs::symlink_metadata(dir).map_err(|err| naming(dir, err))?;
     let problem = if !meta.file_type().is_dir() {
         Some("is not a directory (a link?)")
     } else if meta.uid() != uid() {
@@ -122,35 +130,33 @@ fn ensure_private_dir(dir: &Path) -> io::Result<()> {
 /// at once (successfully) when another daemon holds the lock.
 pub async fn run_daemon(workspace: &Path, idle: Duration) -> io::Result<()> {
     let paths = paths(workspace)?;
+    check_paths(&paths)?;
+    let lock_error = |err| naming(&paths.lock, err);
     let mut lock = OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
         .mode(0o600)
-        .open(&paths.lock)?;
+        .open(&paths.lock)
+        .map_err(lock_error)?;
     match lock.try_lock() {
         Ok(()) => {}
         Err(fs::TryLockError::WouldBlock) => return Ok(()),
-        Err(fs::TryLockError::Error(err)) => return Err(err),
+        Err(fs::TryLockError::Error(err)) => return Err(lock_error(err)),
     }
-    lock.set_len(0)?;
-    writeln!(lock, "{}", std::process::id())?;
+    lock.set_len(0).map_err(lock_error)?;
+    writeln!(lock, "{}", std::process::id()).map_err(lock_error)?;
 
     // Only the lock holder may replace what is at the socket path.
+    let socket_error = |err| naming(&paths.socket, err);
     match fs::symlink_metadata(&paths.socket) {
-        Ok(meta) if meta.file_type().is_dir() => {
-            return Err(io::Error::other(format!(
-                "{} is a directory",
-                paths.socket.display()
-            )));
-        }
-        Ok(_) => fs::remove_file(&paths.socket)?,
+        Ok(_) => fs::remove_file(&paths.socket).map_err(socket_error)?,
         Err(err) if err.kind() == io::ErrorKind::NotFound => {}
-        Err(err) => return Err(err),
+        Err(err) => return Err(socket_error(err)),
     }
-    let listener = UnixListener::bind(&paths.socket)?;
-    fs::set_permissions(&paths.socket, fs::Permissions::from_mode(0o600))?;
+    let listener = UnixListener::bind(&paths.socket).map_err(socket_error)?;
+    fs::set_permissions(&paths.socket, fs::Permissions::from_mode(0o600)).map_err(socket_error)?;
     tracing::info!(socket = %paths.socket.display(), "daemon listening");
 
     let server = Server::new(Storage::default());
@@ -213,10 +219,35 @@ async fn serve_peer(server: Arc<Server>, stream: UnixStream) -> io::Result<()> {
 
 // -------------------------------------------------------------- forwarder --
 
+/// Refuse what no daemon could ever use, naming it, rather than letting a
+/// forwarder wait for a daemon that cannot start: a directory where the
+/// socket or the lock file goes.
+fn check_paths(paths: &Paths) -> io::Result<()> {
+    for (path, what) in [
+        (&paths.socket, "socket"),
+        (&paths.lock, "lock file"),
+        (&paths.log, "log"),
+    ] {
+        if fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_dir()) {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!(
+                    "{} is a directory, where the daemon's {what} goes; remove it",
+                    path.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Forward this process's stdio to the workspace daemon, starting it if
-/// needed. Returns when the daemon ends the connection.
+/// needed. Returns when the daemon ends the connection, which it does
+/// after answering everything the client sent (when stdin ends, every
+/// reply still on its way is delivered before the forwarder exits).
 pub async fn forward(workspace: &Path, idle: Duration) -> io::Result<()> {
     let paths = paths(workspace)?;
+    check_paths(&paths)?;
     let stream = connect_or_start(&paths, workspace, idle).await?;
     let (read, mut write) = stream.into_split();
     let mut read = BufReader::new(read);
@@ -244,13 +275,13 @@ pub async fn forward(workspace: &Path, idle: Duration) -> io::Result<()> {
         let _ = stdout.flush().await;
         copied
     };
-    tokio::pin!(upstream);
-    // The daemon closing the connection (after `exit`, or the client's
-    // EOF) ends the forwarder; stdin may still be open.
-    tokio::select! {
-        done = downstream => done.map(|_| ()),
-        _ = &mut upstream => Ok(()),
-    }
+    // Only the daemon closing the connection ends the forwarder: after
+    // `exit`, or after the client's EOF once it has answered everything
+    // (stdin may still be open in the first case).
+    let upstream = tokio::spawn(upstream);
+    let done = downstream.await;
+    upstream.abort();
+    done.map(|_| ())
 }
 
 async fn connect_or_start(
@@ -261,12 +292,25 @@ async fn connect_or_start(
     if let Ok(stream) = UnixStream::connect(&paths.socket).await {
         return Ok(stream);
     }
-    spawn_daemon(paths, workspace, idle)?;
+    let mut daemon = Some(spawn_daemon(paths, workspace, idle)?);
     let mut last = None;
     for _ in 0..500 {
         match UnixStream::connect(&paths.socket).await {
             Ok(stream) => return Ok(stream),
             Err(err) => last = Some(err),
+        }
+        // A daemon that failed to start says so at once (and in its log);
+        // one that exits cleanly found another daemon starting: keep trying.
+        if let Some(child) = daemon.as_mut()
+            && let Ok(Some(status)) = child.try_wait()
+        {
+            daemon = None;
+            if !status.success() {
+                return Err(io::Error::other(format!(
+                    "the daemon could not start ({status}); see {}",
+                    paths.log.display()
+                )));
+            }
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -275,17 +319,23 @@ async fn connect_or_start(
 
 /// Start `toolwire daemon` detached: its own session, no stdio of ours;
 /// its stderr goes to the log file beside the socket.
-fn spawn_daemon(paths: &Paths, workspace: &Path, idle: Duration) -> io::Result<()> {
+fn spawn_daemon(
+    paths: &Paths,
+    workspace: &Path,
+    idle: Duration,
+) -> io::Result<std::process::Child> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe()?;
     // Never through a link planted in the (private) directory.
+    // Appended to, never truncated: a racing starter must not erase the
+    // log of a daemon already running (the daemon caps its size itself).
     let log = OpenOptions::new()
-        .write(true)
+        .append(true)
         .create(true)
-        .truncate(true)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW)
-        .open(&paths.log)?;
+        .open(&paths.log)
+        .map_err(|err| naming(&paths.log, err))?;
     let mut command = std::process::Command::new(exe);
     command
         .arg("daemon")
@@ -306,7 +356,7 @@ fn spawn_daemon(paths: &Paths, workspace: &Path, idle: Duration) -> io::Result<(
             Ok(())
         });
     }
-    command.spawn().map(drop)
+    command.spawn()
 }
 
 /// The daemon's pid, as its lock file records it.

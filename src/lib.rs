@@ -22,6 +22,7 @@ mod docs;
 pub mod error;
 pub mod import;
 pub mod json;
+pub mod logfile;
 pub mod message;
 pub mod methods;
 pub mod process;

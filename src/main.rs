@@ -19,7 +19,7 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
-enum Command {
+pub(crate) enum Command {
     /// Serve one client over stdin/stdout (JSON-RPC 2.0, LSP framing).
     Serve(cli::serve::Args),
     /// The shared per-workspace daemon (started by `serve --shared`).
@@ -48,13 +48,22 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(colour_logs())
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("toolwire=warn")),
-        )
-        .init();
+    let filter = |default: &str| {
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default))
+    };
+    // The daemon has no terminal: it logs to a capped file beside its socket.
+    match cli::serve::daemon_log(&cli.command) {
+        Some(log) => tracing_subscriber::fmt()
+            .with_writer(std::sync::Mutex::new(log))
+            .with_ansi(false)
+            .with_env_filter(filter("toolwire=info"))
+            .init(),
+        None => tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_ansi(colour_logs())
+            .with_env_filter(filter("toolwire=warn"))
+            .init(),
+    }
     match cli.command {
         Command::Serve(args) => cli::serve::run(args),
         Command::Daemon(args) => cli::serve::run_daemon(args),

@@ -438,6 +438,7 @@ impl Session {
         let key = self.key.clone();
         let files = self.storage.files.clone();
         let loaded = self.load().await?;
+        let mut created = false;
         if loaded.transcript.is_none() {
             if !create {
                 return Ok(false);
@@ -446,6 +447,7 @@ impl Session {
                 .await
                 .map_err(|err| Error::Internal(format!("creating transcript: {err}")))??;
             loaded.transcript = Some(Arc::new(Mutex::new(writer)));
+            created = true;
         }
         if lines.is_empty() {
             return Ok(true);
@@ -455,18 +457,28 @@ impl Session {
         };
         let commit = move || {
             let mut writer = transcript.lock().unwrap_or_else(|p| p.into_inner());
-            writer.commit(&lines.bytes, fsync)
+            let outcome = writer.commit(&lines.bytes, fsync);
+            if outcome.is_err() && created && writer.is_empty() {
+                // The first append of a new session was refused: the session
+                // must not come into being as an empty file. Removed while
+                // still locked, so no other process ever sees it.
+                let _ = std::fs::remove_file(writer.path());
+            }
+            outcome
         };
-        if fsync {
+        let outcome = if fsync {
             // fdatasync blocks for the device: keep it off the async workers.
             tokio::task::spawn_blocking(commit)
                 .await
-                .map_err(|err| Error::Internal(format!("writing transcript: {err}")))??;
+                .map_err(|err| Error::Internal(format!("writing transcript: {err}")))?
         } else {
             // An append to the page cache is as quick as a thread handoff.
-            commit()?;
+            commit()
+        };
+        if outcome.is_err() && created {
+            loaded.transcript = None;
         }
-        Ok(true)
+        outcome.map(|()| true)
     }
 
     /// Replace the whole loaded contents (fork targets, reconstruct).

@@ -226,3 +226,117 @@ async fn the_daemon_checks_versions_and_the_directory_must_be_private() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The client closing its stdin right after pipelining requests still gets
+/// every reply: the forwarder drains the daemon's answers before exiting.
+#[tokio::test]
+async fn the_forwarder_delivers_every_reply_after_stdin_ends() {
+    let rig = Rig::new();
+    let (mut c, mut child) = spawn_shared(rig.ws(), rig.run.path(), 30);
+    c.initialize(rig.ws(), json!({"durability": "none"})).await;
+    let big = "r".repeat(80_000);
+    let mut ids = Vec::new();
+    for i in 0..50 {
+        let msg = results(&[(&format!("toolu_{i}"), big.as_str())]);
+        ids.push(
+            c.start("budget/apply", json!({"sessionId": "s", "messages": [msg]}))
+                .await,
+        );
+    }
+    c.close_input().await;
+    let mut answered = std::collections::HashSet::new();
+    while let Some(msg) = c.read().await {
+        assert!(msg.get("result").is_some(), "{msg}");
+        answered.insert(msg["id"].as_i64().unwrap());
+    }
+    assert_eq!(answered.len(), 50);
+    assert!(ids.iter().all(|id| answered.contains(id)));
+    assert!(child.wait().await.unwrap().success());
+}
+
+/// A directory where the socket or the lock file goes is reported at once,
+/// naming it, instead of a refused connection after seconds of retrying.
+#[tokio::test]
+async fn a_directory_in_the_way_is_named_at_once() {
+    for which in ["socket", "lock"] {
+        let rig = Rig::new();
+        let paths = rig.paths();
+        let in_the_way = if which == "socket" {
+            &paths.socket
+        } else {
+            &paths.lock
+        };
+        std::fs::create_dir(in_the_way).unwrap();
+        let started = Instant::now();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolwire"))
+            .args(["serve", "--shared"])
+            .current_dir(rig.ws())
+            .env("XDG_RUNTIME_DIR", rig.run.path())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&in_the_way.display().to_string()) && stderr.contains("directory"),
+            "{which}: {stderr}"
+        );
+        // Not the 10 s of connection attempts it used to be: the error is
+        // found before any daemon is started.
+        assert!(started.elapsed() < Duration::from_secs(5), "{which}");
+        assert!(daemon::daemon_pid(&paths).is_none());
+    }
+    // A runtime directory that cannot be made is named too.
+    let rig = Rig::new();
+    let blocker = rig.run.path().join("file");
+    std::fs::write(&blocker, "").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolwire"))
+        .args(["serve", "--shared"])
+        .current_dir(rig.ws())
+        .env("XDG_RUNTIME_DIR", &blocker)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains(&blocker.join("toolwire").display().to_string()),
+        "{stderr}"
+    );
+}
+
+/// The daemon logs to a capped file in its runtime directory, honouring
+/// `RUST_LOG`, and `serve --shared --help` says where.
+#[tokio::test]
+async fn the_daemon_logs_to_a_file_beside_its_socket() {
+    let rig = Rig::new();
+    let (mut c, _child) = spawn_shared(rig.ws(), rig.run.path(), 30);
+    c.initialize(rig.ws(), json!({})).await;
+    let big = "x".repeat(80_000);
+    c.call(
+        "budget/apply",
+        json!({"sessionId": "s", "messages": [results(&[("toolu_logged", big.as_str())])]}),
+    )
+    .await;
+    let log = rig.paths().log;
+    eventually("the log names the artifact", || {
+        std::fs::read_to_string(&log).is_ok_and(|t| t.contains("toolu_logged"))
+    })
+    .await;
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("daemon listening"), "{text}");
+
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_toolwire"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        help.contains("$XDG_RUNTIME_DIR/toolwire")
+            && help.contains("<hash>-<version>.{sock,lock,log}"),
+        "{help}"
+    );
+}

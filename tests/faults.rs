@@ -254,3 +254,185 @@ async fn reconstruct_reads_only_regular_files_bounds_lines_and_can_be_cancelled(
     let state = c.call("state/get", json!({"sessionId": "r"})).await;
     assert_eq!(state["seenIds"], json!(["toolu_a", "toolu_b"]));
 }
+
+/// Start `toolwire serve` with resource limits set before it runs.
+fn spawn_limited(
+    cwd: &std::path::Path,
+    limits: &[(libc::__rlimit_resource_t, u64, u64)],
+) -> (ProcClient, tokio::process::Child) {
+    let limits = limits.to_vec();
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolwire"));
+    command
+        .arg("serve")
+        .current_dir(cwd)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true);
+    // SAFETY: setrlimit is async-signal-safe and touches only the child.
+    unsafe {
+        command.pre_exec(move || {
+            for &(resource, soft, hard) in &limits {
+                let limit = libc::rlimit {
+                    rlim_cur: soft,
+                    rlim_max: hard,
+                };
+                if libc::setrlimit(resource as _, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().expect("spawn toolwire");
+    let stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    (Client::new(stdout, stdin), child)
+}
+
+/// With a file-size limit, writes past it fail with EFBIG instead of the
+/// process dying of SIGXFSZ: an artifact becomes a `failures` entry, a
+/// transcript commit a `storage` error rolled back; the server lives on.
+#[tokio::test]
+async fn a_file_size_limit_fails_writes_instead_of_killing_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let limit = 1u64 << 20;
+    let (mut c, mut child) = spawn_limited(dir.path(), &[(libc::RLIMIT_FSIZE, limit, limit)]);
+    c.initialize(dir.path(), json!({})).await;
+    let big = "b".repeat(2 << 20);
+    let r = c
+        .call(
+            "budget/apply",
+            json!({"sessionId": "s", "messages": [results(&[("toolu_big", big.as_str())])]}),
+        )
+        .await;
+    assert_eq!(r["persisted"], json!([]), "{r}");
+    assert_eq!(r["failures"][0]["toolUseId"], json!("toolu_big"), "{r}");
+    assert!(
+        r["failures"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("too large"),
+        "{r}"
+    );
+
+    c.call(
+        "pair/append",
+        json!({"sessionId": "t", "message": user_text("small")}),
+    )
+    .await;
+    let e = c
+        .fails(
+            "pair/append",
+            json!({"sessionId": "t", "message": user_text(&big)}),
+            -32014,
+        )
+        .await;
+    assert_eq!(e["data"]["kind"], json!("storage"));
+    // Rolled back: the transcript holds exactly the first commit, and the
+    // session goes on.
+    c.call(
+        "pair/append",
+        json!({"sessionId": "t", "message": user_text("after")}),
+    )
+    .await;
+    let texts: Vec<Value> = transcript_messages(&dir.path().join(".toolwire/sessions/t.jsonl"))
+        .into_iter()
+        .map(|m| m["content"].clone())
+        .collect();
+    assert_eq!(texts, vec![json!("small"), json!("after")]);
+    // A refused first append does not bring a session into being.
+    c.fails(
+        "pair/append",
+        json!({"sessionId": "u", "message": user_text(&big)}),
+        -32014,
+    )
+    .await;
+    assert!(!dir.path().join(".toolwire/sessions/u.jsonl").exists());
+    c.fails("state/fork", json!({"sessionId": "u"}), -32012)
+        .await;
+    c.call(
+        "pair/append",
+        json!({"sessionId": "u", "message": user_text("later")}),
+    )
+    .await;
+    assert_eq!(
+        transcript_messages(&dir.path().join(".toolwire/sessions/u.jsonl")),
+        vec![user_text("later")]
+    );
+    // No temporary file of the failed artifact is left.
+    let tool_results = dir.path().join(".toolwire/sessions/s/tool-results");
+    let left: Vec<_> = std::fs::read_dir(&tool_results)
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "{left:?}");
+    assert!(child.try_wait().unwrap().is_none(), "the server died");
+}
+
+/// The server raises its soft limit on open files to the hard limit, and
+/// under a hard limit it cannot raise, it bounds its open transcripts:
+/// hundreds of sessions work, the least recently used close and reopen on
+/// demand, and writes of open sessions keep working.
+#[tokio::test]
+async fn open_files_are_raised_and_open_transcripts_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let nofile = libc::RLIMIT_NOFILE;
+    let (mut c, child) = spawn_limited(dir.path(), &[(nofile, 64, 4096)]);
+    c.initialize(dir.path(), json!({})).await;
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.id().unwrap())).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        line.split_whitespace().collect::<Vec<_>>()[3..5],
+        ["4096", "4096"],
+        "{line}"
+    );
+    drop(c);
+    drop(child);
+
+    let (mut c, child) = spawn_limited(dir.path(), &[(nofile, 64, 64)]);
+    let pid = child.id().unwrap();
+    c.initialize(dir.path(), json!({"durability": "none"}))
+        .await;
+    let sessions = 200;
+    for i in 0..sessions {
+        c.call(
+            "pair/append",
+            json!({"sessionId": format!("s{i}"), "message": user_text(&format!("m{i}"))}),
+        )
+        .await;
+        if i % 20 == 0 {
+            // An artifact write in a busy server still finds a descriptor.
+            let big = "x".repeat(60_000);
+            let r = c
+                .call(
+                    "budget/apply",
+                    json!({"sessionId": format!("s{i}"), "messages": [results(&[(&format!("toolu_{i}"), big.as_str())])]}),
+                )
+                .await;
+            assert_eq!(r["failures"], json!([]), "{r}");
+            assert_eq!(r["persisted"].as_array().unwrap().len(), 1, "{r}");
+        }
+    }
+    let open = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count();
+    assert!(open < 64, "{open} descriptors open");
+    // Every session, closed or not, reopens and goes on.
+    for i in 0..sessions {
+        c.call(
+            "pair/append",
+            json!({"sessionId": format!("s{i}"), "message": user_text("again")}),
+        )
+        .await;
+    }
+    for i in (0..sessions).step_by(37) {
+        let msgs = transcript_messages(&dir.path().join(format!(".toolwire/sessions/s{i}.jsonl")));
+        assert_eq!(msgs.len(), 2, "s{i}");
+    }
+    let state = c.call("state/get", json!({"sessionId": "s0"})).await;
+    assert_eq!(state["seenIds"], json!(["toolu_0"]));
+}

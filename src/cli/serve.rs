@@ -12,7 +12,11 @@ use super::runtime;
 #[derive(clap::Args)]
 pub struct Args {
     /// Forward to the workspace's shared daemon (started if needed)
-    /// instead of serving in this process.
+    /// instead of serving in this process. The daemon's socket, lock and
+    /// log live in $XDG_RUNTIME_DIR/toolwire (else /tmp/toolwire-<uid>) as
+    /// <hash>-<version>.{sock,lock,log}; the log (RUST_LOG, default
+    /// toolwire=info) is capped at 4 MiB, one older generation kept as
+    /// .log.1.
     #[arg(long)]
     shared: bool,
     /// With --shared: seconds the daemon stays up with no client.
@@ -39,7 +43,19 @@ pub fn run(args: Args) -> ExitCode {
     }
 }
 
+/// The log file of the daemon `command` is, if it is one: the daemon has
+/// no terminal, so `RUST_LOG` would otherwise do nothing there.
+pub fn daemon_log(command: &crate::Command) -> Option<toolwire::logfile::LogFile> {
+    let crate::Command::Daemon(args) = command else {
+        return None;
+    };
+    let paths = toolwire::daemon::paths(&args.workspace).ok()?;
+    toolwire::logfile::LogFile::open(&paths.log, toolwire::logfile::DEFAULT_CAP).ok()
+}
+
 pub fn run_daemon(args: DaemonArgs) -> ExitCode {
+    // Nobody reads the daemon's stderr: a panic goes to its log.
+    std::panic::set_hook(Box::new(|info| tracing::error!(%info, "panic")));
     shared(Some(args.workspace), args.idle_timeout, true)
 }
 

@@ -19,7 +19,8 @@ use toolwire::transport::codec::{Frame, LspCodec};
 
 pub struct Client<R, W> {
     reader: FramedRead<R, LspCodec>,
-    writer: FramedWrite<W, LspCodec>,
+    /// `None` once the input was closed with [`Client::close_input`].
+    writer: Option<FramedWrite<W, LspCodec>>,
     next_id: i64,
     /// Messages read while waiting for something else.
     stash: VecDeque<Value>,
@@ -108,7 +109,7 @@ where
     pub fn new(reader: R, writer: W) -> Self {
         Client {
             reader: FramedRead::new(reader, LspCodec::default()),
-            writer: FramedWrite::new(writer, LspCodec::default()),
+            writer: Some(FramedWrite::new(writer, LspCodec::default())),
             next_id: 1,
             stash: VecDeque::new(),
             notifications: Vec::new(),
@@ -118,11 +119,11 @@ where
 
     pub async fn send(&mut self, value: &Value) {
         let body = serde_json::to_vec(value).unwrap();
-        self.writer.send(Bytes::from(body)).await.unwrap();
+        self.writer_mut().send(Bytes::from(body)).await.unwrap();
     }
 
     pub async fn send_raw(&mut self, bytes: &[u8]) {
-        let inner = self.writer.get_mut();
+        let inner = self.writer_mut().get_mut();
         inner.write_all(bytes).await.unwrap();
         inner.flush().await.unwrap();
     }
@@ -236,7 +237,18 @@ where
     }
 
     pub async fn close(mut self) {
-        let _ = self.writer.get_mut().shutdown().await;
+        self.close_input().await;
+    }
+
+    /// End the server's input (EOF) and keep reading what it sends.
+    pub async fn close_input(&mut self) {
+        if let Some(mut writer) = self.writer.take() {
+            let _ = writer.get_mut().shutdown().await;
+        }
+    }
+
+    fn writer_mut(&mut self) -> &mut FramedWrite<W, LspCodec> {
+        self.writer.as_mut().expect("the input was closed")
     }
 }
 
