@@ -187,6 +187,9 @@ fn reuse_existing(path: &Path, bytes: &[u8]) -> io::Result<Option<Written>> {
     if existing != bytes {
         return Err(conflict(path));
     }
+    // A reused artifact is in use again: its time starts over, so retention
+    // (which spares recent files) sees it as the new write it stands for.
+    file.set_modified(std::time::SystemTime::now())?;
     Ok(Some(Written { reused: true }))
 }
 

@@ -157,6 +157,72 @@ impl ToolPolicy {
     }
 }
 
+/// When saved outputs are removed (`toolwire gc`, `storage/gc`, and the
+/// shared daemon's schedule).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Retention {
+    /// A session whose journal was last written more than this many days
+    /// ago, and that no client holds, is removed with its artifacts;
+    /// `null`: never by age.
+    pub max_age_days: Option<f64>,
+    /// Over this many bytes in all, the least recently written sessions go
+    /// first; `null`: no limit.
+    pub max_total_bytes: Option<u64>,
+    /// Whether the shared daemon collects on a schedule.
+    pub auto: bool,
+    /// Hours between the shared daemon's collections.
+    pub interval_hours: f64,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention {
+            max_age_days: Some(30.0),
+            max_total_bytes: None,
+            auto: true,
+            interval_hours: 24.0,
+        }
+    }
+}
+
+impl Retention {
+    /// The rules of one run, at `now`.
+    pub fn policy(&self, now: std::time::SystemTime) -> crate::retention::Policy {
+        crate::retention::Policy {
+            max_age: self
+                .max_age_days
+                .and_then(|d| std::time::Duration::try_from_secs_f64(d * 86_400.0).ok()),
+            max_total_bytes: self.max_total_bytes,
+            grace: crate::retention::GRACE,
+            now,
+        }
+    }
+
+    /// Numbers serde cannot bound: days and hours are finite and not
+    /// negative (the interval above zero).
+    pub fn check(&self, at: &str) -> Result<()> {
+        let bad = |key: &str, what: &str| Err(Error::invalid_params(format!("{at}.{key}"), what));
+        if self
+            .max_age_days
+            .is_some_and(|d| !(d.is_finite() && d >= 0.0))
+        {
+            return bad("maxAgeDays", "expected a number of days >= 0, or null");
+        }
+        if !(self.interval_hours.is_finite() && self.interval_hours > 0.0) {
+            return bad("intervalHours", "expected a number of hours > 0");
+        }
+        Ok(())
+    }
+
+    /// The time between scheduled runs (at least a second).
+    pub fn interval(&self) -> std::time::Duration {
+        std::time::Duration::try_from_secs_f64(self.interval_hours * 3600.0)
+            .unwrap_or(std::time::Duration::MAX)
+            .max(std::time::Duration::from_secs(1))
+    }
+}
+
 /// What an interrupted tool pair becomes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -212,6 +278,7 @@ pub struct Config {
     /// Per-tool settings by tool name (names kept exactly as the tools
     /// have them, also in `toolwire.toml`).
     pub tools: Tools,
+    pub retention: Retention,
 }
 
 /// The configuration in force for one connection, with paths resolved.
@@ -226,6 +293,7 @@ pub struct Effective {
     pub size_unit: SizeUnit,
     pub preview_mode: PreviewMode,
     pub tools: Tools,
+    pub retention: Retention,
 }
 
 impl Effective {
@@ -268,6 +336,7 @@ pub fn load(workspace: &Path, init_options: Option<&Value>) -> Result<Effective>
         }
     }
     let config: Config = crate::error::from_value(merged, "initializationOptions")?;
+    config.retention.check("retention")?;
     Ok(resolve(workspace, config))
 }
 
@@ -387,6 +456,7 @@ pub fn resolve(workspace: &Path, config: Config) -> Effective {
         size_unit: config.size_unit,
         preview_mode: config.preview_mode,
         tools: config.tools,
+        retention: config.retention,
     }
 }
 

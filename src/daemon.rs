@@ -160,6 +160,7 @@ pub async fn run_daemon(workspace: &Path, idle: Duration) -> io::Result<()> {
     tracing::info!(socket = %paths.socket.display(), "daemon listening");
 
     let server = Server::new(Storage::default());
+    tokio::spawn(scheduled_gc(server.clone(), workspace.to_path_buf()));
     let active = Arc::new(AtomicUsize::new(0));
     let ended = Arc::new(tokio::sync::Notify::new());
     loop {
@@ -199,6 +200,43 @@ pub async fn run_daemon(workspace: &Path, idle: Duration) -> io::Result<()> {
     server.registry.close_all().await;
     drop(lock);
     Ok(())
+}
+
+/// Retention on a schedule (`retention.auto`, `retention.intervalHours`),
+/// over the workspace's configured data directory. The configuration is
+/// read again at every check, so editing `toolwire.toml` takes effect
+/// without a restart; the last run's time is kept in the data directory,
+/// so a daemon that comes and goes still collects once an interval.
+async fn scheduled_gc(server: Arc<Server>, workspace: PathBuf) {
+    loop {
+        let config = match crate::config::load(&workspace, None) {
+            Ok(config) => config,
+            Err(err) => {
+                tracing::warn!(%err, "scheduled gc: bad configuration; retrying in an hour");
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                continue;
+            }
+        };
+        let check = config.retention.interval().min(Duration::from_secs(600));
+        let open = server.registry.open_sessions(&config.data_dir);
+        let outcome = tokio::task::spawn_blocking(move || {
+            crate::retention::run_if_due(&config, &|id| open.contains(id))
+        })
+        .await;
+        match outcome {
+            Ok(Ok(Some(report))) => tracing::info!(
+                sessions = report.sessions_removed.len(),
+                files = report.artifacts_removed.len(),
+                bytes = report.bytes_freed,
+                kept = report.kept,
+                "scheduled gc"
+            ),
+            Ok(Ok(None)) => {}
+            Ok(Err(err)) => tracing::warn!(%err, "scheduled gc failed"),
+            Err(err) => tracing::warn!(%err, "scheduled gc task failed"),
+        }
+        tokio::time::sleep(check).await;
+    }
 }
 
 async fn serve_peer(server: Arc<Server>, stream: UnixStream) -> io::Result<()> {

@@ -28,6 +28,7 @@ pub mod methods;
 pub mod process;
 pub mod protocol;
 pub mod replay;
+pub mod retention;
 pub mod schema;
 pub mod server;
 pub mod session;

@@ -44,6 +44,9 @@ pub(crate) enum Command {
     Completions(cli::completions::Args),
     /// Print the manual page (roff), or write every page into a directory.
     Man(cli::man::Args),
+    /// Remove expired sessions, unreferenced artifacts and temporary
+    /// leftovers by the workspace's retention settings.
+    Gc(cli::gc::Args),
 }
 
 fn main() -> ExitCode {
@@ -74,6 +77,7 @@ fn main() -> ExitCode {
         Command::Import(args) => cli::import::run(args),
         Command::Completions(args) => cli::completions::run(args, Cli::command()),
         Command::Man(args) => cli::man::run(args, Cli::command()),
+        Command::Gc(args) => cli::gc::run(args),
     }
 }
 

@@ -15,6 +15,7 @@ use crate::artifact::ArtifactKind;
 pub use crate::artifact::read::ReadResult;
 use crate::config::{AbortMode, LimitsOverride, PreviewMode, Tools};
 use crate::error::code;
+pub use crate::retention::GcReport;
 
 /// A request method: its name, params and result.
 pub trait Method {
@@ -132,6 +133,15 @@ method!(
     ReadResult,
     [code::ARTIFACT_NOT_FOUND, code::STORAGE, code::CANCELLED],
     "Read a saved output back: a range of lines, or the lines matching a regular expression with context."
+);
+
+method!(
+    StorageGc,
+    "storage/gc",
+    StorageGcParams,
+    GcReport,
+    [code::STORAGE],
+    "Remove expired sessions, unreferenced artifacts and temporary leftovers by the retention rules."
 );
 
 // ---------------------------------------------------------------- shared --
@@ -559,6 +569,18 @@ impl ArtifactReadParams {
             context: self.context.unwrap_or(0),
         }
     }
+}
+
+// --------------------------------------------------------------- storage --
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StorageGcParams {
+    /// Only report what would be removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dry_run: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub work_done_token: Option<ProgressToken>,
 }
 
 /// One line of a session transcript.

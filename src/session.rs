@@ -282,6 +282,17 @@ impl Registry {
         slot
     }
 
+    /// Ids of the sessions of `data_dir` this process has loaded: clients
+    /// hold them open, so retention leaves them alone.
+    pub fn open_sessions(&self, data_dir: &Path) -> std::collections::HashSet<String> {
+        let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        slots
+            .iter()
+            .filter(|(key, slot)| key.data_dir == data_dir && slot.published().is_some())
+            .map(|(key, _)| key.id.to_string())
+            .collect()
+    }
+
     /// Unload every session (closing transcripts, releasing their locks)
     /// after the work already queued on it. Used when the process winds down.
     pub async fn close_all(&self) {

@@ -3,6 +3,7 @@
 //! Adding a command is a file here and one variant in `main.rs`.
 
 pub mod completions;
+pub mod gc;
 pub mod import;
 pub mod man;
 pub mod repair;

@@ -24,6 +24,7 @@ use crate::protocol::{
     BudgetApply, BudgetApplyParams, BudgetApplyResult, Message, PersistFailure, Persisted,
     RECORD_KIND, ReplacementRecord, SessionId,
 };
+use crate::retention;
 use crate::session::Session;
 use crate::state::Replacement;
 use crate::transcript::Lines;
@@ -91,6 +92,9 @@ async fn apply(
     let mut persisted = Vec::new();
     let mut failures = Vec::new();
     let mut decided: Vec<Arc<str>> = Vec::new();
+    // From the first artifact written (or reused) until the replacements
+    // are journaled, gc keeps off this session (see `retention`).
+    let mut hold = None;
     for msg in &messages {
         if message::role(msg) != Some("user") || !message::has_tool_results(msg) {
             continue;
@@ -98,6 +102,9 @@ async fn apply(
         let plan = budget::plan_message(msg, &state, &pcx);
         if plan.fresh.is_empty() {
             continue;
+        }
+        if hold.is_none() && !plan.chosen.is_empty() {
+            hold = Some(hold_session(&artifact_dir).await?);
         }
         let outcomes = persist_all(&store, msg, &plan.chosen, fsync).await;
         let mut replaced = Vec::new();
@@ -158,6 +165,8 @@ async fn apply(
         }
         session.write(lines, fsync, false).await?;
     }
+    // Journaled: gc now sees what the artifacts are for.
+    drop(hold);
     let loaded = session.load().await?;
     loaded.exists = true;
     // Names only matter until an id's fate is decided.
@@ -223,4 +232,13 @@ async fn persist_all(
                 .and_then(|r| r)
         })
         .collect()
+}
+
+async fn hold_session(artifact_dir: &std::path::Path) -> Result<retention::SessionHold> {
+    let dir = artifact_dir.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        retention::hold_session(&dir).map_err(|err| crate::error::Error::storage(&dir, &err))
+    })
+    .await
+    .map_err(|err| crate::error::Error::Internal(format!("holding the session directory: {err}")))?
 }

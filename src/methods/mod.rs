@@ -18,6 +18,7 @@ mod pair_flush;
 mod state_fork;
 mod state_get;
 mod state_reconstruct;
+mod storage_gc;
 mod transcript_repair;
 
 use std::collections::HashMap;
@@ -194,6 +195,7 @@ method_table! {
     session PairFlush,
     concurrent TranscriptRepair,
     concurrent ArtifactRead,
+    concurrent StorageGc,
 }
 
 /// Start a custom method: parse its params and queue or spawn its work.

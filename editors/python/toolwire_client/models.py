@@ -219,6 +219,18 @@ class ArtifactReadParams(BaseModel):
     """
 
 
+class StorageGcParams(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    dry_run: bool | None = Field(None, alias='dryRun')
+    """
+    Only report what would be removed.
+    """
+    work_done_token: ProgressToken | None = Field(None, alias='workDoneToken')
+
+
 class Limits(BaseModel):
     """
     Size limits, all counted in `sizeUnit`.
@@ -267,6 +279,37 @@ class SizeUnit(StrEnum):
     bytes = 'bytes'
     """
     UTF-8 bytes.
+    """
+
+
+class Retention(BaseModel):
+    """
+    When saved outputs are removed (`toolwire gc`, `storage/gc`, and the
+    shared daemon's schedule).
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    max_age_days: float | None = Field(30.0, alias='maxAgeDays')
+    """
+    A session whose journal was last written more than this many days
+    ago, and that no client holds, is removed with its artifacts;
+    `null`: never by age.
+    """
+    max_total_bytes: conint(ge=0) | None = Field(None, alias='maxTotalBytes')
+    """
+    Over this many bytes in all, the least recently written sessions go
+    first; `null`: no limit.
+    """
+    auto: bool | None = True
+    """
+    Whether the shared daemon collects on a schedule.
+    """
+    interval_hours: float | None = Field(24.0, alias='intervalHours')
+    """
+    Hours between the shared daemon's collections.
     """
 
 
@@ -442,6 +485,33 @@ class ReadResult(BaseModel):
     """
 
 
+class GcReport(BaseModel):
+    """
+    What a run removed (or, in a dry run, would remove).
+    """
+
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    sessions_removed: list[str] = Field(..., alias='sessionsRemoved')
+    """
+    Ids of the sessions removed whole (transcript and artifacts).
+    """
+    artifacts_removed: list[str] = Field(..., alias='artifactsRemoved')
+    """
+    Paths of files removed from kept sessions (unreferenced artifacts)
+    and of temporary leftovers.
+    """
+    bytes_freed: conint(ge=0) = Field(..., alias='bytesFreed')
+    """
+    Bytes of every file removed.
+    """
+    kept: conint(ge=0)
+    """
+    Sessions left in place.
+    """
+
+
 class ErrorData(BaseModel):
     """
     The `data` member of every toolwire error.
@@ -477,6 +547,10 @@ class PairFlushResult(RootModel[FlushResult]):
 
 class ArtifactReadResult(RootModel[ReadResult]):
     root: ReadResult
+
+
+class StorageGcResult(RootModel[GcReport]):
+    root: GcReport
 
 
 class InitializeParams(BaseModel):
@@ -677,6 +751,15 @@ class Config(BaseModel):
     Per-tool settings by tool name (names kept exactly as the tools
     have them, also in `toolwire.toml`).
     """
+    retention: Retention | None = Field(
+        {
+            'maxAgeDays': 30.0,
+            'maxTotalBytes': None,
+            'auto': True,
+            'intervalHours': 24.0,
+        },
+        validate_default=True,
+    )
 
 
 class ServerCapabilities(BaseModel):

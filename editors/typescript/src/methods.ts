@@ -12,15 +12,16 @@ export interface MethodTable {
   "pair/flush": { params: P.PairFlushParams; result: P.FlushResult };
   "transcript/repair": { params: P.TranscriptRepairParams; result: P.TranscriptRepairResult };
   "artifact/read": { params: P.ArtifactReadParams; result: P.ReadResult };
+  "storage/gc": { params: P.StorageGcParams; result: P.GcReport };
 }
 
 export type MethodName = keyof MethodTable;
 
 /** The method names, in the order of the server's method table. */
-export const METHOD_NAMES: readonly MethodName[] = ["budget/apply", "state/fork", "state/reconstruct", "state/get", "pair/append", "pair/flush", "transcript/repair", "artifact/read"];
+export const METHOD_NAMES: readonly MethodName[] = ["budget/apply", "state/fork", "state/reconstruct", "state/get", "pair/append", "pair/flush", "transcript/repair", "artifact/read", "storage/gc"];
 
 /** Methods that report `$/progress` when their params carry a `workDoneToken`. */
-export const PROGRESS_METHODS: ReadonlySet<MethodName> = new Set<MethodName>(["state/reconstruct", "transcript/repair"]);
+export const PROGRESS_METHODS: ReadonlySet<MethodName> = new Set<MethodName>(["state/reconstruct", "transcript/repair", "storage/gc"]);
 
 /** Per-call options: cancellation and progress. */
 export interface CallOptions {
@@ -72,5 +73,10 @@ export abstract class ToolwireMethods {
   /** `artifact/read`: Read a saved output back: a range of lines, or the lines matching a regular expression with context. */
   artifactRead(params: MethodTable["artifact/read"]["params"], options?: CallOptions): Promise<MethodTable["artifact/read"]["result"]> {
     return this.request("artifact/read", params, options);
+  }
+
+  /** `storage/gc`: Remove expired sessions, unreferenced artifacts and temporary leftovers by the retention rules. */
+  storageGc(params: MethodTable["storage/gc"]["params"], options?: CallOptions): Promise<MethodTable["storage/gc"]["result"]> {
+    return this.request("storage/gc", params, options);
   }
 }

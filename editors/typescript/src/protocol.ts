@@ -312,6 +312,17 @@ grep?: (string | null)
 context?: (number | null)
 }
 /**
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "StorageGcParams".
+ */
+export interface StorageGcParams {
+/**
+ * Only report what would be removed.
+ */
+dryRun?: (boolean | null)
+workDoneToken?: (ProgressToken | null)
+}
+/**
  * The whole configuration, as accepted in `toolwire.toml` and in
  * `initializationOptions`.
  * 
@@ -352,6 +363,7 @@ previewMode?: ("head" | "headTail")
 tools?: {
 [k: string]: ToolSettings | undefined
 }
+retention?: Retention
 }
 /**
  * Size limits, all counted in `sizeUnit`.
@@ -369,6 +381,31 @@ maxMessageChars?: number
  * Size of the preview kept in place of a persisted result.
  */
 previewChars?: number
+}
+/**
+ * When saved outputs are removed (`toolwire gc`, `storage/gc`, and the
+ * shared daemon's schedule).
+ */
+export interface Retention {
+/**
+ * A session whose journal was last written more than this many days
+ * ago, and that no client holds, is removed with its artifacts;
+ * `null`: never by age.
+ */
+maxAgeDays?: (number | null)
+/**
+ * Over this many bytes in all, the least recently written sessions go
+ * first; `null`: no limit.
+ */
+maxTotalBytes?: (number | null)
+/**
+ * Whether the shared daemon collects on a schedule.
+ */
+auto?: boolean
+/**
+ * Hours between the shared daemon's collections.
+ */
+intervalHours?: number
 }
 /**
  * Size limits, all counted in `sizeUnit`.
@@ -389,6 +426,34 @@ maxMessageChars?: number
  * Size of the preview kept in place of a persisted result.
  */
 previewChars?: number
+}
+/**
+ * When saved outputs are removed (`toolwire gc`, `storage/gc`, and the
+ * shared daemon's schedule).
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "Retention".
+ */
+export interface Retention1 {
+/**
+ * A session whose journal was last written more than this many days
+ * ago, and that no client holds, is removed with its artifacts;
+ * `null`: never by age.
+ */
+maxAgeDays?: (number | null)
+/**
+ * Over this many bytes in all, the least recently written sessions go
+ * first; `null`: no limit.
+ */
+maxTotalBytes?: (number | null)
+/**
+ * Whether the shared daemon collects on a schedule.
+ */
+auto?: boolean
+/**
+ * Hours between the shared daemon's collections.
+ */
+intervalHours?: number
 }
 /**
  * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
@@ -598,6 +663,34 @@ totalChars: number
  * or a line shown cut).
  */
 truncated: boolean
+}
+/**
+ * What a run removed (or, in a dry run, would remove).
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "GcReport".
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "StorageGcResult".
+ */
+export interface GcReport {
+/**
+ * Ids of the sessions removed whole (transcript and artifacts).
+ */
+sessionsRemoved: string[]
+/**
+ * Paths of files removed from kept sessions (unreferenced artifacts)
+ * and of temporary leftovers.
+ */
+artifactsRemoved: string[]
+/**
+ * Bytes of every file removed.
+ */
+bytesFreed: number
+/**
+ * Sessions left in place.
+ */
+kept: number
 }
 /**
  * The `data` member of every toolwire error.

@@ -1,0 +1,759 @@
+//! Retention: removing what toolwire saved once nobody needs it
+//! (`toolwire gc`, `storage/gc`, the shared daemon's schedule).
+//!
+//! The rules (PROTOCOL.md 10.6):
+//!
+//! - A **session** (its transcript `<id>.jsonl`, with its `.bak`, and its
+//!   directory `<id>/` of artifacts) expires as a unit when its journal was
+//!   last written more than `maxAgeDays` ago. Over `maxTotalBytes`, the
+//!   least recently written sessions go first. A session without a journal
+//!   is as old as its newest artifact.
+//! - A session **held by a client** is never touched: one whose transcript
+//!   another open file holds locked (a server, in this process or another,
+//!   has it open), one whose artifact directory is locked (a `budget/apply`
+//!   is persisting into it), or one the caller says is open.
+//! - An **artifact no replacement points at**, older than [`GRACE`], is
+//!   removed from a kept session, and so are **temporary leftovers**
+//!   (`.tmp-*` of artifact writes, `.fork-*` and `.repair-*` transcripts,
+//!   `.gc-*` of an interrupted gc) older than it. Only names the artifact
+//!   writer makes are taken for artifacts; anything else is left alone.
+//! - **Nothing a kept session points at is removed**: references are read
+//!   from every kept session's `replacement` lines (a fork's lines point at
+//!   its parent's artifacts), and a session a kept one points into is kept
+//!   whole.
+//!
+//! **Racing `budget/apply`.** An apply holds a shared lock on the session's
+//! directory from before it writes (or reuses) an artifact until its
+//! `replacement` lines are journaled; gc takes that lock exclusively,
+//! without waiting, before removing anything of a session, and re-reads
+//! the session's references while holding it. So gc either sees the
+//! reference or waits for nothing and skips the session; an apply that
+//! finds its session's directory moved away by gc makes a new one. A reply
+//! can never point at an artifact gc removed.
+//!
+//! A dry run makes the same decisions and removes nothing; a real run right
+//! after it removes exactly what it listed, unless a session was written or
+//! taken by a client in between (then it is kept).
+
+use std::collections::{HashMap, HashSet};
+use std::fs::{self, File};
+use std::io::{self, BufRead, BufReader};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::protocol::SessionId;
+
+/// How old an unreferenced artifact or a temporary file must be before it
+/// is removed: long enough for any write in progress to have finished.
+pub const GRACE: Duration = Duration::from_secs(3600);
+
+/// Prefixes of temporary files toolwire writes and renames into place.
+const TEMP_PREFIXES: &[&str] = &[".tmp-", ".fork-", ".repair-"];
+/// Prefix of a session directory moved aside to be deleted.
+const TRASH_PREFIX: &str = ".gc-";
+
+/// The rules a run applies.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// Sessions last written before `now - max_age` expire.
+    pub max_age: Option<Duration>,
+    pub max_total_bytes: Option<u64>,
+    pub grace: Duration,
+    pub now: SystemTime,
+}
+
+/// What a run removed (or, in a dry run, would remove).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GcReport {
+    /// Ids of the sessions removed whole (transcript and artifacts).
+    pub sessions_removed: Vec<String>,
+    /// Paths of files removed from kept sessions (unreferenced artifacts)
+    /// and of temporary leftovers.
+    pub artifacts_removed: Vec<String>,
+    /// Bytes of every file removed.
+    pub bytes_freed: u64,
+    /// Sessions left in place.
+    pub kept: u64,
+}
+
+/// Where a run is, for progress bars: `done` of `total` sessions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    pub phase: &'static str,
+    pub done: u64,
+    pub total: u64,
+}
+
+/// One session as found on disk.
+#[derive(Debug, Default)]
+struct Found {
+    transcript: Option<fs::Metadata>,
+    bak: Option<u64>,
+    dir: bool,
+    /// Artifacts: name, size, modification time.
+    artifacts: Vec<(String, u64, SystemTime)>,
+    /// Temporary files in the artifact directory.
+    temps: Vec<(String, u64, SystemTime)>,
+    last_written: Option<SystemTime>,
+    bytes: u64,
+    /// `(session, artifact name)` its replacements point at.
+    refs: HashSet<(String, String)>,
+    held: bool,
+}
+
+/// Run retention over `data_dir`. `is_open(id)` says whether this process
+/// holds the session open (it is then never touched).
+pub fn collect(
+    data_dir: &Path,
+    policy: &Policy,
+    dry_run: bool,
+    is_open: &dyn Fn(&str) -> bool,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<GcReport> {
+    let sessions_dir = data_dir.join("sessions");
+    let storage = |err: io::Error| Error::storage(&sessions_dir, &err);
+    let mut report = GcReport::default();
+    let entries = match fs::read_dir(&sessions_dir) {
+        Ok(entries) => entries,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(report),
+        Err(err) => return Err(storage(err)),
+    };
+
+    // Scan: which sessions there are, and the leftovers beside them.
+    let mut ids: Vec<String> = Vec::new();
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut top_leftovers: Vec<(PathBuf, u64, bool)> = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(storage)?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Ok(meta) = entry.metadata() else { continue };
+        // Leftovers of work cut short: a gc's trash, a fork's or a
+        // repair's temporary transcript. Past the grace period, no run that
+        // made them can still be at work.
+        if name.starts_with(TRASH_PREFIX) || TEMP_PREFIXES.iter().any(|p| name.starts_with(p)) {
+            if is_old(&meta, policy) {
+                top_leftovers.push((entry.path(), tree_size(&entry.path()), meta.is_dir()));
+            }
+            continue;
+        }
+        let id = if meta.is_dir() {
+            Some(name.as_str())
+        } else {
+            name.strip_suffix(".jsonl")
+                .or_else(|| name.strip_suffix(".jsonl.bak"))
+        };
+        if let Some(id) = id
+            && SessionId::try_from(id.to_owned()).is_ok()
+            && seen.insert(id.to_owned())
+        {
+            ids.push(id.to_owned());
+        }
+    }
+    ids.sort();
+    let total = ids.len() as u64;
+    let mut found: HashMap<String, Found> = HashMap::with_capacity(ids.len());
+    for (i, id) in ids.iter().enumerate() {
+        let mut f = scan(&sessions_dir, id).map_err(storage)?;
+        f.held = f.held || is_open(id);
+        found.insert(id.clone(), f);
+        if i.is_multiple_of(64) || i as u64 + 1 == total {
+            progress(Progress {
+                phase: "scanning",
+                done: i as u64 + 1,
+                total,
+            });
+        }
+    }
+
+    let remove = choose_sessions(&ids, &found, policy);
+
+    // References of every kept session, by the session they point into.
+    let mut referenced: HashMap<&str, HashSet<&str>> = HashMap::new();
+    for (id, f) in &found {
+        if remove.contains(id) {
+            continue;
+        }
+        for (session, name) in &f.refs {
+            referenced.entry(session).or_default().insert(name);
+        }
+    }
+
+    let mut done = 0u64;
+    for id in &ids {
+        done += 1;
+        let f = &found[id];
+        if f.held {
+            report.kept += 1;
+            continue;
+        }
+        if remove.contains(id) {
+            let removed = if dry_run {
+                Some(f.bytes)
+            } else {
+                remove_session(&sessions_dir, id, f).map_err(storage)?
+            };
+            match removed {
+                Some(bytes) => {
+                    report.sessions_removed.push(id.clone());
+                    report.bytes_freed += bytes;
+                }
+                None => report.kept += 1,
+            }
+        } else {
+            report.kept += 1;
+            let keep = referenced.get(id.as_str());
+            sweep_session(&sessions_dir, id, f, keep, policy, dry_run, &mut report)
+                .map_err(storage)?;
+        }
+        if done.is_multiple_of(64) || done == total {
+            progress(Progress {
+                phase: "removing",
+                done,
+                total,
+            });
+        }
+    }
+    for (path, bytes, dir) in top_leftovers {
+        let gone = dry_run
+            || remove_path(&path, dir).unwrap_or_else(|err| {
+                tracing::warn!(path = %path.display(), %err, "could not remove a leftover");
+                false
+            });
+        if gone {
+            report.artifacts_removed.push(path.display().to_string());
+            report.bytes_freed += bytes;
+        }
+    }
+    Ok(report)
+}
+
+fn is_old(meta: &fs::Metadata, policy: &Policy) -> bool {
+    meta.modified()
+        .map(|m| m + policy.grace < policy.now)
+        .unwrap_or(false)
+}
+
+/// Whether an artifact directory entry is a name the artifact writer makes:
+/// `<token>.<txt|json>` or `h.<64 hex>.<txt|json>`.
+pub fn is_artifact_name(name: &str) -> bool {
+    let Some(stem) = name
+        .strip_suffix(".txt")
+        .or_else(|| name.strip_suffix(".json"))
+    else {
+        return false;
+    };
+    if let Some(hex) = stem.strip_prefix("h.") {
+        return hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit());
+    }
+    !stem.is_empty()
+        && stem.len() <= 128
+        && stem
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+fn scan(sessions_dir: &Path, id: &str) -> io::Result<Found> {
+    let mut f = Found::default();
+    let transcript = sessions_dir.join(format!("{id}.jsonl"));
+    match fs::symlink_metadata(&transcript) {
+        Ok(meta) if meta.is_file() => {
+            f.bytes += meta.len();
+            f.last_written = meta.modified().ok();
+            f.held = is_locked(&transcript)?;
+            f.refs = references(&transcript)?;
+            f.transcript = Some(meta);
+        }
+        Ok(_) => f.held = true, // not a plain file: not ours to judge
+        Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+        Err(err) => return Err(err),
+    }
+    if let Ok(meta) = fs::symlink_metadata(sessions_dir.join(format!("{id}.jsonl.bak"))) {
+        f.bak = Some(meta.len());
+        f.bytes += meta.len();
+    }
+    let dir = sessions_dir.join(id);
+    match fs::symlink_metadata(&dir) {
+        Ok(meta) if meta.is_dir() => {
+            f.dir = true;
+            f.held = f.held || is_locked(&dir)?;
+            let journal_less = f.transcript.is_none();
+            if journal_less {
+                f.last_written = meta.modified().ok();
+            }
+            let artifacts = dir.join("tool-results");
+            let entries = match fs::read_dir(&artifacts) {
+                Ok(entries) => Some(entries),
+                Err(err) if err.kind() == io::ErrorKind::NotFound => None,
+                Err(err) => return Err(err),
+            };
+            for entry in entries.into_iter().flatten() {
+                let entry = entry?;
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let Ok(meta) = entry.metadata() else { continue };
+                if !meta.is_file() {
+                    continue;
+                }
+                let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+                f.bytes += meta.len();
+                if journal_less {
+                    f.last_written = f.last_written.max(Some(modified));
+                }
+                if name.starts_with(".tmp-") {
+                    f.temps.push((name, meta.len(), modified));
+                } else if is_artifact_name(&name) {
+                    f.artifacts.push((name, meta.len(), modified));
+                }
+            }
+        }
+        Ok(_) => f.held = true,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+        Err(err) => return Err(err),
+    }
+    Ok(f)
+}
+
+/// Whether another open file holds `path` locked (a server has the
+/// transcript open; an apply is persisting into the directory).
+fn is_locked(path: &Path) -> io::Result<bool> {
+    Ok(path.exists() && lock_now(path)?.is_none())
+}
+
+/// Lock `path` exclusively without waiting: `None` when someone holds it.
+fn lock_now(path: &Path) -> io::Result<Option<File>> {
+    let file = match File::open(path) {
+        Ok(file) => file,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(err) => return Err(err),
+    };
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(fs::TryLockError::WouldBlock) => Ok(None),
+        Err(fs::TryLockError::Error(err)) => Err(err),
+    }
+}
+
+/// `(session, artifact name)` pairs the `replacement` lines of a transcript
+/// point at. Only those lines are read whole; message lines (which may be
+/// large) are skipped as they stream by.
+fn references(transcript: &Path) -> io::Result<HashSet<(String, String)>> {
+    let mut refs = HashSet::new();
+    let file = match File::open(transcript) {
+        Ok(file) => file,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(refs),
+        Err(err) => return Err(err),
+    };
+    let mut reader = BufReader::with_capacity(64 << 10, file);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        // The line's start says its type (writers put `type` first).
+        let head = peek_line_start(&mut reader, &mut line, 48)?;
+        if head.is_none() {
+            break;
+        }
+        let is_record = line
+            .windows(b"\"replacement\"".len())
+            .any(|w| w == b"\"replacement\"");
+        if is_record {
+            reader.read_until(b'\n', &mut line)?;
+            if let Ok(value) = serde_json::from_slice::<serde_json::Value>(&line)
+                && value.get("type").and_then(|t| t.as_str()) == Some("replacement")
+                && let Some(text) = value
+                    .pointer("/record/replacement")
+                    .and_then(|r| r.as_str())
+                && let Some(target) = preview_target(text)
+            {
+                refs.insert(target);
+            }
+        } else {
+            skip_line(&mut reader)?;
+        }
+    }
+    Ok(refs)
+}
+
+/// Read up to `n` bytes of the next line into `out` (not past its end).
+fn peek_line_start(
+    reader: &mut impl BufRead,
+    out: &mut Vec<u8>,
+    n: usize,
+) -> io::Result<Option<()>> {
+    while out.len() < n {
+        let buf = reader.fill_buf()?;
+        if buf.is_empty() {
+            return Ok((!out.is_empty()).then_some(()));
+        }
+        let want = (n - out.len()).min(buf.len());
+        let take = match memchr::memchr(b'\n', &buf[..want]) {
+            Some(pos) => pos + 1,
+            None => want,
+        };
+        out.extend_from_slice(&buf[..take]);
+        reader.consume(take);
+        if out.last() == Some(&b'\n') {
+            break;
+        }
+    }
+    Ok(Some(()))
+}
+
+/// Consume the rest of the current line (nothing if it already ended).
+fn skip_line(reader: &mut impl BufRead) -> io::Result<()> {
+    loop {
+        let buf = reader.fill_buf()?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        match memchr::memchr(b'\n', buf) {
+            Some(pos) => {
+                reader.consume(pos + 1);
+                return Ok(());
+            }
+            None => {
+                let len = buf.len();
+                reader.consume(len);
+            }
+        }
+    }
+}
+
+/// The `(session, artifact name)` a preview's path names:
+/// `…/sessions/<session>/tool-results/<name>`.
+pub fn preview_target(replacement: &str) -> Option<(String, String)> {
+    const MARK: &str = "Full output saved to: ";
+    let start = replacement.find(MARK)? + MARK.len();
+    let rest = &replacement[start..];
+    let path = Path::new(&rest[..rest.find('\n').unwrap_or(rest.len())]);
+    let name = path.file_name()?.to_str()?;
+    let results = path.parent()?;
+    if results.file_name()? != "tool-results" {
+        return None;
+    }
+    let session = results.parent()?.file_name()?.to_str()?;
+    Some((session.to_owned(), name.to_owned()))
+}
+
+/// Sessions to remove whole: expired ones, then the least recently written
+/// while the store is over its size limit; never a held one, nor one that
+/// a kept session points into.
+fn choose_sessions(
+    ids: &[String],
+    found: &HashMap<String, Found>,
+    policy: &Policy,
+) -> HashSet<String> {
+    let mut remove: HashSet<String> = HashSet::new();
+    let cutoff = policy.max_age.and_then(|age| policy.now.checked_sub(age));
+    for id in ids {
+        let f = &found[id];
+        if !f.held
+            && let (Some(cutoff), Some(written)) = (cutoff, f.last_written)
+            && written < cutoff
+        {
+            remove.insert(id.clone());
+        }
+    }
+    if let Some(limit) = policy.max_total_bytes {
+        let mut total: u64 = ids
+            .iter()
+            .filter(|id| !remove.contains(*id))
+            .map(|id| found[id].bytes)
+            .sum();
+        let mut oldest: Vec<&String> = ids
+            .iter()
+            .filter(|id| !remove.contains(*id) && !found[*id].held)
+            .collect();
+        oldest.sort_by_key(|id| (found[*id].last_written, (*id).clone()));
+        for id in oldest {
+            if total <= limit {
+                break;
+            }
+            total -= found[id].bytes;
+            remove.insert(id.clone());
+        }
+    }
+    // A session a kept one points into stays, and then so does any it
+    // points into in turn.
+    loop {
+        let pointed: HashSet<&str> = found
+            .iter()
+            .filter(|(id, _)| !remove.contains(*id))
+            .flat_map(|(id, f)| {
+                f.refs
+                    .iter()
+                    .map(|(s, _)| s.as_str())
+                    .filter(move |s| *s != id.as_str())
+            })
+            .collect();
+        let before = remove.len();
+        remove.retain(|id| !pointed.contains(id.as_str()));
+        if remove.len() == before {
+            return remove;
+        }
+    }
+}
+
+/// Remove a session as a unit, holding its locks; `None` when a client
+/// took it or wrote to it since the scan (it is then kept).
+fn remove_session(sessions_dir: &Path, id: &str, f: &Found) -> io::Result<Option<u64>> {
+    let dir = sessions_dir.join(id);
+    let transcript = sessions_dir.join(format!("{id}.jsonl"));
+    let _dir_lock = match f.dir {
+        true => match lock_now(&dir)? {
+            Some(lock) => Some(lock),
+            None => return Ok(None),
+        },
+        false => None,
+    };
+    let _transcript_lock = match &f.transcript {
+        Some(before) => match lock_now(&transcript)? {
+            Some(lock) => {
+                let now = lock.metadata()?;
+                if now.ino() != before.ino()
+                    || now.len() != before.len()
+                    || now.modified().ok() != before.modified().ok()
+                {
+                    return Ok(None);
+                }
+                Some(lock)
+            }
+            None => return Ok(None),
+        },
+        None => None,
+    };
+    // The journal goes first: a crash after it leaves artifacts without a
+    // journal, which the next run removes; never a journal pointing at
+    // removed artifacts.
+    if f.transcript.is_some() {
+        remove_file_if_there(&transcript)?;
+    }
+    if f.bak.is_some() {
+        remove_file_if_there(&sessions_dir.join(format!("{id}.jsonl.bak")))?;
+    }
+    if f.dir {
+        // Moved aside first, so an apply that already waits for the
+        // directory's lock finds no directory and makes a new one.
+        let trash = sessions_dir.join(format!(
+            "{TRASH_PREFIX}{id}-{}-{}",
+            std::process::id(),
+            fastrand::u64(..)
+        ));
+        fs::rename(&dir, &trash)?;
+        fs::remove_dir_all(&trash)?;
+    }
+    Ok(Some(f.bytes))
+}
+
+/// In a kept session: remove artifacts nothing points at and temporary
+/// files, both older than the grace period.
+fn sweep_session(
+    sessions_dir: &Path,
+    id: &str,
+    f: &Found,
+    referenced: Option<&HashSet<&str>>,
+    policy: &Policy,
+    dry_run: bool,
+    report: &mut GcReport,
+) -> io::Result<()> {
+    let old = |modified: SystemTime| modified + policy.grace < policy.now;
+    let temps: Vec<&(String, u64, SystemTime)> = f.temps.iter().filter(|t| old(t.2)).collect();
+    // Without a journal, what its replacements point at is unknown: its
+    // artifacts are left alone (only its temporary files go).
+    let unreferenced: Vec<&(String, u64, SystemTime)> = if f.transcript.is_some() {
+        f.artifacts
+            .iter()
+            .filter(|(name, _, modified)| {
+                old(*modified)
+                    && !f.refs.contains(&(id.to_owned(), name.clone()))
+                    && !referenced.is_some_and(|r| r.contains(name.as_str()))
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    if temps.is_empty() && unreferenced.is_empty() {
+        return Ok(());
+    }
+    let results = sessions_dir.join(id).join("tool-results");
+    if dry_run {
+        for (name, bytes, _) in temps.into_iter().chain(unreferenced) {
+            report
+                .artifacts_removed
+                .push(results.join(name).display().to_string());
+            report.bytes_freed += bytes;
+        }
+        return Ok(());
+    }
+    let Some(_lock) = lock_now(&sessions_dir.join(id))? else {
+        return Ok(());
+    };
+    // Under the lock no apply is between writing and journaling: read the
+    // references again, they are now complete.
+    let fresh = references(&sessions_dir.join(format!("{id}.jsonl")))?;
+    for (name, bytes, _) in temps {
+        if remove_file_if_there(&results.join(name))? {
+            report
+                .artifacts_removed
+                .push(results.join(name).display().to_string());
+            report.bytes_freed += bytes;
+        }
+    }
+    for (name, bytes, _) in unreferenced {
+        if fresh.contains(&(id.to_owned(), name.clone())) {
+            continue;
+        }
+        let path = results.join(name);
+        // Still the file that was judged old (a reuse by an apply would
+        // have journaled a reference, checked above).
+        if remove_file_if_there(&path)? {
+            report.artifacts_removed.push(path.display().to_string());
+            report.bytes_freed += bytes;
+        }
+    }
+    Ok(())
+}
+
+fn remove_file_if_there(path: &Path) -> io::Result<bool> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(true),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(err) => Err(err),
+    }
+}
+
+fn remove_path(path: &Path, dir: bool) -> io::Result<bool> {
+    let outcome = if dir {
+        fs::remove_dir_all(path)
+    } else {
+        fs::remove_file(path)
+    };
+    match outcome {
+        Ok(()) => Ok(true),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(err) => Err(err),
+    }
+}
+
+fn tree_size(path: &Path) -> u64 {
+    let Ok(meta) = fs::symlink_metadata(path) else {
+        return 0;
+    };
+    if !meta.is_dir() {
+        return meta.len();
+    }
+    fs::read_dir(path)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| tree_size(&e.path()))
+        .sum()
+}
+
+/// Where a scheduled run records when it last ran (its modification time),
+/// so a daemon that restarts keeps the schedule.
+pub const STAMP_FILE: &str = ".last-gc";
+
+/// The shared daemon's scheduled run: when `config.retention.auto` is on
+/// and the last run (by the stamp in the data directory) is at least an
+/// interval ago, collect. `Ok(None)` when it was not due.
+pub fn run_if_due(
+    config: &crate::config::Effective,
+    is_open: &dyn Fn(&str) -> bool,
+) -> Result<Option<GcReport>> {
+    let retention = &config.retention;
+    if !retention.auto {
+        return Ok(None);
+    }
+    let stamp = config.data_dir.join(STAMP_FILE);
+    let now = SystemTime::now();
+    let last = fs::metadata(&stamp).and_then(|m| m.modified()).ok();
+    if last.is_some_and(|last| last + retention.interval() > now) {
+        return Ok(None);
+    }
+    if !config.data_dir.join("sessions").is_dir() {
+        return Ok(None);
+    }
+    // Stamped first: a run that fails is not retried in a loop.
+    let file = File::create(&stamp).map_err(|err| Error::storage(&stamp, &err))?;
+    file.set_modified(now)
+        .map_err(|err| Error::storage(&stamp, &err))?;
+    collect(
+        &config.data_dir,
+        &retention.policy(now),
+        false,
+        is_open,
+        &mut |_| {},
+    )
+    .map(Some)
+}
+
+/// A shared hold on a session's artifact directory, kept by `budget/apply`
+/// from before it writes or reuses an artifact until its replacement lines
+/// are journaled: gc never removes anything of a session while it is held.
+pub struct SessionHold {
+    _dir: File,
+}
+
+/// Take a shared hold on the session directory that holds `artifact_dir`
+/// (creating both), waiting for a gc that holds it to finish. When gc
+/// moved the directory away meanwhile, a new one is made.
+pub fn hold_session(artifact_dir: &Path) -> io::Result<SessionHold> {
+    let session_dir = artifact_dir
+        .parent()
+        .ok_or_else(|| io::Error::other("artifact directory has no session directory"))?;
+    for _ in 0..64 {
+        fs::create_dir_all(artifact_dir)?;
+        let dir = match File::open(session_dir) {
+            Ok(dir) => dir,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
+            Err(err) => return Err(err),
+        };
+        dir.lock_shared()?;
+        let held = dir.metadata()?;
+        match fs::symlink_metadata(session_dir) {
+            Ok(now) if now.is_dir() && now.ino() == held.ino() && now.dev() == held.dev() => {
+                return Ok(SessionHold { _dir: dir });
+            }
+            _ => continue,
+        }
+    }
+    Err(io::Error::other(format!(
+        "{} keeps disappearing; is a gc looping on it?",
+        session_dir.display()
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn artifact_names_are_exactly_the_writers() {
+        for name in [
+            "toolu_01A-b.txt",
+            "x.json",
+            &format!("h.{}.json", "a".repeat(64)),
+        ] {
+            assert!(is_artifact_name(name), "{name}");
+        }
+        for name in [".tmp-abc", "x.bin", ".txt", "h.abc.txt", "a.b.txt", "notes"] {
+            assert!(!is_artifact_name(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn previews_name_their_session_and_artifact() {
+        let r = "<persisted-output>\nOutput too large (2KB). Full output saved to: /w/.toolwire/sessions/s-1/tool-results/toolu_1.txt\n\nPreview";
+        assert_eq!(
+            preview_target(r),
+            Some(("s-1".into(), "toolu_1.txt".into()))
+        );
+        assert_eq!(preview_target("no path here"), None);
+        assert_eq!(preview_target("Full output saved to: /etc/passwd\n"), None);
+    }
+}
