@@ -14,10 +14,10 @@ from ._cancel import CancelToken
 _T = TypeVar("_T", bound=BaseModel)
 
 #: Every method a client calls (lifecycle aside), in the server's order.
-METHOD_NAMES: tuple[str, ...] = ('budget/apply', 'state/fork', 'state/reconstruct', 'state/get', 'pair/append', 'pair/flush', 'transcript/repair', 'artifact/read',)
+METHOD_NAMES: tuple[str, ...] = ('budget/apply', 'state/fork', 'state/reconstruct', 'state/get', 'pair/append', 'pair/flush', 'transcript/repair', 'artifact/read', 'storage/gc',)
 
 #: Methods that report ``$/progress`` when their params carry a ``workDoneToken``.
-PROGRESS_METHODS: frozenset[str] = frozenset({'state/reconstruct', 'transcript/repair'})
+PROGRESS_METHODS: frozenset[str] = frozenset({'state/reconstruct', 'transcript/repair', 'storage/gc'})
 
 
 
@@ -114,6 +114,16 @@ class SyncMethods:
         """``artifact/read``: Read a saved output back: a range of lines, or the lines matching a regular expression with context."""
         return self._call("artifact/read", params, m.ReadResult, cancel, on_progress)
 
+    def storage_gc(
+        self,
+        params: m.StorageGcParams,
+        *,
+        cancel: CancelToken | None = None,
+        on_progress: Callable[[Any], None] | None = None,
+    ) -> m.GcReport:
+        """``storage/gc``: Remove expired sessions, unreferenced artifacts and temporary leftovers by the retention rules."""
+        return self._call("storage/gc", params, m.GcReport, cancel, on_progress)
+
 
 class AsyncMethods:
     """Typed wrappers over ``_call``; awaitable."""
@@ -207,3 +217,13 @@ class AsyncMethods:
     ) -> m.ReadResult:
         """``artifact/read``: Read a saved output back: a range of lines, or the lines matching a regular expression with context."""
         return await self._call("artifact/read", params, m.ReadResult, cancel, on_progress)
+
+    async def storage_gc(
+        self,
+        params: m.StorageGcParams,
+        *,
+        cancel: CancelToken | None = None,
+        on_progress: Callable[[Any], None] | None = None,
+    ) -> m.GcReport:
+        """``storage/gc``: Remove expired sessions, unreferenced artifacts and temporary leftovers by the retention rules."""
+        return await self._call("storage/gc", params, m.GcReport, cancel, on_progress)
