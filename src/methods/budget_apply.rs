@@ -104,7 +104,9 @@ async fn apply(
             continue;
         }
         if hold.is_none() && !plan.chosen.is_empty() {
-            hold = Some(hold_session(&artifact_dir).await?);
+            // A directory that cannot be held cannot be written either:
+            // the persists fail and are reported, as for any disk refusal.
+            hold = hold_session(&artifact_dir).await;
         }
         let outcomes = persist_all(&store, msg, &plan.chosen, fsync).await;
         let mut replaced = Vec::new();
@@ -234,11 +236,18 @@ async fn persist_all(
         .collect()
 }
 
-async fn hold_session(artifact_dir: &std::path::Path) -> Result<retention::SessionHold> {
+async fn hold_session(artifact_dir: &std::path::Path) -> Option<retention::SessionHold> {
     let dir = artifact_dir.to_path_buf();
-    tokio::task::spawn_blocking(move || {
-        retention::hold_session(&dir).map_err(|err| crate::error::Error::storage(&dir, &err))
-    })
-    .await
-    .map_err(|err| crate::error::Error::Internal(format!("holding the session directory: {err}")))?
+    let held = tokio::task::spawn_blocking(move || retention::hold_session(&dir)).await;
+    match held {
+        Ok(Ok(hold)) => Some(hold),
+        Ok(Err(err)) => {
+            tracing::warn!(dir = %artifact_dir.display(), %err, "cannot hold the session directory");
+            None
+        }
+        Err(err) => {
+            tracing::warn!(%err, "holding the session directory failed");
+            None
+        }
+    }
 }
