@@ -45,6 +45,25 @@ fn a_missing_workspace_is_named() {
 }
 
 #[test]
+fn a_socket_directory_that_cannot_be_made_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = dir.path().join("missing/deeper");
+    let out = Command::new(env!("CARGO_BIN_EXE_toolwire"))
+        .args(["serve", "--shared", "--workspace"])
+        .arg(dir.path())
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&runtime.join("toolwire").display().to_string()),
+        "{err}"
+    );
+}
+
+#[test]
 fn schema_errors_name_the_directory() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("nope");
@@ -68,15 +87,43 @@ fn schema_errors_name_the_directory() {
     );
 }
 
-#[test]
-fn every_argument_has_help_text() {
-    let out = toolwire(&["repair", "--help"]);
-    let help = String::from_utf8_lossy(&out.stdout);
-    let line = help
+/// The commands `toolwire --help` lists (but `help`).
+fn commands() -> Vec<String> {
+    let help = String::from_utf8(toolwire(&["--help"]).stdout).unwrap();
+    help.split("Commands:")
+        .nth(1)
+        .unwrap_or_default()
         .lines()
-        .find(|l| l.trim_start().starts_with("<PATH>"))
-        .unwrap_or_default();
-    assert!(line.len() > "  <PATH>".len() + 10, "{help}");
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn every_argument_of_every_command_has_help_text() {
+    let commands = commands();
+    assert!(commands.iter().any(|c| c == "repair"), "{commands:?}");
+    for command in commands {
+        let out = toolwire(&[&command, "--help"]);
+        let help = String::from_utf8_lossy(&out.stdout).into_owned();
+        // `  <PATH>  The transcript ...`: a name, two spaces, a description.
+        let bare: Vec<&str> = help
+            .lines()
+            .filter(|l| l.trim_start().starts_with(['<', '[']))
+            .filter(|l| {
+                l.trim()
+                    .split_once("  ")
+                    .is_none_or(|(_, text)| text.trim().is_empty())
+            })
+            .collect();
+        assert!(
+            bare.is_empty(),
+            "toolwire {command}: arguments without help: {bare:?}"
+        );
+    }
 }
 
 /// A malformed frame makes `serve` log a warning; run it with stderr on a

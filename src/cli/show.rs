@@ -12,7 +12,9 @@ use toolwire::protocol::SessionId;
 
 #[derive(clap::Args)]
 pub struct Args {
+    /// The session id the output was saved in.
     session: String,
+    /// The tool_use id of the saved output.
     tool_use_id: String,
     /// Lines A to B, 1-based and inclusive as `sed -n A,Bp` (`A:` to the end).
     #[arg(long, value_name = "A:B", conflicts_with = "grep")]
