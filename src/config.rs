@@ -318,12 +318,22 @@ pub const CONFIG_FILE: &str = "toolwire.toml";
 /// Build the configuration for a workspace from its `toolwire.toml` (when
 /// present) and the client's `initializationOptions` (when given).
 pub fn load(workspace: &Path, init_options: Option<&Value>) -> Result<Effective> {
+    load_with_file(workspace, &workspace.join(CONFIG_FILE), false, init_options)
+}
+
+/// [`load`] with the configuration file named explicitly (`--config FILE`):
+/// when `required`, a missing file is an error rather than an empty layer.
+pub fn load_with_file(
+    workspace: &Path,
+    file: &Path,
+    required: bool,
+    init_options: Option<&Value>,
+) -> Result<Effective> {
     let mut merged = Value::Object(Map::new());
-    let file = workspace.join(CONFIG_FILE);
-    match std::fs::read_to_string(&file) {
-        Ok(text) => merge(&mut merged, read_file(&file, &text)?),
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
-        Err(err) => return Err(Error::storage(&file, &err)),
+    match std::fs::read_to_string(file) {
+        Ok(text) => merge(&mut merged, read_file(file, &text)?),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound && !required => {}
+        Err(err) => return Err(Error::storage(file, &err)),
     }
     match init_options {
         None | Some(Value::Null) => {}

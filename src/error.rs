@@ -21,6 +21,9 @@ pub mod code {
     pub const TRANSCRIPT_LOCKED: i64 = -32013;
     pub const STORAGE: i64 = -32014;
     pub const ARTIFACT_NOT_FOUND: i64 = -32015;
+    /// MCP's "resource not found" (the MCP face only; the same number as
+    /// LSP's not-initialized, which the MCP face never sends).
+    pub const RESOURCE_NOT_FOUND: i64 = -32002;
 }
 
 // Tests walk every variant (`Error::iter()`) to check that each code and
@@ -61,6 +64,12 @@ pub enum Error {
     },
     #[error("internal error: {0}")]
     Internal(String),
+    /// The MCP server behind `toolwire mcp` ended before answering.
+    #[error("{0}")]
+    ServerExited(String),
+    /// `resources/read` of a `toolwire://` link with nothing behind it.
+    #[error("resource not found: {uri}")]
+    ResourceNotFound { uri: String },
 }
 
 impl Error {
@@ -93,7 +102,8 @@ impl Error {
             Error::TranscriptLocked { .. } => code::TRANSCRIPT_LOCKED,
             Error::Storage { .. } => code::STORAGE,
             Error::ArtifactNotFound { .. } => code::ARTIFACT_NOT_FOUND,
-            Error::Internal(_) => code::INTERNAL,
+            Error::Internal(_) | Error::ServerExited(_) => code::INTERNAL,
+            Error::ResourceNotFound { .. } => code::RESOURCE_NOT_FOUND,
         }
     }
 
@@ -113,6 +123,8 @@ impl Error {
             Error::Storage { .. } => "storage",
             Error::ArtifactNotFound { .. } => "artifactNotFound",
             Error::Internal(_) => "internal",
+            Error::ServerExited(_) => "serverExited",
+            Error::ResourceNotFound { .. } => "resourceNotFound",
         }
     }
 
@@ -127,6 +139,7 @@ impl Error {
                 Some(("sessionId", json!(session_id)))
             }
             Error::TranscriptLocked { path } => Some(("path", json!(path))),
+            Error::ResourceNotFound { uri } => Some(("uri", json!(uri))),
             Error::Storage {
                 path: Some(path), ..
             } => Some(("path", json!(path))),

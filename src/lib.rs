@@ -23,6 +23,7 @@ pub mod error;
 pub mod import;
 pub mod json;
 pub mod logfile;
+pub mod mcp;
 pub mod message;
 pub mod methods;
 pub mod process;

@@ -47,6 +47,9 @@ pub(crate) enum Command {
     /// Remove expired sessions, unreferenced artifacts and temporary
     /// leftovers by the workspace's retention settings.
     Gc(cli::gc::Args),
+    /// Front an MCP server (stdio): large tool results are saved once and
+    /// replaced by a preview and a link the client can page through.
+    Mcp(cli::mcp::Args),
 }
 
 fn main() -> ExitCode {
@@ -78,6 +81,7 @@ fn main() -> ExitCode {
         Command::Completions(args) => cli::completions::run(args, Cli::command()),
         Command::Man(args) => cli::man::run(args, Cli::command()),
         Command::Gc(args) => cli::gc::run(args),
+        Command::Mcp(args) => cli::mcp::run(args),
     }
 }
 

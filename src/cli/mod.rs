@@ -6,6 +6,7 @@ pub mod completions;
 pub mod gc;
 pub mod import;
 pub mod man;
+pub mod mcp;
 pub mod repair;
 pub mod replay;
 pub mod schema;

@@ -13,11 +13,12 @@ use std::sync::Arc;
 
 use futures_util::future::{BoxFuture, join_all};
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
 use super::{Reply, RequestCx, SessionMethod};
 use crate::artifact::ArtifactKind;
 use crate::budget::{self, Chosen, PlanContext};
-use crate::config::{self, ToolPolicy};
+use crate::config::{self, Effective, ToolPolicy};
 use crate::error::Result;
 use crate::message;
 use crate::protocol::{
@@ -39,27 +40,35 @@ impl SessionMethod for BudgetApply {
         cx: &'a RequestCx,
         params: BudgetApplyParams,
     ) -> BoxFuture<'a, Result<Reply<BudgetApplyResult>>> {
-        Box::pin(async move { apply(session, cx, params).await.map(Reply::Now) })
+        Box::pin(async move {
+            apply(session, &cx.config, &cx.cancel, params)
+                .await
+                .map(Reply::Now)
+        })
     }
 }
 
-async fn apply(
+/// Budget `params.messages` on `session` (the session's queue must be the
+/// caller). The one implementation of budgeting: `budget/apply` and every
+/// other face (the MCP front) call it through the session's queue.
+pub async fn apply(
     session: &mut Session,
-    cx: &RequestCx,
+    config: &Effective,
+    cancel: &CancellationToken,
     params: BudgetApplyParams,
 ) -> Result<BudgetApplyResult> {
     for (i, m) in params.messages.iter().enumerate() {
         message::validate(&m.0, &format!("messages[{i}]"))?;
     }
-    let limits = cx.config.limits.with(params.limits.as_ref());
-    let unit = cx.config.size_unit;
-    let fsync = cx.config.fsync();
+    let limits = config.limits.with(params.limits.as_ref());
+    let unit = config.size_unit;
+    let fsync = config.fsync();
     let artifact_dir = session.key().artifact_dir();
     let store = session.storage().artifacts.clone();
     let loaded = session.load().await?;
 
     // Tool names from this request, the pending pair and the transcript.
-    let exempt: HashSet<&str> = cx.config.exempt_tools.iter().map(String::as_str).collect();
+    let exempt: HashSet<&str> = config.exempt_tools.iter().map(String::as_str).collect();
     let mut names = loaded.tool_names.clone();
     let pending = loaded.guard.pending().map(|p| &p.assistant);
     for msg in params.messages.iter().map(|m| &m.0).chain(pending) {
@@ -68,8 +77,8 @@ async fn apply(
         }
     }
     // Per-tool settings: the request's over the connection's, key by key.
-    let tools = config::merge_tools(&cx.config.tools, params.tools.as_ref());
-    let preview_mode = params.preview_mode.unwrap_or(cx.config.preview_mode);
+    let tools = config::merge_tools(&config.tools, params.tools.as_ref());
+    let preview_mode = params.preview_mode.unwrap_or(config.preview_mode);
     let policy = |id: &str| {
         let name = names.get(id).map(|name| &**name);
         ToolPolicy::resolve(&tools, name, &limits, preview_mode)
@@ -159,7 +168,9 @@ async fn apply(
 
     // Past this point the decisions take effect: a cancellation is honoured
     // only before it (artifacts already written are simply reused later).
-    cx.check_cancelled()?;
+    if cancel.is_cancelled() {
+        return Err(crate::error::Error::Cancelled);
+    }
     if !records.is_empty() {
         let mut lines = Lines::default();
         for record in &records {

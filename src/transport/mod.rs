@@ -5,6 +5,7 @@
 //! waiting on any handler) and one writer task draining an [`Outbox`].
 
 pub mod codec;
+pub mod lines;
 
 use bytes::Bytes;
 use serde_json::{Value, json};
@@ -30,6 +31,11 @@ impl Outbox {
         }
     }
 
+    /// Queue bytes already encoded as one message (a line forwarded as is).
+    pub fn send_raw(&self, body: Bytes) {
+        let _ = self.0.send(body);
+    }
+
     pub fn notify(&self, method: &str, params: Value) {
         self.send_value(&json!({"jsonrpc": "2.0", "method": method, "params": params}));
     }
@@ -41,10 +47,19 @@ pub fn spawn_writer<W>(writer: W) -> (Outbox, tokio::task::JoinHandle<()>)
 where
     W: AsyncWrite + Unpin + Send + 'static,
 {
+    spawn_writer_with(writer, codec::LspCodec::default())
+}
+
+/// [`spawn_writer`] with another framing (MCP's newline-delimited lines).
+pub fn spawn_writer_with<W, C>(writer: W, codec: C) -> (Outbox, tokio::task::JoinHandle<()>)
+where
+    W: AsyncWrite + Unpin + Send + 'static,
+    C: tokio_util::codec::Encoder<Bytes> + Send + 'static,
+{
     use futures_util::SinkExt;
     let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
     let task = tokio::spawn(async move {
-        let mut framed = FramedWrite::new(writer, codec::LspCodec::default());
+        let mut framed = FramedWrite::new(writer, codec);
         while let Some(body) = rx.recv().await {
             // Write everything queued, then flush once.
             if framed.feed(body).await.is_err() {

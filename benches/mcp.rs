@@ -1,0 +1,110 @@
+//! Added latency of `toolwire mcp` per `tools/call`: the same sequential
+//! calls to the same server (the Python SDK test server), directly and
+//! through the front, measured in the same run, alternating rounds so both
+//! see the same machine.
+//!
+//! ```sh
+//! cargo bench --bench mcp                 # small results (pass through) and a large one (replaced)
+//! cargo bench --bench mcp -- --calls 2000
+//! ```
+
+#[path = "../tests/mcp_peer/mod.rs"]
+mod mcp_peer;
+
+use std::time::{Duration, Instant};
+
+use mcp_peer::{Peer, front_argv, sized_server};
+use serde_json::json;
+
+const ROUNDS: usize = 4;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let calls: usize = args
+        .iter()
+        .position(|a| a == "--calls")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1000);
+    let data = tempfile::tempdir().expect("temp dir");
+
+    println!("toolwire mcp: added latency per tools/call ({calls} calls x {ROUNDS} rounds each)");
+    for (label, size) in [
+        ("small result (300 chars, passed through)", 300u64),
+        (
+            "large result (100,000 chars, replaced by preview + link)",
+            100_000,
+        ),
+    ] {
+        let mut direct = Vec::new();
+        let mut front = Vec::new();
+        for _ in 0..ROUNDS {
+            direct.extend(measure(&sized_server(), data.path(), size, calls / ROUNDS));
+            front.extend(measure(
+                &front_argv("bench", &[], &sized_server()),
+                data.path(),
+                size,
+                calls / ROUNDS,
+            ));
+        }
+        let (d50, d99) = percentiles(&mut direct);
+        let (f50, f99) = percentiles(&mut front);
+        println!("\n{label}");
+        println!(
+            "  direct   p50 {:>8.3} ms   p99 {:>8.3} ms",
+            ms(d50),
+            ms(d99)
+        );
+        println!(
+            "  front    p50 {:>8.3} ms   p99 {:>8.3} ms",
+            ms(f50),
+            ms(f99)
+        );
+        println!(
+            "  added    p50 {:>8.3} ms   p99 {:>8.3} ms   (ratio p50 {:.2}x, p99 {:.2}x)",
+            ms(f50.saturating_sub(d50)),
+            ms(f99.saturating_sub(d99)),
+            f50.as_secs_f64() / d50.as_secs_f64(),
+            f99.as_secs_f64() / d99.as_secs_f64()
+        );
+    }
+}
+
+/// Latency of `calls` sequential `tools/call`s, after a warm-up.
+fn measure(argv: &[String], cwd: &std::path::Path, size: u64, calls: usize) -> Vec<Duration> {
+    let mut peer = Peer::start(argv, cwd);
+    peer.request(
+        0,
+        &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}})
+        .to_string(),
+    );
+    peer.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    let call = |id: i64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "text", "arguments": {"size": size}}})
+            .to_string()
+    };
+    for id in 1..=50 {
+        peer.request(id, &call(id));
+    }
+    let mut out = Vec::with_capacity(calls);
+    for i in 0..calls {
+        let id = 100 + i as i64;
+        let line = call(id);
+        let start = Instant::now();
+        peer.request(id, &line);
+        out.push(start.elapsed());
+    }
+    let _ = peer.finish();
+    out
+}
+
+fn percentiles(v: &mut [Duration]) -> (Duration, Duration) {
+    v.sort();
+    let at = |q: f64| v[((v.len() as f64 - 1.0) * q).round() as usize];
+    (at(0.50), at(0.99))
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}

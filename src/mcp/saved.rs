@@ -1,0 +1,309 @@
+//! Saved outputs as MCP sees them: `toolwire://` links, `resources/read`
+//! and the `read_saved_output` tool.
+//!
+//! A link names the front's session and the result's id:
+//!
+//! ```text
+//! toolwire://saved-output/<sessionId>/<toolUseId>
+//! toolwire://saved-output/<sessionId>/<toolUseId>?offset=0&limit=2000&grep=RE&context=2
+//! ```
+//!
+//! `resources/read` of the bare link returns the saved artifact whole,
+//! exactly as stored (the text for a text result, `text/plain`; the content
+//! array for a result of several items, `application/json`). With a query
+//! it returns one page, as `artifact/read` pages. `read_saved_output`
+//! pages the same way and is what a model calls; both are answered by the
+//! core's artifact reader, never by a second one. Only the front's own
+//! session is readable through it.
+
+use serde_json::{Value, json};
+
+use super::front::Front;
+use crate::artifact::ArtifactKind;
+use crate::artifact::read::{self as artifact_read, ReadRequest, ReadResult};
+use crate::error::{Error, Result};
+use crate::protocol::SessionId;
+
+/// The tool the front adds to `tools/list`.
+pub const READ_TOOL: &str = "read_saved_output";
+
+/// Every link of ours starts with this.
+pub const URI_PREFIX: &str = "toolwire://saved-output/";
+
+/// The first protocol revision with `structuredContent` and `outputSchema`.
+const STRUCTURED_SINCE: &str = "2025-06-18";
+/// The first revision whose results carry `resultType`.
+const RESULT_TYPE_SINCE: &str = "2026-07-28";
+
+pub(super) fn uri(session: &SessionId, tool_use_id: &str) -> String {
+    format!("{URI_PREFIX}{session}/{tool_use_id}")
+}
+
+/// Whether `version` (a negotiated revision, absent when none was seen) is
+/// at least `since`. Unknown, non-dated revisions count as newer.
+pub(super) fn at_least(version: Option<&str>, since: &str) -> bool {
+    match version {
+        Some(v) if is_dated(v) => v >= since,
+        _ => true,
+    }
+}
+
+/// Date-shaped revisions (`YYYY-MM-DD`) compare as strings.
+pub(super) fn is_dated(version: &str) -> bool {
+    version.len() == 10
+        && version.bytes().enumerate().all(|(i, b)| {
+            if i == 4 || i == 7 {
+                b == b'-'
+            } else {
+                b.is_ascii_digit()
+            }
+        })
+}
+
+/// How a model reads a saved output back, for the link's description.
+pub(super) fn how_to_read(front: &Front) -> String {
+    if front.read_tool_active() {
+        format!("read it in pages with the {READ_TOOL} tool")
+    } else {
+        "read it with resources/read".to_owned()
+    }
+}
+
+/// A result the front makes itself, as the request's revision expects it.
+pub(super) fn complete(mut result: Value, version: Option<&str>) -> Value {
+    if version.is_some_and(|v| is_dated(v) && v >= RESULT_TYPE_SINCE)
+        && let Some(obj) = result.as_object_mut()
+    {
+        obj.insert("resultType".into(), json!("complete"));
+    }
+    result
+}
+
+/// `read_saved_output` as `tools/list` shows it.
+pub(super) fn tool_definition(version: Option<&str>) -> Value {
+    let mut tool = json!({
+        "name": READ_TOOL,
+        "title": "Read saved output",
+        "description": "Read a tool output that was too large to show whole. Its preview ends with a resource link (toolwire://saved-output/...): pass that uri. Returns lines offset..offset+limit (0-based, default 2000 lines), exactly as saved; call again with offset = endLine while truncated is true. With grep (a regular expression), returns only the matching lines, numbered from 1 like grep -n, with context lines around each.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "uri": {"type": "string", "description": "The saved output's link (toolwire://saved-output/...)"},
+                "offset": {"type": "integer", "minimum": 0, "description": "First line to read (0-based); with grep, where the search starts"},
+                "limit": {"type": "integer", "minimum": 1, "description": "Lines to read (default 2000); with grep, matching lines to show"},
+                "grep": {"type": "string", "description": "A regular expression: show only the matching lines"},
+                "context": {"type": "integer", "minimum": 0, "maximum": 100, "description": "With grep: lines shown before and after each match"}
+            },
+            "required": ["uri"],
+            "additionalProperties": false
+        },
+        "annotations": {"readOnlyHint": true, "destructiveHint": false, "idempotentHint": true, "openWorldHint": false}
+    });
+    if at_least(version, STRUCTURED_SINCE)
+        && let Some(obj) = tool.as_object_mut()
+    {
+        obj.insert(
+            "outputSchema".into(),
+            json!({
+                "type": "object",
+                "properties": {
+                    "text": {"type": "string"},
+                    "startLine": {"type": "integer"},
+                    "endLine": {"type": "integer"},
+                    "totalLines": {"type": "integer"},
+                    "totalChars": {"type": "integer"},
+                    "truncated": {"type": "boolean"}
+                },
+                "required": ["text", "startLine", "endLine", "totalLines", "totalChars", "truncated"]
+            }),
+        );
+    }
+    tool
+}
+
+/// What to read of a saved output.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(super) struct Page {
+    pub offset: Option<u64>,
+    pub limit: Option<u64>,
+    pub grep: Option<String>,
+    pub context: Option<u64>,
+}
+
+/// A link taken apart: the result's id, and a page when it has a query.
+fn parse_uri(front: &Front, raw: &str) -> Result<(String, Option<Page>)> {
+    let bad = |why: &str| Error::invalid_params("uri", format!("{why}: {raw:?}"));
+    let url = url::Url::parse(raw).map_err(|_| bad("not a URI"))?;
+    if url.scheme() != "toolwire" || url.host_str() != Some("saved-output") {
+        return Err(bad("not a toolwire saved-output link"));
+    }
+    let mut parts = url.path().trim_start_matches('/').split('/');
+    let (Some(session), Some(id), None) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(bad("expected toolwire://saved-output/<session>/<id>"));
+    };
+    if session != front.session.as_str() || id.is_empty() {
+        return Err(Error::ResourceNotFound {
+            uri: raw.to_owned(),
+        });
+    }
+    if url.query().is_none() {
+        return Ok((id.to_owned(), None));
+    }
+    let mut page = Page::default();
+    for (key, value) in url.query_pairs() {
+        let number = || {
+            value
+                .parse::<u64>()
+                .map_err(|_| Error::invalid_params(format!("uri?{key}"), "expected a whole number"))
+        };
+        match &*key {
+            "offset" => page.offset = Some(number()?),
+            "limit" => page.limit = Some(number()?),
+            "context" => page.context = Some(number()?),
+            "grep" => page.grep = Some(value.into_owned()),
+            other => {
+                return Err(Error::invalid_params(
+                    format!("uri?{other}"),
+                    "unknown parameter (offset, limit, grep, context)",
+                ));
+            }
+        }
+    }
+    Ok((id.to_owned(), Some(page)))
+}
+
+/// `resources/read` of one of our links.
+pub(super) async fn read_resource(
+    front: &Front,
+    uri: &str,
+    version: Option<&str>,
+) -> Result<Value> {
+    let (id, page) = parse_uri(front, uri)?;
+    let not_found = |err: Error| match err {
+        Error::ArtifactNotFound { .. } => Error::ResourceNotFound {
+            uri: uri.to_owned(),
+        },
+        other => other,
+    };
+    let content = match page {
+        None => {
+            let (bytes, kind) = read_whole(front, &id).await.map_err(not_found)?;
+            let text = String::from_utf8(bytes)
+                .map_err(|_| Error::Internal(format!("saved output {id} is not UTF-8")))?;
+            json!({"uri": uri, "mimeType": mime_type(kind), "text": text})
+        }
+        Some(page) => {
+            let read = read_page(front, &id, page).await.map_err(not_found)?;
+            json!({"uri": uri, "mimeType": "text/plain", "text": read.text})
+        }
+    };
+    Ok(complete(json!({ "contents": [content] }), version))
+}
+
+pub(super) fn mime_type(kind: ArtifactKind) -> &'static str {
+    match kind {
+        ArtifactKind::Text => "text/plain",
+        ArtifactKind::Json => "application/json",
+    }
+}
+
+/// A call of `read_saved_output`. Whatever goes wrong is a tool error the
+/// model can read (`isError`), as MCP asks of tool failures.
+pub(super) async fn call_read_tool(
+    front: &Front,
+    arguments: Value,
+    version: Option<&str>,
+) -> Value {
+    let outcome = async {
+        let args: ReadToolArgs = crate::error::from_value(arguments, "arguments")?;
+        let (id, from_uri) = parse_uri(front, &args.uri)?;
+        let page = Page {
+            offset: args.offset.or(from_uri.as_ref().and_then(|p| p.offset)),
+            limit: args.limit.or(from_uri.as_ref().and_then(|p| p.limit)),
+            grep: args.grep.or(from_uri.as_ref().and_then(|p| p.grep.clone())),
+            context: args.context.or(from_uri.and_then(|p| p.context)),
+        };
+        read_page(front, &id, page).await
+    }
+    .await;
+    let result = match outcome {
+        Ok(read) => {
+            let mut content = vec![json!({"type": "text", "text": read.text})];
+            if read.truncated {
+                content.push(json!({
+                    "type": "text",
+                    "text": format!(
+                        "[lines {}-{} of {}; more follows: call again with offset {}]",
+                        read.start_line, read.end_line, read.total_lines, read.end_line
+                    ),
+                }));
+            }
+            let mut result = json!({ "content": content });
+            if at_least(version, STRUCTURED_SINCE)
+                && let (Some(obj), Ok(structured)) =
+                    (result.as_object_mut(), serde_json::to_value(&read))
+            {
+                obj.insert("structuredContent".into(), structured);
+            }
+            result
+        }
+        Err(err) => json!({
+            "content": [{"type": "text", "text": err.to_string()}],
+            "isError": true,
+        }),
+    };
+    complete(result, version)
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReadToolArgs {
+    uri: String,
+    offset: Option<u64>,
+    limit: Option<u64>,
+    grep: Option<String>,
+    context: Option<u64>,
+}
+
+// ------------------------------------ through the core's artifact reader --
+
+async fn read_page(front: &Front, id: &str, page: Page) -> Result<ReadResult> {
+    let request = ReadRequest {
+        offset: page.offset.unwrap_or(0),
+        limit: page.limit,
+        grep: page.grep,
+        context: page.context.unwrap_or(0),
+    };
+    let (data_dir, session, unit, id) = (
+        front.config.data_dir.clone(),
+        front.session.clone(),
+        front.config.size_unit,
+        id.to_owned(),
+    );
+    tokio::task::spawn_blocking(move || {
+        artifact_read::read_artifact(&data_dir, &session, &id, &request, unit)
+    })
+    .await
+    .map_err(|err| Error::Internal(format!("reading a saved output: {err}")))?
+}
+
+/// The artifact exactly as stored, found and opened by the core.
+async fn read_whole(front: &Front, id: &str) -> Result<(Vec<u8>, ArtifactKind)> {
+    let (data_dir, session, id) = (
+        front.config.data_dir.clone(),
+        front.session.clone(),
+        id.to_owned(),
+    );
+    tokio::task::spawn_blocking(move || {
+        use std::io::Read;
+        let mut found = artifact_read::open(&data_dir, &session, &id)?;
+        let mut bytes = Vec::new();
+        found
+            .file
+            .read_to_end(&mut bytes)
+            .map_err(|err| Error::storage(&found.path, &err))?;
+        Ok((bytes, found.kind))
+    })
+    .await
+    .map_err(|err| Error::Internal(format!("reading a saved output: {err}")))?
+}

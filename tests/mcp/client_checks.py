@@ -1,0 +1,229 @@
+"""Drives `toolwire mcp` with the official Python MCP SDK's stdio client
+and checks what a client sees. Run by tests/mcp.rs:
+
+    client_checks.py sized TOOLWIRE DATA_DIR      the test server (sized_server.py)
+    client_checks.py everything TOOLWIRE DATA_DIR the reference "everything" server
+
+Exits non-zero with the failed check on stderr; prints a JSON summary of
+what it saw on success (the Rust test checks the files on disk against it).
+"""
+
+import hashlib
+import json
+import os
+import sys
+
+import anyio
+from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client, types
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from sized_server import make_text  # noqa: E402
+
+# Generous: a hang is a failure, never a slow pass.
+STEP = 60
+
+BIG = 120_000
+
+
+def front(toolwire, data_dir, server):
+    return StdioServerParameters(
+        command=toolwire,
+        args=["mcp", "--session", "checks", "--", *server],
+        cwd=data_dir,
+    )
+
+
+def text_of(result):
+    return [c.text for c in result.content if c.type == "text"]
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+async def read_all_pages(session, uri, limit):
+    """read_saved_output page after page; the texts joined."""
+    out, offset, pages = [], 0, 0
+    while True:
+        r = await session.call_tool("read_saved_output", {"uri": uri, "offset": offset, "limit": limit})
+        check(not r.is_error, f"read_saved_output failed: {text_of(r)}")
+        page = r.structured_content
+        check(page["startLine"] == offset, f"page starts at {page['startLine']}, asked {offset}")
+        check(r.content[0].text == page["text"], "content text is the page text")
+        out.append(page["text"])
+        pages += 1
+        if not page["truncated"]:
+            return "".join(out), pages, page["totalLines"]
+        offset = page["endLine"]
+
+
+async def resource_pages(session, uri, limit):
+    out, offset = [], 0
+    while True:
+        r = await session.read_resource(f"{uri}?offset={offset}&limit={limit}")
+        text = r.contents[0].text
+        if text == "":
+            return "".join(out)
+        out.append(text)
+        offset += limit
+
+
+async def sized(toolwire, data_dir):
+    python = sys.executable
+    server = [python, os.path.join(HERE, "sized_server.py")]
+    summary = {}
+    async with stdio_client(front(toolwire, data_dir, server)) as (r, w):
+        async with ClientSession(r, w) as s:
+            with anyio.fail_after(STEP):
+                await s.initialize()
+            tools = {t.name: t for t in (await s.list_tools()).tools}
+            check({"text", "text_and_image", "report", "crash", "read_saved_output"} <= set(tools), f"tools: {sorted(tools)}")
+
+            small = await s.call_tool("text", {"size": 300})
+            check(text_of(small) == [make_text(300)], "a small result comes through whole")
+
+            big = await s.call_tool("text", {"size": BIG})
+            check(len(big.content) == 2, f"preview + link, got {big.content}")
+            preview, link = big.content
+            check(preview.type == "text" and preview.text.startswith("<persisted-output>\nOutput too large ("), "preview text")
+            check(make_text(BIG)[:1000] in preview.text, "the preview shows the start of the output")
+            check(link.type == "resource_link" and link.uri.startswith("toolwire://saved-output/checks/"), f"link: {link}")
+            check(link.mime_type == "text/plain" and link.size == len(make_text(BIG).encode()), "link type and size")
+            summary["uri"] = link.uri
+            summary["sha256"] = hashlib.sha256(make_text(BIG).encode()).hexdigest()
+            summary["preview"] = preview.text
+
+            again = await s.call_tool("text", {"size": BIG})
+            check([c.model_dump() for c in again.content] == [c.model_dump() for c in big.content], "the same output yields the same preview and link")
+
+            whole = await s.read_resource(link.uri)
+            check(whole.contents[0].text == make_text(BIG), "resources/read returns the exact original")
+            check(await resource_pages(s, link.uri, 700) == make_text(BIG), "resources/read pages join to the exact original")
+            paged, pages, total_lines = await read_all_pages(s, link.uri, 500)
+            check(paged == make_text(BIG), "read_saved_output pages join to the exact original")
+            check(pages > 2, f"{pages} pages")
+            summary["pages"] = pages
+            summary["totalLines"] = total_lines
+
+            grep = await s.call_tool("read_saved_output", {"uri": link.uri, "grep": "^000123 "})
+            check(grep.structured_content["text"].startswith("124:000123 résumé ✓"), f"grep: {grep.structured_content['text'][:80]}")
+
+            missing = await s.call_tool("read_saved_output", {"uri": "toolwire://saved-output/checks/mcp-nothing"})
+            check(missing.is_error, "reading a link with nothing behind it is a tool error")
+            try:
+                await s.read_resource("toolwire://saved-output/checks/mcp-nothing")
+                check(False, "resources/read of a missing link must fail")
+            except MCPError as e:
+                check(e.error.code == -32002, f"resource not found code, got {e.error.code}")
+
+            mixed = await s.call_tool("text_and_image", {"size": BIG})
+            check([c.type for c in mixed.content] == ["text", "image"], "a result with an image is left whole")
+            check(mixed.content[0].text == make_text(BIG), "its text too")
+
+            rep = await s.call_tool("report", {"size": BIG})
+            check(rep.content[0].text.startswith("<persisted-output>"), "structured result's text is budgeted")
+            check(rep.content[1].type == "resource_link", "with a link")
+            lines = make_text(BIG).split("\n")
+            check(rep.structured_content == {"lines": lines, "count": len(lines)}, "structuredContent passes unchanged")
+            small_rep = await s.call_tool("report", {"size": 100})
+            check(small_rep.structured_content["count"] == len(make_text(100).split("\n")), "small structured result")
+
+            note = await s.read_resource("sized://notes/a")
+            check(note.contents[0].text == f"note a: {make_text(50)}", "the server's own resources still work")
+            templates = await s.list_resource_templates()
+            check([t.uri_template for t in templates.resource_templates] == ["sized://notes/{name}"], "resource templates")
+            prompts = await s.list_prompts()
+            check([p.name for p in prompts.prompts] == ["review"], "prompts")
+            prompt = await s.get_prompt("review", {"code": "x = 1"})
+            check(prompt.messages[0].content.text == "Please review this code:\nx = 1", "prompts/get")
+
+            try:
+                with anyio.fail_after(STEP):
+                    await s.call_tool("crash", {})
+                check(False, "a call whose server crashed must fail")
+            except MCPError as e:
+                summary["crashError"] = {"code": e.error.code, "message": e.error.message}
+    print(json.dumps(summary))
+
+
+async def sample(context, params):
+    """The client side of `sampling/createMessage`, a request from the server."""
+    asked = params.messages[0].content.text
+    return types.CreateMessageResult(
+        role="assistant",
+        content=types.TextContent(type="text", text=f"sampled: {asked}"),
+        model="test-model",
+        stop_reason="endTurn",
+    )
+
+
+async def elicit(context, params):
+    """The client side of `elicitation/create`: the user declines."""
+    return types.ElicitResult(action="decline")
+
+
+async def everything(toolwire, data_dir):
+    server = ["node", os.path.join(HERE, "node_modules/@modelcontextprotocol/server-everything/dist/index.js"), "stdio"]
+    summary = {}
+    async with stdio_client(front(toolwire, data_dir, server)) as (r, w):
+        async with ClientSession(r, w, sampling_callback=sample, elicitation_callback=elicit) as s:
+            with anyio.fail_after(STEP):
+                init = await s.initialize()
+            check(init.capabilities.resources.subscribe is True, "the server's own capabilities pass unchanged")
+            summary["protocolVersion"] = init.protocol_version
+            names = [t.name for t in (await s.list_tools()).tools]
+            check("echo" in names and names[-1] == "read_saved_output", f"tools: {names}")
+            echo = await s.call_tool("echo", {"message": "hello"})
+            check(text_of(echo) == ["Echo: hello"], "small echo")
+            message = make_text(BIG)
+            big = await s.call_tool("echo", {"message": message})
+            check(big.content[0].text.startswith("<persisted-output>") and big.content[1].type == "resource_link", "large echo replaced")
+            whole = await s.read_resource(big.content[1].uri)
+            check(whole.contents[0].text == "Echo: " + message, "the exact original")
+            image = await s.call_tool("get-tiny-image", {})
+            check("image" in [c.type for c in image.content], "image result passes")
+            structured = await s.call_tool("get-structured-content", {"location": "New York"})
+            check(structured.structured_content is not None, "structured content passes")
+            resources = await s.list_resources()
+            check(len(resources.resources) > 0, "the server's resources are listed")
+            first = resources.resources[0]
+            read = await s.read_resource(first.uri)
+            check(len(read.contents) == 1, "the server's resource reads")
+            prompts = await s.list_prompts()
+            check(len(prompts.prompts) > 0, "the server's prompts are listed")
+            simple = [p for p in prompts.prompts if not p.arguments]
+            if simple:
+                got = await s.get_prompt(simple[0].name)
+                check(len(got.messages) > 0, "a prompt of the server's own")
+
+            # Requests from the server to the client, and their answers.
+            names = [t.name for t in (await s.list_tools()).tools]
+            check("trigger-sampling-request" in names, f"sampling tool registered: {names}")
+            with anyio.fail_after(STEP):
+                sampled = await s.call_tool("trigger-sampling-request", {"prompt": "hi", "maxTokens": 10})
+            check("sampled: " in text_of(sampled)[0], f"sampling round trip: {text_of(sampled)}")
+            if "trigger-elicitation-request" in names:
+                with anyio.fail_after(STEP):
+                    elicited = await s.call_tool("trigger-elicitation-request", {})
+                check(any("decline" in t for t in text_of(elicited)), f"elicitation round trip: {text_of(elicited)}")
+                summary["elicitation"] = True
+            # Progress notifications for a call in flight.
+            steps = []
+
+            async def on_progress(progress, total, message):
+                steps.append(progress)
+
+            with anyio.fail_after(STEP):
+                await s.call_tool("trigger-long-running-operation", {"duration": 0.3, "steps": 3}, progress_callback=on_progress)
+            check(len(steps) == 3, f"progress notifications: {steps}")
+
+            summary["resources"] = len(resources.resources)
+            summary["prompts"] = len(prompts.prompts)
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    scenario, toolwire, data_dir = sys.argv[1:4]
+    anyio.run({"sized": sized, "everything": everything}[scenario], toolwire, data_dir)
