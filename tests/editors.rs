@@ -1,7 +1,8 @@
 //! The editor integrations and client packages, installed the way a user
 //! installs them and driven against the built binary: the TypeScript
 //! package from its `npm pack` tarball, the Python package from its wheel,
-//! the Neovim plugin as a native package in headless Neovim.
+//! the Neovim plugin as a native package in headless Neovim, the VS Code
+//! extension from its `.vsix` in code-server driven by headless Chromium.
 //! Each fails when its generated files are stale.
 //!
 //! Needs the pinned packages `editors/install.sh` installs (README's test
@@ -9,6 +10,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
+
+/// The TypeScript package test rebuilds `editors/typescript/dist` (`npm
+/// pack`), which the VS Code extension's bundle is built from: one at a time.
+static TYPESCRIPT_DIST: Mutex<()> = Mutex::new(());
 
 fn editors() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("editors")
@@ -28,6 +34,7 @@ fn run(cmd: &mut Command, what: &str) {
 
 #[test]
 fn typescript_package_installs_from_its_tarball_and_drives_the_binary() {
+    let _dist = TYPESCRIPT_DIST.lock().unwrap_or_else(|e| e.into_inner());
     let dir = editors().join("typescript");
     assert!(
         dir.join("node_modules").is_dir(),
@@ -83,5 +90,26 @@ fn neovim_plugin_installed_as_a_package_drives_the_binary_headless() {
             .arg(editors().join("nvim/test/run.sh"))
             .arg(env!("CARGO_BIN_EXE_toolwire")),
         "neovim plugin test (needs `apt-get install neovim`)",
+    );
+}
+
+#[test]
+fn vscode_extension_installed_from_its_vsix_runs_in_code_server() {
+    let _dist = TYPESCRIPT_DIST.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = editors().join("vscode");
+    assert!(
+        dir.join("node_modules").is_dir(),
+        "editors/vscode/node_modules is missing: run editors/install.sh"
+    );
+    // tsc --strict, the .vsix, code-server + headless Chromium, every
+    // command; the screenshot is kept under target/.
+    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../editors/vscode.png");
+    run(
+        Command::new("node")
+            .arg("test/e2e.mjs")
+            .arg(env!("CARGO_BIN_EXE_toolwire"))
+            .arg(&shot)
+            .current_dir(&dir),
+        "VS Code extension in code-server (needs the Debian packages of .ci/apt/editors.txt)",
     );
 }

@@ -74,6 +74,7 @@ export function daemonLogPath(root: string, serverVersion: string, env: NodeJS.P
 export class ToolwireClient extends ToolwireMethods {
   private readonly progress = new Map<string, (value: unknown) => void>();
   private nextToken = 1;
+  private readonly listeners = new Set<(method: string, params: unknown, result: unknown) => void>();
   /** With the shared daemon: its log file (see `daemonLogPath`). */
   daemonLog: string | undefined;
   /** Resolves with the child's exit code (null when killed by a signal) once it has exited. */
@@ -171,17 +172,26 @@ export class ToolwireClient extends ToolwireMethods {
   }
 
   /** Call any method of the method table; errors reject as typed `ToolwireError`s. */
-  async request<M extends MethodName>(
+  request<M extends MethodName>(
     method: M,
     params: MethodTable[M]["params"],
     options: CallOptions = {},
   ): Promise<MethodTable[M]["result"]> {
+    return this.requestAny(method, params, options) as Promise<MethodTable[M]["result"]>;
+  }
+
+  /**
+   * Call a method by name without compile-time types: for methods newer
+   * than this client (check `serverMethods` first). A server that does not
+   * know the method rejects with `MethodNotFoundError`.
+   */
+  async requestAny(method: string, params: unknown, options: CallOptions = {}): Promise<unknown> {
     let sent: unknown = params;
     let token: string | undefined;
-    if (options.onProgress && PROGRESS_METHODS.has(method)) {
+    if (options.onProgress && PROGRESS_METHODS.has(method as MethodName)) {
       token = `toolwire-node-${this.nextToken++}`;
       this.progress.set(token, options.onProgress);
-      sent = { ...params, workDoneToken: token };
+      sent = { ...(params as object), workDoneToken: token };
     }
     const cancel = options.signal ? new CancellationTokenSource() : undefined;
     const onAbort = () => cancel?.cancel();
@@ -190,9 +200,11 @@ export class ToolwireClient extends ToolwireMethods {
     try {
       // vscode-jsonrpc reads a trailing `undefined` as a second positional
       // param, so the token is passed only when there is one.
-      return await (cancel
-        ? this.connection.sendRequest<MethodTable[M]["result"]>(method, sent, cancel.token)
-        : this.connection.sendRequest<MethodTable[M]["result"]>(method, sent));
+      const result: unknown = await (cancel
+        ? this.connection.sendRequest(method, sent, cancel.token)
+        : this.connection.sendRequest(method, sent));
+      for (const listener of this.listeners) listener(method, params, result);
+      return result;
     } catch (err) {
       throw toToolwireError(method, err);
     } finally {
@@ -200,6 +212,12 @@ export class ToolwireClient extends ToolwireMethods {
       cancel?.dispose();
       if (token) this.progress.delete(token);
     }
+  }
+
+  /** Be told of every call that succeeded (method, params, result): for status displays. */
+  onDidComplete(listener: (method: string, params: unknown, result: unknown) => void): { dispose(): void } {
+    this.listeners.add(listener);
+    return { dispose: () => this.listeners.delete(listener) };
   }
 
   /** `shutdown` then `exit`; resolves with the child's exit code (0 after a clean shutdown). */

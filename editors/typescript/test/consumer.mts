@@ -12,6 +12,7 @@ import {
   ArtifactNotFoundError,
   CancelledError,
   InvalidParamsError,
+  MethodNotFoundError,
   METHOD_NAMES,
   SessionExistsError,
   ToolwireClient,
@@ -63,11 +64,15 @@ async function main(): Promise<void> {
       assert.equal(typeof client[camel], "function", `no method ${camel}`);
     }
 
+    const completed: string[] = [];
+    a.onDidComplete((method) => completed.push(method));
     // budget/apply on one client is seen by the other: one daemon.
     const applied = await a.budgetApply({ sessionId: "ts", messages: [call("t1"), result("t1", "x".repeat(60_000))] });
     assert.deepEqual(applied.persisted.map((p) => p.toolUseId), ["t1"]);
     assert.equal(readFileSync(applied.persisted[0]!.path, "utf8"), "x".repeat(60_000));
     assert.deepEqual((await b.stateGet({ sessionId: "ts" })).seenIds, ["t1"]);
+    assert.deepEqual(completed, ["budget/apply"]);
+    await assert.rejects(a.requestAny("no/such", {}), MethodNotFoundError);
     // The daemon's log names what it persisted.
     assert.ok(a.daemonLog && b.daemonLog === a.daemonLog, "one daemon log");
     assert.ok(readFileSync(a.daemonLog, "utf8").includes(applied.persisted[0]!.path), "the daemon log names the artifact");
