@@ -339,13 +339,44 @@ fn lock_now(path: &Path) -> io::Result<Option<File>> {
 }
 
 /// `(session, artifact name)` pairs the `replacement` lines of a transcript
-/// point at. Only those lines are read whole; message lines (which may be
-/// large) are skipped as they stream by.
+/// point at.
 fn references(transcript: &Path) -> io::Result<HashSet<(String, String)>> {
     let mut refs = HashSet::new();
+    for_each_replacement(transcript, &mut |_, text| {
+        if let Some(target) = preview_target(text) {
+            refs.insert(target);
+        }
+        true
+    })?;
+    Ok(refs)
+}
+
+/// The `(session, artifact name)` the transcript's replacement for
+/// `tool_use_id` points at (the last one journaled), if any.
+pub fn replacement_target(
+    transcript: &Path,
+    tool_use_id: &str,
+) -> io::Result<Option<(String, String)>> {
+    let mut found = None;
+    for_each_replacement(transcript, &mut |id, text| {
+        if id == tool_use_id {
+            found = preview_target(text);
+        }
+        true
+    })?;
+    Ok(found)
+}
+
+/// Call `f(toolUseId, replacement)` for each `replacement` line of a
+/// transcript, until it returns false. Only those lines are read whole;
+/// message lines (which may be large) are skipped as they stream by.
+fn for_each_replacement(
+    transcript: &Path,
+    f: &mut dyn FnMut(&str, &str) -> bool,
+) -> io::Result<()> {
     let file = match File::open(transcript) {
         Ok(file) => file,
-        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(refs),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(()),
         Err(err) => return Err(err),
     };
     let mut reader = BufReader::with_capacity(64 << 10, file);
@@ -353,29 +384,29 @@ fn references(transcript: &Path) -> io::Result<HashSet<(String, String)>> {
     loop {
         line.clear();
         // The line's start says its type (writers put `type` first).
-        let head = peek_line_start(&mut reader, &mut line, 48)?;
-        if head.is_none() {
-            break;
+        if peek_line_start(&mut reader, &mut line, 48)?.is_none() {
+            return Ok(());
         }
         let is_record = line
             .windows(b"\"replacement\"".len())
             .any(|w| w == b"\"replacement\"");
-        if is_record {
-            reader.read_until(b'\n', &mut line)?;
-            if let Ok(value) = serde_json::from_slice::<serde_json::Value>(&line)
-                && value.get("type").and_then(|t| t.as_str()) == Some("replacement")
-                && let Some(text) = value
-                    .pointer("/record/replacement")
-                    .and_then(|r| r.as_str())
-                && let Some(target) = preview_target(text)
-            {
-                refs.insert(target);
-            }
-        } else {
+        if !is_record {
             skip_line(&mut reader)?;
+            continue;
+        }
+        reader.read_until(b'\n', &mut line)?;
+        let Ok(value) = serde_json::from_slice::<serde_json::Value>(&line) else {
+            continue;
+        };
+        let field = |p: &str| value.pointer(p).and_then(|v| v.as_str());
+        if field("/type") == Some("replacement")
+            && let (Some(id), Some(text)) =
+                (field("/record/toolUseId"), field("/record/replacement"))
+            && !f(id, text)
+        {
+            return Ok(());
         }
     }
-    Ok(refs)
 }
 
 /// Read up to `n` bytes of the next line into `out` (not past its end).

@@ -199,10 +199,11 @@ async fn gc_removes_by_the_rules_and_a_dry_run_lists_exactly_that() {
     for path in &live {
         assert!(Path::new(path).exists());
     }
+    // The fork reads it through its own journal's replacement line.
     let r = c
         .call(
             "artifact/read",
-            json!({"sessionId": "parent", "toolUseId": "toolu_p1"}),
+            json!({"sessionId": "child", "toolUseId": "toolu_p1"}),
         )
         .await;
     assert!(r["text"].as_str().unwrap().starts_with("p1 p1"), "{r}");

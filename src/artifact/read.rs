@@ -192,6 +192,7 @@ pub fn open(data_dir: &Path, session_id: &SessionId, tool_use_id: &str) -> Resul
         tool_use_id: tool_use_id.to_owned(),
     };
     let dir = session_dir(data_dir, session_id.as_str());
+    let mut own = true;
     for d in [dir.parent(), Some(dir.as_path())].into_iter().flatten() {
         match std::fs::symlink_metadata(d) {
             Ok(meta) if meta.file_type().is_dir() => {}
@@ -201,12 +202,38 @@ pub fn open(data_dir: &Path, session_id: &SessionId, tool_use_id: &str) -> Resul
                     &io::Error::other("not a directory (a link?); refusing to read through it"),
                 ));
             }
-            Err(err) if err.kind() == io::ErrorKind::NotFound => return Err(not_found()),
+            Err(err) if err.kind() == io::ErrorKind::NotFound => own = false,
             Err(err) => return Err(Error::storage(d, &err)),
         }
     }
-    for kind in [ArtifactKind::Text, ArtifactKind::Json] {
-        let path = dir.join(file_name(tool_use_id, kind));
+    // A fork's previews point into its parent's directory (its journal
+    // copied the parent's replacement lines): where the session's own
+    // journal says this id's output was saved, within this data directory.
+    let mut candidates: Vec<(PathBuf, ArtifactKind)> = [ArtifactKind::Text, ArtifactKind::Json]
+        .into_iter()
+        .filter(|_| own)
+        .map(|kind| (dir.join(file_name(tool_use_id, kind)), kind))
+        .collect();
+    if candidates.iter().all(|(path, _)| !path.exists()) {
+        let transcript = data_dir
+            .join("sessions")
+            .join(format!("{}.jsonl", session_id.as_str()));
+        if let Ok(Some((other, name))) =
+            crate::retention::replacement_target(&transcript, tool_use_id)
+            && other != session_id.as_str()
+            && SessionId::try_from(other.clone()).is_ok()
+            && crate::retention::is_artifact_name(&name)
+            && is_real_dir(&session_dir(data_dir, &other))
+        {
+            let kind = if name.ends_with(".json") {
+                ArtifactKind::Json
+            } else {
+                ArtifactKind::Text
+            };
+            candidates = vec![(session_dir(data_dir, &other).join(name), kind)];
+        }
+    }
+    for (path, kind) in candidates {
         let file = match OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
@@ -232,6 +259,14 @@ pub fn open(data_dir: &Path, session_id: &SessionId, tool_use_id: &str) -> Resul
         return Ok(Found { file, kind, path });
     }
     Err(not_found())
+}
+
+/// A directory that is no link, nor inside a linked session directory.
+fn is_real_dir(dir: &Path) -> bool {
+    [Some(dir), dir.parent()]
+        .into_iter()
+        .flatten()
+        .all(|d| std::fs::symlink_metadata(d).is_ok_and(|m| m.file_type().is_dir()))
 }
 
 fn compile(pattern: &str) -> Result<regex::bytes::Regex> {

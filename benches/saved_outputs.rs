@@ -1,0 +1,286 @@
+//! Saved outputs: retention and paged reads, each next to a baseline
+//! measured in the same run on the same files.
+//!
+//!     cargo bench --bench saved_outputs            # both (a few minutes, ~3 GB of disk)
+//!     cargo bench --bench saved_outputs -- gc      # or: read
+//!
+//! - **gc**: `toolwire gc` on a store of 10,000 sessions and 100,000
+//!   artifacts (each session a transcript whose replacement lines point at
+//!   its ten artifacts), every session expired, next to `find -delete` of
+//!   an identical store; and a run that finds nothing to remove (it still
+//!   reads every transcript and stats every file) next to `find -type f`.
+//!   Time and peak resident memory (`ru_maxrss` of the child process).
+//! - **read**: a page of 2000 lines from the middle of a 1 GiB artifact:
+//!   `toolwire show --lines A:B` (a fresh process: one pass to index the
+//!   artifact, then the page) next to `sed -n A,Bp` (which reads up to the
+//!   page), and the same read in process once the index is cached (what a
+//!   server pays for every later page). The file is in the page cache for
+//!   both (it was just written); the caches are not dropped, the machine
+//!   being shared.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant, SystemTime};
+
+use toolwire::artifact::read::{ReadRequest, read_artifact};
+use toolwire::config::SizeUnit;
+use toolwire::protocol::SessionId;
+
+const SESSIONS: usize = 10_000;
+const PER_SESSION: usize = 10;
+
+fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let want = |name: &str| args.is_empty() || args.iter().any(|a| a == name);
+    if want("gc") {
+        gc();
+    }
+    if want("read") {
+        read();
+    }
+}
+
+/// Peak resident memory of the largest child waited for so far, in KiB.
+fn children_maxrss() -> i64 {
+    // SAFETY: getrusage fills the struct it is given.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) };
+    usage.ru_maxrss
+}
+
+/// Run `cmd`, returning its wall time and, if it raised the children's
+/// peak, that peak (KiB).
+fn timed(cmd: &mut Command) -> (Duration, i64) {
+    let start = Instant::now();
+    let out = cmd.output().expect("run command");
+    let took = start.elapsed();
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (took, children_maxrss())
+}
+
+fn sync() {
+    let _ = Command::new("sync").status();
+}
+
+/// A store of `SESSIONS` sessions with `PER_SESSION` artifacts each, all
+/// last written `age` ago.
+fn make_store(data_dir: &Path, age: Duration) {
+    let sessions = data_dir.join("sessions");
+    let when = SystemTime::now() - age;
+    let body = "x".repeat(1000);
+    for s in 0..SESSIONS {
+        let id = format!("session-{s:05}");
+        let results = sessions.join(&id).join("tool-results");
+        std::fs::create_dir_all(&results).unwrap();
+        let mut transcript = String::new();
+        for a in 0..PER_SESSION {
+            let name = format!("toolu_{s:05}_{a:02}.txt");
+            let path = results.join(&name);
+            let file = std::fs::File::create(&path).unwrap();
+            (&file).write_all(body.as_bytes()).unwrap();
+            file.set_modified(when).unwrap();
+            let replacement = format!(
+                "<persisted-output>\nOutput too large (1000 bytes). Full output saved to: {}\n\nPreview (first 20 bytes):\nxxxxxxxxxxxxxxxxxxxx\n...\n</persisted-output>",
+                path.display()
+            );
+            let line = serde_json::json!({"type": "replacement", "record": {"kind": "tool-result", "toolUseId": format!("toolu_{s:05}_{a:02}"), "replacement": replacement}});
+            transcript.push_str(&line.to_string());
+            transcript.push('\n');
+        }
+        let tpath = sessions.join(format!("{id}.jsonl"));
+        std::fs::write(&tpath, transcript).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&tpath)
+            .unwrap()
+            .set_modified(when)
+            .unwrap();
+    }
+}
+
+fn gc() {
+    let root = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let toolwire = env!("CARGO_BIN_EXE_toolwire");
+    println!(
+        "gc: {SESSIONS} sessions, {} artifacts of 1000 bytes",
+        SESSIONS * PER_SESSION
+    );
+
+    // Nothing to remove: a full scan (every transcript read, every file
+    // stat'ed) next to a traversal that stats every file.
+    let ws = root.path().join("keep");
+    std::fs::create_dir_all(&ws).unwrap();
+    make_store(&ws.join(".toolwire"), Duration::from_secs(3600 * 2));
+    sync();
+    let (scan, scan_rss) = timed(
+        Command::new(toolwire)
+            .args(["gc", "--json"])
+            .current_dir(&ws),
+    );
+    let (find_all, _) = timed(
+        Command::new("find")
+            .arg(ws.join(".toolwire/sessions"))
+            .args(["-type", "f", "-printf", "%s\n"]),
+    );
+    println!(
+        "  nothing expired:  toolwire gc {:>8.0} ms (peak RSS {} KiB)   find -type f -printf %s {:>8.0} ms   ratio {:.2}x",
+        ms(scan),
+        scan_rss,
+        ms(find_all),
+        ratio(scan, find_all)
+    );
+
+    // Everything expired, next to `find -delete` of an identical store.
+    let a = root.path().join("a");
+    let b = root.path().join("b");
+    for ws in [&a, &b] {
+        std::fs::create_dir_all(ws).unwrap();
+        make_store(&ws.join(".toolwire"), Duration::from_secs(86_400 * 40));
+    }
+    sync();
+    let (remove, remove_rss) = timed(
+        Command::new(toolwire)
+            .args(["gc", "--json"])
+            .current_dir(&a),
+    );
+    sync();
+    let (find_delete, _) = timed(
+        Command::new("find")
+            .arg(b.join(".toolwire/sessions"))
+            .arg("-delete"),
+    );
+    sync();
+    assert_eq!(
+        std::fs::read_dir(a.join(".toolwire/sessions"))
+            .unwrap()
+            .count(),
+        0,
+        "gc left something behind"
+    );
+    println!(
+        "  all expired:      toolwire gc {:>8.0} ms (peak RSS {} KiB)   find -delete            {:>8.0} ms   ratio {:.2}x",
+        ms(remove),
+        remove_rss,
+        ms(find_delete),
+        ratio(remove, find_delete)
+    );
+}
+
+fn read() {
+    const GIB: u64 = 1 << 30;
+    const LINE: u64 = 64;
+    let root = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let ws = root.path();
+    let dir = ws.join(".toolwire/sessions/big/tool-results");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("toolu_big.txt");
+    {
+        let mut file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+        let lines_per_mib = (1 << 20) / LINE;
+        let mut block = String::new();
+        for k in 0..(GIB >> 20) {
+            block.clear();
+            for i in 0..lines_per_mib {
+                block.push_str(&format!("{:<63}\n", format!("line {} of block {k}", i)));
+            }
+            file.write_all(block.as_bytes()).unwrap();
+        }
+        file.flush().unwrap();
+    }
+    sync();
+    let total = GIB / LINE;
+    let first = total / 2; // 0-based
+    let (a, b) = (first + 1, first + 2000); // 1-based, inclusive
+    println!("read: 2000 lines from line {a} of a 1 GiB artifact ({total} lines)");
+    let toolwire = env!("CARGO_BIN_EXE_toolwire");
+    // Warm the page cache the same way for both.
+    let _ = timed(
+        Command::new("cat")
+            .arg(&path)
+            .stdout(std::process::Stdio::null()),
+    );
+    let (show, show_rss) = timed(
+        Command::new(toolwire)
+            .args(["show", "big", "toolu_big", "--lines", &format!("{a}:{b}")])
+            .current_dir(ws),
+    );
+    let (sed, _) = timed(
+        Command::new("sed")
+            .arg("-n")
+            .arg(format!("{a},{b}p;{b}q"))
+            .arg(&path),
+    );
+    println!(
+        "  fresh process:    toolwire show {:>8.1} ms (peak RSS {} KiB)   sed -n A,Bp;Bq {:>8.1} ms   ratio {:.2}x",
+        ms(show),
+        show_rss,
+        ms(sed),
+        ratio(show, sed)
+    );
+    // In process: the first read indexes, later ones use the index.
+    let data_dir = ws.join(".toolwire");
+    let session = SessionId::try_from("big".to_owned()).unwrap();
+    let request = ReadRequest {
+        offset: first,
+        limit: Some(2000),
+        ..ReadRequest::default()
+    };
+    let start = Instant::now();
+    let page = read_artifact(&data_dir, &session, "toolu_big", &request, SizeUnit::Chars).unwrap();
+    let cold = start.elapsed();
+    assert_eq!(page.end_line - page.start_line, 2000);
+    let runs = 20;
+    let start = Instant::now();
+    for i in 0..runs {
+        let request = ReadRequest {
+            offset: first + i * 7919,
+            limit: Some(2000),
+            ..ReadRequest::default()
+        };
+        read_artifact(&data_dir, &session, "toolu_big", &request, SizeUnit::Chars).unwrap();
+    }
+    let warm = start.elapsed() / runs as u32;
+    println!(
+        "  in process:       first read {:>8.1} ms, then {:>6.2} ms a page   sed -n A,Bp;Bq {:>8.1} ms   ratio {:.4}x",
+        ms(cold),
+        ms(warm),
+        ms(sed),
+        ratio(warm, sed)
+    );
+    // A grep over the whole gigabyte, next to grep -n.
+    let request = ReadRequest {
+        grep: Some("^line 0 of block 10(22|23) ".into()),
+        ..ReadRequest::default()
+    };
+    let start = Instant::now();
+    let found = read_artifact(&data_dir, &session, "toolu_big", &request, SizeUnit::Chars).unwrap();
+    let grep_took = start.elapsed();
+    assert_eq!(found.text.lines().count(), 2);
+    let (grep, _) = timed(
+        Command::new("grep")
+            .args(["-n", "-E", "^line 0 of block 10(22|23) "])
+            .arg(&path),
+    );
+    println!(
+        "  grep, whole file: artifact/read {:>8.1} ms   grep -n -E {:>8.1} ms   ratio {:.2}x",
+        ms(grep_took),
+        ms(grep),
+        ratio(grep_took, grep)
+    );
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn ratio(a: Duration, b: Duration) -> f64 {
+    a.as_secs_f64() / b.as_secs_f64()
+}
