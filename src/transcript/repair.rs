@@ -66,7 +66,10 @@ pub fn repair_bytes(input: &[u8]) -> (Vec<u8>, TranscriptRepairResult, bool) {
     // Decide each call: claim its results, or drop it.
     let mut claimed: HashSet<String> = HashSet::new();
     let mut placements: HashMap<usize, Vec<String>> = HashMap::new();
-    let mut dropped_calls: HashSet<String> = HashSet::new();
+    // Lines whose calls are dropped: by line, not by id, since a broken
+    // transcript may repeat an id, and a later copy's fate must not undo
+    // an earlier complete pair.
+    let mut dropped_calls: HashSet<usize> = HashSet::new();
     for (i, line) in lines.iter().enumerate() {
         let Line::Message(m, _) = line else { continue };
         if message::role(m) != Some("assistant") {
@@ -84,8 +87,8 @@ pub fn repair_bytes(input: &[u8]) -> (Vec<u8>, TranscriptRepairResult, bool) {
             claimed.extend(calls.iter().cloned());
             placements.insert(i, calls);
         } else {
-            report.dropped_tool_uses.extend(calls.iter().cloned());
-            dropped_calls.extend(calls);
+            report.dropped_tool_uses.extend(calls);
+            dropped_calls.insert(i);
         }
     }
 
@@ -141,13 +144,8 @@ pub fn repair_bytes(input: &[u8]) -> (Vec<u8>, TranscriptRepairResult, bool) {
         } else if let Some(results) = carry.take() {
             emit_new_user(&mut out, &mut report, results);
         }
-        if role == "assistant" {
-            retain_blocks(&mut msg, |b| {
-                !(message::block_type(b) == Some("tool_use")
-                    && b.get("id")
-                        .and_then(Value::as_str)
-                        .is_some_and(|id| dropped_calls.contains(id)))
-            });
+        if role == "assistant" && dropped_calls.contains(&i) {
+            retain_blocks(&mut msg, |b| message::block_type(b) != Some("tool_use"));
         }
         let empty = matches!(msg.get("content"), Some(Value::Array(c)) if c.is_empty());
         if msg == original {
@@ -236,4 +234,40 @@ pub fn bak_path(path: &Path) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(".bak");
     PathBuf::from(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(message: serde_json::Value) -> String {
+        format!(
+            "{}\n",
+            serde_json::json!({"type": "message", "message": message})
+        )
+    }
+
+    /// Found by the `repair` fuzz target: a later call repeating an id must
+    /// not take an earlier complete pair down with it (which left the
+    /// earlier result behind as an orphan, and a second repair changing
+    /// the output again).
+    #[test]
+    fn a_repeated_call_id_drops_only_the_incomplete_copy() {
+        let call = serde_json::json!({"role": "assistant", "content": [
+            {"type": "tool_use", "id": "a", "name": "Bash", "input": {}}
+        ]});
+        let result = serde_json::json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "a", "content": "ok"}
+        ]});
+        let pair = format!("{}{}", line(call.clone()), line(result));
+        let input = format!("{pair}{}", line(call));
+        let (out, report, changed) = repair_bytes(input.as_bytes());
+        assert!(changed);
+        assert_eq!(String::from_utf8(out.clone()).unwrap(), pair);
+        assert_eq!(report.dropped_tool_uses, vec!["a".to_owned()]);
+        assert!(report.dropped_tool_results.is_empty());
+        let (again, _, changed) = repair_bytes(&out);
+        assert!(!changed);
+        assert_eq!(again, out);
+    }
 }
