@@ -1,0 +1,33 @@
+//! A message body as the server reads it: parsed at any depth (or refused,
+//! with the id still found), classified, and its params decoded as every
+//! method's params type in turn. Nothing may panic.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use serde_json::Value;
+use toolwire::methods::{Exec, MethodVisitor, visit_all};
+use toolwire::protocol::Method;
+use toolwire::transport::Incoming;
+
+/// Decodes the params it holds as each method's params.
+struct DecodeAll(Value);
+
+impl MethodVisitor for DecodeAll {
+    fn visit<M: Method>(&mut self, _exec: Exec) {
+        let _ = toolwire::methods::params::<M::Params>(self.0.clone());
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let value: Value = match toolwire::json::from_slice(data) {
+        Ok(value) => value,
+        Err(_) => {
+            let _ = toolwire::json::request_id(data);
+            return;
+        }
+    };
+    let params = value.get("params").cloned().unwrap_or(Value::Null);
+    let _ = Incoming::classify(value.clone());
+    visit_all(&mut DecodeAll(params));
+    visit_all(&mut DecodeAll(value));
+});
