@@ -435,4 +435,57 @@ async fn open_files_are_raised_and_open_transcripts_bounded() {
     }
     let state = c.call("state/get", json!({"sessionId": "s0"})).await;
     assert_eq!(state["seenIds"], json!(["toolu_0"]));
+
+    // Locks stay correct: a session closed for the bound has released its
+    // lock, so another process may take it, and then this server is refused
+    // (it never writes beside the other) until the other lets go.
+    for i in 1..sessions {
+        // Touch the others so that s0 is the least recently used again.
+        c.call("state/get", json!({"sessionId": format!("s{i}")}))
+            .await;
+    }
+    let (mut other, other_child) = spawn_binary(dir.path());
+    other.initialize(dir.path(), json!({})).await;
+    other
+        .call(
+            "pair/append",
+            json!({"sessionId": "s0", "message": user_text("other")}),
+        )
+        .await;
+    c.fails(
+        "pair/append",
+        json!({"sessionId": "s0", "message": user_text("refused")}),
+        -32013,
+    )
+    .await;
+    drop(other);
+    drop(other_child);
+    let s0 = dir.path().join(".toolwire/sessions/s0.jsonl");
+    // Dropping the child kills it; its lock goes with it.
+    let mut tries = 0;
+    loop {
+        match c
+            .request(
+                "pair/append",
+                json!({"sessionId": "s0", "message": user_text("mine")}),
+            )
+            .await
+        {
+            Ok(_) => break,
+            Err(e) => {
+                assert_eq!(e["code"], json!(-32013), "{e}");
+                tries += 1;
+                assert!(tries < 200, "the lock was never released");
+                tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+            }
+        }
+    }
+    let texts: Vec<Value> = transcript_messages(&s0)
+        .into_iter()
+        .map(|m| m["content"].clone())
+        .collect();
+    assert_eq!(
+        texts,
+        [json!("m0"), json!("again"), json!("other"), json!("mine")]
+    );
 }
