@@ -61,9 +61,11 @@ pub fn raise_open_files() -> u64 {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
             return 0;
         }
-        if limit.rlim_cur < limit.rlim_max {
+        // An unlimited hard limit still stops at the kernel's `nr_open`.
+        let ceiling = limit.rlim_max.min(nr_open());
+        if limit.rlim_cur < ceiling {
             let raised = libc::rlimit {
-                rlim_cur: limit.rlim_max,
+                rlim_cur: ceiling,
                 rlim_max: limit.rlim_max,
             };
             if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
@@ -72,6 +74,15 @@ pub fn raise_open_files() -> u64 {
         }
     }
     limit.rlim_cur
+}
+
+/// The most descriptors the kernel lets a process have (Linux's default
+/// when it cannot be read).
+fn nr_open() -> u64 {
+    std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(1 << 20)
 }
 
 /// The soft limit on open files in force.

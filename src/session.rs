@@ -533,6 +533,13 @@ fn load_from_disk(key: &SessionKey, files: &dyn LogFileFactory) -> Result<Loaded
             return Ok(loaded);
         }
         Err(err) => return Err(Error::storage(&path, &err)),
+        // A FIFO or a device planted there would block or never end.
+        Ok(meta) if !meta.is_file() => {
+            return Err(Error::Storage {
+                message: format!("{} is not a regular file", path.display()),
+                path: Some(path.display().to_string()),
+            });
+        }
         Ok(_) => {}
     }
     let file = writer::open_locked(&path, false)?;

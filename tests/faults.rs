@@ -199,6 +199,22 @@ async fn reconstruct_reads_only_regular_files_bounds_lines_and_can_be_cancelled(
         );
     }
 
+    // A FIFO planted where a session's transcript goes: refused, not read.
+    let sessions = dir.path().join(".toolwire/sessions");
+    std::fs::create_dir_all(&sessions).unwrap();
+    let planted = sessions.join("planted.jsonl");
+    let cpath = std::ffi::CString::new(planted.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo with a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(cpath.as_ptr(), 0o600) }, 0);
+    let e = c
+        .fails(
+            "pair/append",
+            json!({"sessionId": "planted", "message": user_text("x")}),
+            -32014,
+        )
+        .await;
+    assert_eq!(e["data"]["path"], json!(planted), "{e}");
+
     // A line longer than the frame limit (1 GiB, a sparse run of zeros):
     // skipped and counted, the lines around it read.
     let torn = dir.path().join("torn.jsonl");
