@@ -191,7 +191,11 @@ async fn trial(trial: u64) -> usize {
     let (steps, conversation, budget_only) = workload(16);
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join(".toolwire");
-    let durability = if trial % 2 == 0 { "none" } else { "fsync" };
+    let durability = if trial.is_multiple_of(2) {
+        "none"
+    } else {
+        "fsync"
+    };
     let mode = if trial % 4 < 2 {
         "discard"
     } else {
