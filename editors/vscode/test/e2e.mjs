@@ -171,6 +171,8 @@ try {
   await command("toolwire: Check transcript");
   if (agent.serverMethods.includes("transcript/check")) {
     await notification("pairing fault");
+    // The fault is a diagnostic of the file: the Problems count shows it.
+    await until("the fault in Problems", async () => /^\D*1\D/.test(await text(page.locator('[id="status.problems"]').first())));
   } else {
     // A server without transcript/check (issue 8 not landed yet) is named.
     await notification("does not know transcript/check");

@@ -63,6 +63,7 @@ function C.check(tw, path, done)
     else
       notify(string.format("%s: %d pairing fault(s), see the quickfix list", path, #items), vim.log.levels.WARN)
       vim.cmd("copen")
+      vim.cmd("wincmd p") -- stay on the transcript
     end
     if done then done(result) end
   end)
