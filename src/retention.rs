@@ -45,6 +45,8 @@ use std::time::{Duration, SystemTime};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::artifact::{TEMP_PREFIX, is_artifact_name};
+
 use crate::error::{Error, Result};
 use crate::protocol::SessionId;
 
@@ -53,7 +55,7 @@ use crate::protocol::SessionId;
 pub const GRACE: Duration = Duration::from_secs(3600);
 
 /// Prefixes of temporary files toolwire writes and renames into place.
-const TEMP_PREFIXES: &[&str] = &[".tmp-", ".fork-", ".repair-"];
+const TEMP_PREFIXES: &[&str] = &[TEMP_PREFIX, ".fork-", ".repair-"];
 /// Prefix of a session directory moved aside to be deleted.
 const TRASH_PREFIX: &str = ".gc-";
 
@@ -239,25 +241,6 @@ fn is_old(meta: &fs::Metadata, policy: &Policy) -> bool {
         .unwrap_or(false)
 }
 
-/// Whether an artifact directory entry is a name the artifact writer makes:
-/// `<token>.<txt|json>` or `h.<64 hex>.<txt|json>`.
-pub fn is_artifact_name(name: &str) -> bool {
-    let Some(stem) = name
-        .strip_suffix(".txt")
-        .or_else(|| name.strip_suffix(".json"))
-    else {
-        return false;
-    };
-    if let Some(hex) = stem.strip_prefix("h.") {
-        return hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit());
-    }
-    !stem.is_empty()
-        && stem.len() <= 128
-        && stem
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-}
-
 fn scan(sessions_dir: &Path, id: &str) -> io::Result<Found> {
     let mut f = Found::default();
     let transcript = sessions_dir.join(format!("{id}.jsonl"));
@@ -304,7 +287,7 @@ fn scan(sessions_dir: &Path, id: &str) -> io::Result<Found> {
                 if journal_less {
                     f.last_written = f.last_written.max(Some(modified));
                 }
-                if name.starts_with(".tmp-") {
+                if name.starts_with(TEMP_PREFIX) {
                     f.temps.push((name, meta.len(), modified));
                 } else if is_artifact_name(&name) {
                     f.artifacts.push((name, meta.len(), modified));

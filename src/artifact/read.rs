@@ -222,7 +222,7 @@ pub fn open(data_dir: &Path, session_id: &SessionId, tool_use_id: &str) -> Resul
             crate::retention::replacement_target(&transcript, tool_use_id)
             && other != session_id.as_str()
             && SessionId::try_from(other.clone()).is_ok()
-            && crate::retention::is_artifact_name(&name)
+            && crate::artifact::is_artifact_name(&name)
             && is_real_dir(&session_dir(data_dir, &other))
         {
             let kind = if name.ends_with(".json") {
