@@ -279,6 +279,64 @@ pub struct Config {
     /// have them, also in `toolwire.toml`).
     pub tools: Tools,
     pub retention: Retention,
+    /// `toolwire proxy`: where it listens and where it forwards.
+    #[serde(skip_serializing_if = "ProxyConfig::is_default")]
+    pub proxy: ProxyConfig,
+}
+
+/// `[proxy]` in `toolwire.toml`: the HTTP face (`toolwire proxy`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct ProxyConfig {
+    /// Address to listen on (`--listen` overrides it). A non-loopback
+    /// address needs `--allow-remote`.
+    pub listen: String,
+    /// Base URL per provider; the request's path is appended to it.
+    pub upstreams: Upstreams,
+    /// Largest request body accepted, in bytes; a larger one is answered
+    /// 413 with an error in the provider's shape.
+    pub max_request_bytes: u64,
+}
+
+/// `[proxy.upstreams]`: the only hosts the proxy ever forwards to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Upstreams {
+    /// For `POST /v1/messages`.
+    pub anthropic: String,
+    /// For `POST /v1/chat/completions` and `POST /v1/responses`.
+    pub openai: String,
+    /// For `POST /v1beta/models/{model}:generateContent` and
+    /// `:streamGenerateContent`.
+    pub gemini: String,
+}
+
+impl Default for Upstreams {
+    fn default() -> Self {
+        Upstreams {
+            anthropic: "https://api.anthropic.com".into(),
+            openai: "https://api.openai.com".into(),
+            gemini: "https://generativelanguage.googleapis.com".into(),
+        }
+    }
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        ProxyConfig {
+            listen: "127.0.0.1:8787".into(),
+            upstreams: Upstreams::default(),
+            // The Messages API's own request limit (32 MB); the other
+            // providers' documented limits are no larger.
+            max_request_bytes: 32 * 1024 * 1024,
+        }
+    }
+}
+
+impl ProxyConfig {
+    fn is_default(&self) -> bool {
+        *self == ProxyConfig::default()
+    }
 }
 
 /// The configuration in force for one connection, with paths resolved.
@@ -294,6 +352,7 @@ pub struct Effective {
     pub preview_mode: PreviewMode,
     pub tools: Tools,
     pub retention: Retention,
+    pub proxy: ProxyConfig,
 }
 
 impl Effective {
@@ -467,6 +526,7 @@ pub fn resolve(workspace: &Path, config: Config) -> Effective {
         preview_mode: config.preview_mode,
         tools: config.tools,
         retention: config.retention,
+        proxy: config.proxy,
     }
 }
 

@@ -28,6 +28,7 @@ pub mod message;
 pub mod methods;
 pub mod process;
 pub mod protocol;
+pub mod proxy;
 pub mod replay;
 pub mod retention;
 pub mod schema;

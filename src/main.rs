@@ -50,6 +50,11 @@ pub(crate) enum Command {
     /// Front an MCP server (stdio): large tool results are saved once and
     /// replaced by a preview and a link the client can page through.
     Mcp(cli::mcp::Args),
+    /// An HTTP proxy in front of the model providers that budgets and
+    /// pair-guards every request (for agents that only take a base URL).
+    Proxy(cli::proxy::Args),
+    /// What the proxy did per session: requests, chars, cache hit rate.
+    Stats(cli::stats::Args),
 }
 
 fn main() -> ExitCode {
@@ -82,6 +87,8 @@ fn main() -> ExitCode {
         Command::Man(args) => cli::man::run(args, Cli::command()),
         Command::Gc(args) => cli::gc::run(args),
         Command::Mcp(args) => cli::mcp::run(args),
+        Command::Proxy(args) => cli::proxy::run(args),
+        Command::Stats(args) => cli::stats::run(args),
     }
 }
 

@@ -7,11 +7,13 @@ pub mod gc;
 pub mod import;
 pub mod man;
 pub mod mcp;
+pub mod proxy;
 pub mod repair;
 pub mod replay;
 pub mod schema;
 pub mod serve;
 pub mod show;
+pub mod stats;
 
 /// The multi-threaded runtime every async command runs on.
 pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {

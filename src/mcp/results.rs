@@ -27,11 +27,8 @@
 //! does not match), and a preview could not stand in for it. Only `content`
 //! — what the model is shown — is budgeted.
 
-use std::sync::Arc;
-
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
-use tokio_util::sync::CancellationToken;
 
 use super::front::Front;
 use super::saved;
@@ -161,15 +158,7 @@ async fn apply(front: &Front, tool: &str, id: &str, content: Value) -> Result<Bu
         preview_mode: None,
         tools: None,
     };
-    let config = front.config.clone();
-    let slot = front.registry.slot(&front.config.data_dir, &front.session);
-    slot.run(move |session| {
-        Box::pin(async move {
-            let config = Arc::clone(&config);
-            crate::methods::budget_apply(session, &config, &CancellationToken::new(), params).await
-        })
-    })
-    .await
+    crate::methods::budget_apply_queued(&front.registry, front.config.clone(), params).await
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ use crate::protocol::{
     RECORD_KIND, ReplacementRecord, SessionId,
 };
 use crate::retention;
-use crate::session::Session;
+use crate::session::{Registry, Session};
 use crate::state::Replacement;
 use crate::transcript::Lines;
 
@@ -46,6 +46,21 @@ impl SessionMethod for BudgetApply {
                 .map(Reply::Now)
         })
     }
+}
+
+/// Budget on the session's queue, for a face without a JSON-RPC request
+/// (the MCP front, the HTTP proxy): ordered with the session's other work,
+/// sharing its state, journal and artifacts; never cancelled.
+pub async fn apply_queued(
+    registry: &Registry,
+    config: Arc<Effective>,
+    params: BudgetApplyParams,
+) -> Result<BudgetApplyResult> {
+    let slot = registry.slot(&config.data_dir, &params.session_id);
+    slot.run(move |session| {
+        Box::pin(async move { apply(session, &config, &CancellationToken::new(), params).await })
+    })
+    .await
 }
 
 /// Budget `params.messages` on `session` (the session's queue must be the

@@ -236,6 +236,29 @@ pub fn bak_path(path: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// Repair a conversation held in memory (the proxy's request) by the same
+/// rules as a transcript. `None` when it already satisfies the pair
+/// invariant, so a valid conversation is never touched.
+pub fn repair_messages(messages: &[Value]) -> Option<(Vec<Value>, TranscriptRepairResult)> {
+    let mut lines = Lines::default();
+    for m in messages {
+        lines.push_message(m);
+    }
+    let (output, report, changed) = repair_bytes(&lines.bytes);
+    if !changed {
+        return None;
+    }
+    let repaired = output
+        .split(|&b| b == b'\n')
+        .filter_map(parse_line)
+        .filter_map(|entry| match entry {
+            Entry::Message(m) => Some(m),
+            _ => None,
+        })
+        .collect();
+    Some((repaired, report))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -313,6 +313,30 @@ class Retention(BaseModel):
     """
 
 
+class Upstreams(BaseModel):
+    """
+    `[proxy.upstreams]`: the only hosts the proxy ever forwards to.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    anthropic: str | None = 'https://api.anthropic.com'
+    """
+    For `POST /v1/messages`.
+    """
+    openai: str | None = 'https://api.openai.com'
+    """
+    For `POST /v1/chat/completions` and `POST /v1/responses`.
+    """
+    gemini: str | None = 'https://generativelanguage.googleapis.com'
+    """
+    For `POST /v1beta/models/{model}:generateContent` and
+    `:streamGenerateContent`.
+    """
+
+
 class TranscriptLine1(BaseModel):
     """
     One line of a session transcript.
@@ -649,6 +673,38 @@ class PairFlushParams(BaseModel):
     """
 
 
+class ProxyConfig(BaseModel):
+    """
+    `[proxy]` in `toolwire.toml`: the HTTP face (`toolwire proxy`).
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    listen: str | None = '127.0.0.1:8787'
+    """
+    Address to listen on (`--listen` overrides it). A non-loopback
+    address needs `--allow-remote`.
+    """
+    upstreams: Upstreams | None = Field(
+        {
+            'anthropic': 'https://api.anthropic.com',
+            'openai': 'https://api.openai.com',
+            'gemini': 'https://generativelanguage.googleapis.com',
+        },
+        validate_default=True,
+    )
+    """
+    Base URL per provider; the request's path is appended to it.
+    """
+    max_request_bytes: conint(ge=0) | None = Field(33554432, alias='maxRequestBytes')
+    """
+    Largest request body accepted, in bytes; a larger one is answered
+    413 with an error in the provider's shape.
+    """
+
+
 class Experimental(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
@@ -760,6 +816,10 @@ class Config(BaseModel):
         },
         validate_default=True,
     )
+    proxy: ProxyConfig | None = None
+    """
+    `toolwire proxy`: where it listens and where it forwards.
+    """
 
 
 class ServerCapabilities(BaseModel):

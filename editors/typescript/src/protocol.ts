@@ -364,6 +364,7 @@ tools?: {
 [k: string]: ToolSettings | undefined
 }
 retention?: Retention
+proxy?: ProxyConfig
 }
 /**
  * Size limits, all counted in `sizeUnit`.
@@ -406,6 +407,40 @@ auto?: boolean
  * Hours between the shared daemon's collections.
  */
 intervalHours?: number
+}
+/**
+ * `toolwire proxy`: where it listens and where it forwards.
+ */
+export interface ProxyConfig {
+/**
+ * Address to listen on (`--listen` overrides it). A non-loopback
+ * address needs `--allow-remote`.
+ */
+listen?: string
+upstreams?: Upstreams
+/**
+ * Largest request body accepted, in bytes; a larger one is answered
+ * 413 with an error in the provider's shape.
+ */
+maxRequestBytes?: number
+}
+/**
+ * Base URL per provider; the request's path is appended to it.
+ */
+export interface Upstreams {
+/**
+ * For `POST /v1/messages`.
+ */
+anthropic?: string
+/**
+ * For `POST /v1/chat/completions` and `POST /v1/responses`.
+ */
+openai?: string
+/**
+ * For `POST /v1beta/models/{model}:generateContent` and
+ * `:streamGenerateContent`.
+ */
+gemini?: string
 }
 /**
  * Size limits, all counted in `sizeUnit`.
@@ -454,6 +489,46 @@ auto?: boolean
  * Hours between the shared daemon's collections.
  */
 intervalHours?: number
+}
+/**
+ * `[proxy]` in `toolwire.toml`: the HTTP face (`toolwire proxy`).
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "ProxyConfig".
+ */
+export interface ProxyConfig1 {
+/**
+ * Address to listen on (`--listen` overrides it). A non-loopback
+ * address needs `--allow-remote`.
+ */
+listen?: string
+upstreams?: Upstreams
+/**
+ * Largest request body accepted, in bytes; a larger one is answered
+ * 413 with an error in the provider's shape.
+ */
+maxRequestBytes?: number
+}
+/**
+ * `[proxy.upstreams]`: the only hosts the proxy ever forwards to.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "Upstreams".
+ */
+export interface Upstreams1 {
+/**
+ * For `POST /v1/messages`.
+ */
+anthropic?: string
+/**
+ * For `POST /v1/chat/completions` and `POST /v1/responses`.
+ */
+openai?: string
+/**
+ * For `POST /v1beta/models/{model}:generateContent` and
+ * `:streamGenerateContent`.
+ */
+gemini?: string
 }
 /**
  * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema

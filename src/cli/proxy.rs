@@ -1,0 +1,67 @@
+//! `toolwire proxy`: the HTTP face in front of the model providers.
+
+use std::process::ExitCode;
+
+use toolwire::proxy::Proxy;
+use toolwire::session::{DEFAULT_SESSION_IDLE, Registry, Storage};
+
+use super::runtime;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Address to listen on (default: `[proxy] listen` in toolwire.toml,
+    /// else 127.0.0.1:8787).
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
+    /// Allow listening on a non-loopback address (anyone who can reach it
+    /// can spend your API keys' budget through it).
+    #[arg(long)]
+    allow_remote: bool,
+}
+
+pub fn run(args: Args) -> ExitCode {
+    let outcome = runtime()
+        .map_err(|err| format!("cannot start the runtime: {err}"))
+        .and_then(|rt| rt.block_on(serve(args)));
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("toolwire proxy: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(args: Args) -> Result<(), String> {
+    let workspace =
+        std::env::current_dir().map_err(|err| format!("no workspace directory: {err}"))?;
+    let config = toolwire::config::load(&workspace, None).map_err(|err| err.to_string())?;
+    let listen = args.listen.unwrap_or_else(|| config.proxy.listen.clone());
+    let addrs: Vec<_> = tokio::net::lookup_host(&listen)
+        .await
+        .map_err(|err| format!("--listen {listen}: {err}"))?
+        .collect();
+    let Some(addr) = addrs.first().copied() else {
+        return Err(format!("--listen {listen}: no address"));
+    };
+    if !addr.ip().is_loopback() && !args.allow_remote {
+        return Err(format!(
+            "{addr} is not a loopback address; pass --allow-remote to listen on it"
+        ));
+    }
+    let registry = Registry::new(Storage::default(), DEFAULT_SESSION_IDLE);
+    let proxy = Proxy::new(registry, config)?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|err| format!("cannot listen on {addr}: {err}"))?;
+    let local = listener.local_addr().map_err(|err| err.to_string())?;
+    // The one line a launcher waits for (stderr: stdout stays clean).
+    eprintln!("toolwire proxy listening on http://{local}");
+    tokio::select! {
+        served = proxy.clone().serve(listener) => served.map_err(|err| format!("accepting connections: {err}")),
+        _ = tokio::signal::ctrl_c() => {
+            proxy.registry().close_all().await;
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,451 @@
+//! `toolwire proxy`: the HTTP face. Agents that only let their user change
+//! the provider's base URL get budgeting and the pair guard with no code
+//! change (PROTOCOL.md 10.7).
+//!
+//! Per request: read the body (up to `proxy.maxRequestBytes`), find its
+//! session, repair its pairing in memory if the provider would reject it,
+//! budget it through the same session registry and `budget/apply` core as
+//! the JSON-RPC face, write the changed results back into the body without
+//! touching any other byte, forward it with its headers to the configured
+//! upstream, and stream the response back as it arrives, reading the
+//! provider's token usage off it for `toolwire stats`.
+
+pub mod conversation;
+pub mod route;
+pub mod splice;
+pub mod stats;
+pub mod upstream;
+pub mod usage;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::Value;
+use tokio::net::TcpListener;
+
+use crate::config::Effective;
+use crate::protocol::{BudgetApplyParams, Message, SessionId};
+use crate::session::Registry;
+use conversation::SESSION_HEADER;
+use route::{Provider, Route};
+use stats::Record;
+use upstream::{ProxyBody, Upstream};
+
+/// Response header: what budgeting did (`applied; persisted=N`), or why it
+/// did not run (`unavailable; …`, `failed; …`, `none; …`).
+pub const BUDGET_HEADER: &str = "x-toolwire-budget";
+/// Response header, present only when the pairing was repaired:
+/// `droppedToolUses=<ids>; droppedToolResults=<ids>` (ids comma-separated,
+/// percent-encoded).
+pub const REPAIRED_HEADER: &str = "x-toolwire-repaired";
+
+/// The proxy: one per process, shared by every connection.
+pub struct Proxy {
+    registry: Registry,
+    config: Arc<Effective>,
+    upstream: Upstream,
+}
+
+impl Proxy {
+    pub fn new(registry: Registry, config: Effective) -> Result<Arc<Proxy>, String> {
+        let upstream = Upstream::new(&config.proxy.upstreams)?;
+        Ok(Arc::new(Proxy {
+            registry,
+            config: Arc::new(config),
+            upstream,
+        }))
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Accept connections until the listener fails; each connection speaks
+    /// HTTP/1.1 or HTTP/2 (prior knowledge), as the client chooses.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener) -> std::io::Result<()> {
+        loop {
+            let (stream, peer) = listener.accept().await?;
+            let _ = stream.set_nodelay(true);
+            let proxy = self.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req| {
+                    let proxy = proxy.clone();
+                    async move { Ok::<_, Infallible>(proxy.handle(req, peer).await) }
+                });
+                let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                if let Err(err) = builder
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await
+                {
+                    tracing::debug!(%peer, %err, "connection ended with an error");
+                }
+            });
+        }
+    }
+
+    async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
+        let path = req.uri().path().to_owned();
+        tracing::debug!(%peer, method = %req.method(), %path, headers = %redacted(req.headers()), "request");
+        let Some(target) = Target::of(req.method(), &path, req.headers()) else {
+            let provider = Provider::guess(req.headers());
+            return error(
+                provider,
+                StatusCode::NOT_FOUND,
+                &format!("toolwire proxy: no route for {} {path}", req.method()),
+            );
+        };
+        let provider = target.provider();
+        let limit = self.config.proxy.max_request_bytes;
+        let (parts, body) = req.into_parts();
+        let declared = parts
+            .headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > limit) {
+            return too_large(provider, limit);
+        }
+        let body = match Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX))
+            .collect()
+            .await
+        {
+            Ok(collected) => collected.to_bytes(),
+            Err(err) if err.is::<http_body_util::LengthLimitError>() => {
+                return too_large(provider, limit);
+            }
+            Err(err) => {
+                return error(
+                    provider,
+                    StatusCode::BAD_REQUEST,
+                    &format!("toolwire proxy: reading the request body failed: {err}"),
+                );
+            }
+        };
+
+        let mut record = Record {
+            format: target.format().to_owned(),
+            chars_received: char_count(&body),
+            ..Record::default()
+        };
+        let mut notes = HeaderMap::new();
+        let (session, body) = match target {
+            Target::Route(route) if parts.method == Method::POST => {
+                match self
+                    .prepare(route, &parts.headers, body, &mut record, &mut notes)
+                    .await
+                {
+                    Ok(prepared) => prepared,
+                    Err(response) => return response,
+                }
+            }
+            _ => {
+                notes.insert(
+                    BUDGET_HEADER,
+                    HeaderValue::from_static("none; not a conversation"),
+                );
+                (None, body)
+            }
+        };
+        record.chars_sent = char_count(&body);
+        let session_dir = session.as_ref().map(|id| {
+            crate::session::SessionKey {
+                data_dir: self.config.data_dir.clone(),
+                id: id.clone(),
+            }
+            .session_dir()
+        });
+        if let Some(id) = &session
+            && let Ok(value) = HeaderValue::from_str(id.as_str())
+        {
+            notes.insert(SESSION_HEADER, value);
+        }
+        self.upstream
+            .forward(provider, parts, body, notes, record, session_dir)
+            .await
+    }
+
+    /// Find the session, then repair and budget the conversation where the
+    /// format allows. Returns the session and the body to forward; an
+    /// `Err` is an answer to give the agent at once.
+    async fn prepare(
+        &self,
+        route: Route,
+        headers: &HeaderMap,
+        body: Bytes,
+        record: &mut Record,
+        notes: &mut HeaderMap,
+    ) -> Result<(Option<SessionId>, Bytes), Response<ProxyBody>> {
+        let provider = route.provider();
+        let named = match headers.get(SESSION_HEADER) {
+            None => None,
+            Some(value) => {
+                let id = value
+                    .to_str()
+                    .map_err(|e| e.to_string())
+                    .and_then(|s| SessionId::try_from(s.to_owned()));
+                match id {
+                    Ok(id) => Some(id),
+                    Err(err) => {
+                        return Err(error(
+                            provider,
+                            StatusCode::BAD_REQUEST,
+                            &format!("toolwire proxy: header {SESSION_HEADER}: {err}"),
+                        ));
+                    }
+                }
+            }
+        };
+        // A body that is not JSON is the provider's to refuse: it goes as sent.
+        let Ok(text) = std::str::from_utf8(&body) else {
+            return Ok((named, body));
+        };
+        let key = route.conversation_key();
+        let parsed = match splice::Body::parse(text, key) {
+            Ok(parsed) => parsed,
+            Err(err) => {
+                notes.insert(BUDGET_HEADER, note(&format!("none; {err}")));
+                return Ok((named, body));
+            }
+        };
+        let session = named.or_else(|| conversation::derive_session(route, &parsed.value));
+        let (Some(session), Some(original)) = (session.clone(), parsed.conversation(key)) else {
+            notes.insert(
+                BUDGET_HEADER,
+                HeaderValue::from_static("none; no conversation"),
+            );
+            return Ok((session, body));
+        };
+        if route != Route::AnthropicMessages {
+            // Budgeting reads conversations only through the format layer,
+            // which does not read this format yet: pass it through as sent.
+            notes.insert(
+                BUDGET_HEADER,
+                note(&format!(
+                    "unavailable; format {} is not supported by this build yet",
+                    route.format()
+                )),
+            );
+            return Ok((Some(session), body));
+        }
+
+        let mut messages = original.clone();
+        if let Some((repaired, report)) = crate::transcript::repair::repair_messages(&messages) {
+            tracing::info!(session = %session, dropped_tool_uses = ?report.dropped_tool_uses, dropped_tool_results = ?report.dropped_tool_results, "repaired the pairing of a request");
+            notes.insert(
+                REPAIRED_HEADER,
+                note(&format!(
+                    "droppedToolUses={}; droppedToolResults={}",
+                    id_list(&report.dropped_tool_uses),
+                    id_list(&report.dropped_tool_results)
+                )),
+            );
+            record.repaired = true;
+            messages = repaired;
+        }
+        let params = BudgetApplyParams {
+            session_id: session.clone(),
+            messages: messages.into_iter().map(Message).collect(),
+            limits: None,
+            tools: None,
+            preview_mode: None,
+        };
+        match crate::methods::budget_apply_queued(&self.registry, self.config.clone(), params).await
+        {
+            Ok(result) => {
+                let persisted = result.persisted.len();
+                record.results_persisted = persisted as u64;
+                record.budgeted = true;
+                let budgeted: Vec<Value> = result.messages.into_iter().map(|m| m.0).collect();
+                match parsed.with_conversation(original, &budgeted) {
+                    Ok(text) => {
+                        notes.insert(
+                            BUDGET_HEADER,
+                            note(&format!("applied; persisted={persisted}")),
+                        );
+                        Ok((Some(session), Bytes::from(text)))
+                    }
+                    Err(err) => {
+                        record.budgeted = false;
+                        notes.insert(BUDGET_HEADER, note(&format!("failed; {err}")));
+                        Ok((Some(session), body))
+                    }
+                }
+            }
+            Err(err) => {
+                // Never stand between the agent and its provider: a
+                // conversation toolwire cannot budget goes as sent, and the
+                // provider has its say.
+                tracing::warn!(session = %session, %err, "budgeting failed; forwarding the request as sent");
+                notes.insert(BUDGET_HEADER, note(&format!("failed; {err}")));
+                Ok((Some(session), body))
+            }
+        }
+    }
+}
+
+/// What a request is for: a conversation route, or another path of a
+/// provider's API that is passed through as it is (token counting, model
+/// lists), always to that provider's configured upstream.
+#[derive(Debug, Clone, Copy)]
+enum Target {
+    Route(Route),
+    Other(Provider),
+}
+
+impl Target {
+    fn of(method: &Method, path: &str, headers: &HeaderMap) -> Option<Target> {
+        if let Some(route) = Route::of(path) {
+            return (method == Method::POST).then_some(Target::Route(route));
+        }
+        if path.starts_with("/v1/messages/") {
+            return Some(Target::Other(Provider::Anthropic));
+        }
+        if path.starts_with("/v1beta/") {
+            return Some(Target::Other(Provider::Gemini));
+        }
+        if path == "/v1/models" || path.starts_with("/v1/models/") {
+            return Some(Target::Other(Provider::guess(headers)));
+        }
+        None
+    }
+
+    fn provider(self) -> Provider {
+        match self {
+            Target::Route(route) => route.provider(),
+            Target::Other(provider) => provider,
+        }
+    }
+
+    fn format(self) -> &'static str {
+        match self {
+            Target::Route(route) => route.format(),
+            Target::Other(_) => "other",
+        }
+    }
+}
+
+impl Provider {
+    /// Which provider's client sent a request, by the headers its SDK
+    /// always sets (for errors on paths that say nothing).
+    fn guess(headers: &HeaderMap) -> Provider {
+        if headers.contains_key("anthropic-version") || headers.contains_key("x-api-key") {
+            Provider::Anthropic
+        } else if headers.contains_key("x-goog-api-key") {
+            Provider::Gemini
+        } else {
+            Provider::OpenAi
+        }
+    }
+}
+
+/// An error answered by the proxy itself, in the provider's error shape.
+pub fn error(provider: Provider, status: StatusCode, message: &str) -> Response<ProxyBody> {
+    tracing::info!(status = status.as_u16(), message, "answering an error");
+    let body = provider.error_body(status.as_u16(), message).to_string();
+    let mut response = Response::new(
+        Full::new(Bytes::from(body))
+            .map_err(|never| match never {})
+            .boxed_unsync(),
+    );
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+fn too_large(provider: Provider, limit: u64) -> Response<ProxyBody> {
+    error(
+        provider,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        &format!(
+            "toolwire proxy: the request body is larger than {limit} bytes (proxy.maxRequestBytes in toolwire.toml)"
+        ),
+    )
+}
+
+/// A header value from free text: anything not visible ASCII becomes `?`.
+fn note(text: &str) -> HeaderValue {
+    let clean: String = text
+        .chars()
+        .map(|c| {
+            if c == ' ' || c.is_ascii_graphic() {
+                c
+            } else {
+                '?'
+            }
+        })
+        .take(512)
+        .collect();
+    HeaderValue::from_str(&clean).unwrap_or_else(|_| HeaderValue::from_static("?"))
+}
+
+fn id_list(ids: &[String]) -> String {
+    ids.iter()
+        .map(|id| url::form_urlencoded::byte_serialize(id.as_bytes()).collect::<String>())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn char_count(body: &[u8]) -> u64 {
+    match std::str::from_utf8(body) {
+        Ok(text) => text.chars().count() as u64,
+        Err(_) => body.len() as u64,
+    }
+}
+
+/// Headers that carry credentials: logged as `<redacted>`, never in clear.
+const SECRET_HEADERS: &[&str] = &[
+    "authorization",
+    "proxy-authorization",
+    "x-api-key",
+    "x-goog-api-key",
+    "api-key",
+    "cookie",
+];
+
+/// Headers for a log line, credentials redacted. Bodies are never logged.
+pub fn redacted(headers: &HeaderMap) -> String {
+    let mut out = String::new();
+    for (name, value) in headers {
+        if !out.is_empty() {
+            out.push_str(", ");
+        }
+        out.push_str(name.as_str());
+        out.push_str(": ");
+        if SECRET_HEADERS.contains(&name.as_str()) {
+            out.push_str("<redacted>");
+        } else {
+            out.push_str(value.to_str().unwrap_or("<binary>"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_never_reach_a_log_line() {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-api-key", HeaderValue::from_static("sk-ant-secret"));
+        headers.insert(
+            "authorization",
+            HeaderValue::from_static("Bearer sk-secret"),
+        );
+        headers.insert("x-goog-api-key", HeaderValue::from_static("AIza-secret"));
+        headers.insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
+        let line = redacted(&headers);
+        assert!(!line.contains("secret"), "{line}");
+        assert!(line.contains("anthropic-version: 2023-06-01"), "{line}");
+        assert_eq!(line.matches("<redacted>").count(), 3, "{line}");
+    }
+}

@@ -1,0 +1,153 @@
+//! Which provider endpoint a request is for, and what that decides: the
+//! upstream it goes to, the format its conversation is in, and the shape of
+//! the errors the proxy itself answers.
+
+use serde_json::{Value, json};
+
+use crate::config::Upstreams;
+
+/// The endpoints the proxy serves (PROTOCOL.md 10.7). Anything else is 404:
+/// the proxy never forwards a path it does not know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// `POST /v1/messages`
+    AnthropicMessages,
+    /// `POST /v1/chat/completions`
+    OpenAiChat,
+    /// `POST /v1/responses`
+    OpenAiResponses,
+    /// `POST /v1beta/models/{model}:generateContent` or
+    /// `:streamGenerateContent`
+    Gemini { stream: bool },
+}
+
+/// Who answers a route, for the upstream URL and the error shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Provider {
+    Anthropic,
+    OpenAi,
+    Gemini,
+}
+
+impl Route {
+    /// The route of a request path (without its query), if it is one.
+    pub fn of(path: &str) -> Option<Route> {
+        match path {
+            "/v1/messages" => return Some(Route::AnthropicMessages),
+            "/v1/chat/completions" => return Some(Route::OpenAiChat),
+            "/v1/responses" => return Some(Route::OpenAiResponses),
+            _ => {}
+        }
+        // `/v1beta/models/{model}:{method}`, also `/v1/…` (the stable API).
+        let rest = path
+            .strip_prefix("/v1beta/models/")
+            .or_else(|| path.strip_prefix("/v1/models/"))?;
+        let (model, method) = rest.rsplit_once(':')?;
+        let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_');
+        if model.is_empty() || !model.chars().all(plain) {
+            return None;
+        }
+        match method {
+            "generateContent" => Some(Route::Gemini { stream: false }),
+            "streamGenerateContent" => Some(Route::Gemini { stream: true }),
+            _ => None,
+        }
+    }
+
+    pub fn provider(self) -> Provider {
+        match self {
+            Route::AnthropicMessages => Provider::Anthropic,
+            Route::OpenAiChat | Route::OpenAiResponses => Provider::OpenAi,
+            Route::Gemini { .. } => Provider::Gemini,
+        }
+    }
+
+    /// The conversation format (PROTOCOL.md 10.3) of the route's requests.
+    pub fn format(self) -> &'static str {
+        match self {
+            Route::AnthropicMessages => "anthropic",
+            Route::OpenAiChat => "openai-chat",
+            Route::OpenAiResponses => "openai-responses",
+            Route::Gemini { .. } => "gemini",
+        }
+    }
+
+    /// The top-level field of the request body that holds the conversation.
+    pub fn conversation_key(self) -> &'static str {
+        match self {
+            Route::AnthropicMessages | Route::OpenAiChat => "messages",
+            Route::OpenAiResponses => "input",
+            Route::Gemini { .. } => "contents",
+        }
+    }
+}
+
+impl Provider {
+    pub fn upstream(self, upstreams: &Upstreams) -> &str {
+        match self {
+            Provider::Anthropic => &upstreams.anthropic,
+            Provider::OpenAi => &upstreams.openai,
+            Provider::Gemini => &upstreams.gemini,
+        }
+    }
+
+    /// An error body the provider's own SDKs parse: the proxy's errors
+    /// (bad gateway, body too large, bad JSON) reach the agent the same
+    /// way the provider's would.
+    pub fn error_body(self, status: u16, message: &str) -> Value {
+        match self {
+            Provider::Anthropic => json!({
+                "type": "error",
+                "error": {"type": anthropic_error_type(status), "message": message},
+            }),
+            Provider::OpenAi => json!({
+                "error": {
+                    "message": message,
+                    "type": if status >= 500 { "server_error" } else { "invalid_request_error" },
+                    "param": null,
+                    "code": null,
+                },
+            }),
+            Provider::Gemini => json!({
+                "error": {"code": status, "message": message, "status": gemini_status(status)},
+            }),
+        }
+    }
+}
+
+fn anthropic_error_type(status: u16) -> &'static str {
+    match status {
+        404 => "not_found_error",
+        413 => "request_too_large",
+        400..=499 => "invalid_request_error",
+        _ => "api_error",
+    }
+}
+
+fn gemini_status(status: u16) -> &'static str {
+    match status {
+        400 | 413 => "INVALID_ARGUMENT",
+        404 => "NOT_FOUND",
+        502 | 503 => "UNAVAILABLE",
+        _ => "INTERNAL",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_are_exactly_the_provider_endpoints() {
+        assert_eq!(Route::of("/v1/messages"), Some(Route::AnthropicMessages));
+        assert_eq!(Route::of("/v1/responses"), Some(Route::OpenAiResponses));
+        assert_eq!(
+            Route::of("/v1beta/models/gemini-2.5-flash:streamGenerateContent"),
+            Some(Route::Gemini { stream: true })
+        );
+        assert_eq!(Route::of("/v1/messages/count_tokens"), None);
+        assert_eq!(Route::of("/v1beta/models/../x:generateContent"), None);
+        assert_eq!(Route::of("/v1beta/models/m:embedContent"), None);
+        assert_eq!(Route::of("/"), None);
+    }
+}

@@ -1,0 +1,298 @@
+//! Forwarding to the provider and streaming its answer back.
+//!
+//! `reqwest` (on hyper, with rustls) keeps a pool of connections per
+//! upstream, speaks HTTP/2 where the upstream offers it (ALPN) and HTTP/1.1
+//! otherwise. It follows no redirect and uses no proxy from the
+//! environment: a request leaves only for the configured upstream.
+
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+use http::header::{self, HeaderName};
+use http::request::Parts;
+use http::{HeaderMap, Response, StatusCode};
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::Frame;
+
+use super::route::Provider;
+use super::stats::{self, Record};
+use super::usage::UsageReader;
+use crate::config::Upstreams;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// Every response body the proxy sends: streamed, never collected.
+pub type ProxyBody = http_body_util::combinators::UnsyncBoxBody<Bytes, BoxError>;
+
+/// The configured upstreams and the client that reaches them.
+pub struct Upstream {
+    client: reqwest::Client,
+    anthropic: url::Url,
+    openai: url::Url,
+    gemini: url::Url,
+}
+
+/// Headers of one hop only (RFC 9110 7.6.1), never forwarded either way;
+/// `host` and `content-length` are set anew for the forwarded body.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+];
+
+impl Upstream {
+    pub fn new(upstreams: &Upstreams) -> Result<Upstream, String> {
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .connect_timeout(std::time::Duration::from_secs(30))
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|err| format!("cannot build the HTTP client: {err}"))?;
+        Ok(Upstream {
+            client,
+            anthropic: base_url("anthropic", &upstreams.anthropic)?,
+            openai: base_url("openai", &upstreams.openai)?,
+            gemini: base_url("gemini", &upstreams.gemini)?,
+        })
+    }
+
+    fn base(&self, provider: Provider) -> &url::Url {
+        match provider {
+            Provider::Anthropic => &self.anthropic,
+            Provider::OpenAi => &self.openai,
+            Provider::Gemini => &self.gemini,
+        }
+    }
+
+    /// The upstream URL of a request: the base URL with the request's path
+    /// and query appended, and never another host.
+    fn url(&self, provider: Provider, parts: &Parts) -> Option<url::Url> {
+        let base = self.base(provider);
+        let mut text = base.as_str().trim_end_matches('/').to_owned();
+        text.push_str(parts.uri.path());
+        if let Some(query) = parts.uri.query() {
+            text.push('?');
+            text.push_str(query);
+        }
+        let url = url::Url::parse(&text).ok()?;
+        let same = url.scheme() == base.scheme()
+            && url.host_str() == base.host_str()
+            && url.port_or_known_default() == base.port_or_known_default();
+        same.then_some(url)
+    }
+
+    /// Send the request upstream and answer with its response as it comes.
+    /// `notes` are toolwire's own response headers; `record` is completed
+    /// with the status and usage and appended under `session_dir`.
+    pub async fn forward(
+        &self,
+        provider: Provider,
+        parts: Parts,
+        body: Bytes,
+        notes: HeaderMap,
+        mut record: Record,
+        session_dir: Option<PathBuf>,
+    ) -> Response<ProxyBody> {
+        let Some(url) = self.url(provider, &parts) else {
+            return super::error(
+                provider,
+                StatusCode::BAD_REQUEST,
+                "toolwire proxy: the request path does not stay on the configured upstream",
+            );
+        };
+        let mut headers = forwardable(&parts.headers);
+        headers.remove(super::conversation::SESSION_HEADER);
+        let sent = self
+            .client
+            .request(parts.method.clone(), url)
+            .headers(headers)
+            .body(body)
+            .send()
+            .await;
+        let upstream = match sent {
+            Ok(response) => response,
+            Err(err) => {
+                // The error names the host, never the request's headers.
+                let message = format!(
+                    "toolwire proxy: the {} upstream {} could not be reached: {}",
+                    provider.name(),
+                    self.base(provider),
+                    error_chain(&err)
+                );
+                tracing::warn!("{message}");
+                record.status = 502;
+                let mut response = super::error(provider, StatusCode::BAD_GATEWAY, &message);
+                response.headers_mut().extend(notes);
+                if let Some(dir) = &session_dir {
+                    finish(dir, record, None);
+                }
+                return response;
+            }
+        };
+        record.status = upstream.status().as_u16();
+        let header_text = |name: HeaderName| {
+            upstream
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned()
+        };
+        let reader = UsageReader::new(
+            provider,
+            &header_text(header::CONTENT_TYPE),
+            &header_text(header::CONTENT_ENCODING),
+        );
+        let mut response = Response::builder().status(upstream.status());
+        if let Some(h) = response.headers_mut() {
+            *h = forwardable(upstream.headers());
+            if let Some(len) = upstream.headers().get(header::CONTENT_LENGTH) {
+                h.insert(header::CONTENT_LENGTH, len.clone());
+            }
+            h.extend(notes);
+        }
+        let tap = Tap {
+            inner: upstream.bytes_stream().boxed(),
+            reader: Some(reader),
+            record: Some(record),
+            session_dir,
+        };
+        let body = StreamBody::new(tap.map(|chunk| chunk.map(Frame::data))).boxed_unsync();
+        response.body(body).unwrap_or_else(|err| {
+            super::error(
+                provider,
+                StatusCode::BAD_GATEWAY,
+                &format!("toolwire proxy: bad response from upstream: {err}"),
+            )
+        })
+    }
+}
+
+impl Provider {
+    pub fn name(self) -> &'static str {
+        match self {
+            Provider::Anthropic => "anthropic",
+            Provider::OpenAi => "openai",
+            Provider::Gemini => "gemini",
+        }
+    }
+}
+
+fn base_url(name: &str, text: &str) -> Result<url::Url, String> {
+    let url = url::Url::parse(text)
+        .map_err(|err| format!("proxy.upstreams.{name}: {text:?} is not a URL: {err}"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err(format!(
+            "proxy.upstreams.{name}: {text:?} must be an http:// or https:// URL with a host"
+        ));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(format!(
+            "proxy.upstreams.{name}: {text:?} must not have a query or fragment"
+        ));
+    }
+    Ok(url)
+}
+
+/// The end-to-end headers of a message, in order.
+fn forwardable(headers: &HeaderMap) -> HeaderMap {
+    // Headers named by `Connection` are hop-by-hop too.
+    let named: Vec<String> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|v| v.trim().to_ascii_lowercase())
+        .collect();
+    let mut out = HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        let n = name.as_str();
+        if !HOP_BY_HOP.contains(&n) && !named.iter().any(|c| c == n) {
+            out.append(name.clone(), value.clone());
+        }
+    }
+    out
+}
+
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+fn finish(session_dir: &std::path::Path, mut record: Record, usage_reader: Option<UsageReader>) {
+    record.usage = usage_reader.and_then(UsageReader::finish);
+    record.time_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    if let Err(err) = stats::append(session_dir, &record) {
+        tracing::warn!(dir = %session_dir.display(), %err, "could not record usage");
+    }
+}
+
+/// The upstream's body on its way to the agent, chunk by chunk as it
+/// arrives; the usage is read off the chunks as they pass. The record is
+/// written when the stream ends, before the agent sees its end (so a
+/// client that has read the whole response finds it in `toolwire stats`
+/// when the response was framed by chunks), or when the agent hangs up.
+struct Tap {
+    inner: futures_util::stream::BoxStream<'static, reqwest::Result<Bytes>>,
+    reader: Option<UsageReader>,
+    record: Option<Record>,
+    session_dir: Option<PathBuf>,
+}
+
+impl Tap {
+    fn end(&mut self, complete: bool) {
+        if let (Some(mut record), Some(dir)) = (self.record.take(), self.session_dir.as_ref()) {
+            record.complete = complete;
+            finish(dir, record, self.reader.take());
+        }
+    }
+}
+
+impl Stream for Tap {
+    type Item = Result<Bytes, BoxError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        match self.inner.poll_next_unpin(cx) {
+            Poll::Ready(Some(Ok(chunk))) => {
+                if let Some(reader) = self.reader.as_mut() {
+                    reader.feed(&chunk);
+                }
+                Poll::Ready(Some(Ok(chunk)))
+            }
+            Poll::Ready(Some(Err(err))) => {
+                self.end(false);
+                Poll::Ready(Some(Err(Box::new(err))))
+            }
+            Poll::Ready(None) => {
+                self.end(true);
+                Poll::Ready(None)
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for Tap {
+    fn drop(&mut self) {
+        self.end(false);
+    }
+}

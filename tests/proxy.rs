@@ -1,0 +1,508 @@
+//! `toolwire proxy` end to end: the real binary between the official
+//! provider SDKs (Python, pinned, installed by tests/setup.d/40-proxy.sh)
+//! and a fake provider that enforces each provider's pairing rules and
+//! simulates prompt caching by byte prefix (tests/fake_provider).
+
+mod fake_provider;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use fake_provider::{FakeProvider, Received};
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+const LIMIT: Duration = Duration::from_secs(300);
+
+/// A running `toolwire proxy` in its own workspace.
+struct Proxy {
+    child: Child,
+    url: String,
+    dir: tempfile::TempDir,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Proxy {
+    async fn start(upstream: &str, extra_toml: &str) -> Proxy {
+        Proxy::start_with(
+            &format!(
+                "durability = \"none\"\n{extra_toml}\n[proxy.upstreams]\nanthropic = \"{upstream}\"\nopenai = \"{upstream}\"\ngemini = \"{upstream}\"\n"
+            ),
+            &["--listen", "127.0.0.1:0"],
+            "toolwire=warn",
+        )
+        .await
+    }
+
+    async fn start_with(toml: &str, args: &[&str], log: &str) -> Proxy {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("toolwire.toml"), toml).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_toolwire"))
+            .arg("proxy")
+            .args(args)
+            .current_dir(dir.path())
+            .env("RUST_LOG", log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let url = tokio::time::timeout(LIMIT, async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                if let Some(url) = line.strip_prefix("toolwire proxy listening on ") {
+                    return url.to_owned();
+                }
+                eprintln!("proxy: {line}");
+            }
+            panic!("the proxy exited before listening");
+        })
+        .await
+        .unwrap();
+        // Keep draining stderr (the log) so the proxy never blocks on it.
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let sink = stderr.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                let mut s = sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        Proxy {
+            child,
+            url,
+            dir,
+            stderr,
+        }
+    }
+
+    fn stats(&self) -> Vec<Value> {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolwire"))
+            .args(["stats", "--json"])
+            .current_dir(self.dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    async fn stop(mut self) -> String {
+        self.child.kill().await.unwrap();
+        let _ = self.child.wait().await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        self.stderr.lock().unwrap().clone()
+    }
+}
+
+fn python() -> PathBuf {
+    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/proxy/.venv/bin/python");
+    assert!(
+        python.exists(),
+        "the provider SDKs are not installed: run ./tests/setup.sh (or bash tests/setup.d/40-proxy.sh)"
+    );
+    python
+}
+
+/// Run tests/proxy/agent.py and return what it printed.
+async fn agent(provider: &str, base: &str, mode: &str, stream: bool) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/proxy/agent.py");
+    let mut cmd = Command::new(python());
+    cmd.arg(script).args([provider, base, mode]);
+    if stream {
+        cmd.arg("--stream");
+    }
+    // The SDKs must reach the proxy directly, whatever the environment says.
+    cmd.env("NO_PROXY", "*")
+        .env_remove("HTTP_PROXY")
+        .env_remove("HTTPS_PROXY")
+        .env_remove("ALL_PROXY");
+    cmd.kill_on_drop(true);
+    let out = tokio::time::timeout(LIMIT, cmd.output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "agent.py {provider} {mode} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Where the conversation's element `index` ends in `body`.
+fn element_end(body: &[u8], key: &str, index: usize) -> usize {
+    let text = std::str::from_utf8(body).unwrap();
+    let top: std::collections::HashMap<String, &RawValue> = serde_json::from_str(text).unwrap();
+    let items: Vec<&RawValue> = serde_json::from_str(top[key].get()).unwrap();
+    let raw = items[index].get();
+    raw.as_ptr() as usize - text.as_ptr() as usize + raw.len()
+}
+
+fn conversation_len(r: &Received, key: &str) -> usize {
+    r.json()[key].as_array().unwrap().len()
+}
+
+/// The 30-turn loop through the proxy: every request accepted; from the
+/// second on, every byte up to its new messages identical to the request
+/// before; the cache read exactly that prefix; `toolwire stats` reports the
+/// resulting (maximal) hit rate. Returns what the provider received.
+async fn loop_through_proxy(provider: &str, key: &str, stream: bool) -> (Vec<Received>, Value) {
+    let fake = FakeProvider::start().await;
+    let proxy = Proxy::start(&fake.url(), "").await;
+    let out = agent(provider, &proxy.url, "loop", stream).await;
+    assert_eq!(out["turns"], 30);
+    let received = fake.received();
+    assert_eq!(received.len(), 30, "{provider}");
+    assert!(
+        received.iter().all(|r| r.status == 200),
+        "{provider}: a request was refused"
+    );
+    let mut prefix_total = 0u64;
+    let mut bytes_total = 0u64;
+    for (k, r) in received.iter().enumerate() {
+        bytes_total += r.body.len() as u64;
+        if k == 0 {
+            assert_eq!(r.cache_read, 0);
+            continue;
+        }
+        let before = &received[k - 1];
+        let old = conversation_len(before, key);
+        let end = element_end(&r.body, key, old - 1);
+        assert_eq!(
+            r.body[..end],
+            before.body[..end],
+            "{provider} turn {k}: the bytes before the new messages changed"
+        );
+        assert_eq!(r.cache_read, end as u64, "{provider} turn {k}");
+        prefix_total += end as u64;
+    }
+    let stats = proxy.stats();
+    assert_eq!(stats.len(), 1, "{stats:?}");
+    let s = &stats[0];
+    assert_eq!(s["requests"], 30);
+    assert_eq!(s["requestsWithoutUsage"], 0);
+    assert_eq!(s["tokens"]["cacheRead"], prefix_total);
+    let rate = s["cacheHitRate"].as_f64().unwrap();
+    let best = prefix_total as f64 / bytes_total as f64;
+    assert!(
+        (rate - best).abs() < 1e-9,
+        "{provider}: hit rate {rate}, best possible {best}"
+    );
+    proxy.stop().await;
+    (received, s.clone())
+}
+
+fn assert_results_within_budget(received: &[Received]) {
+    let mut replaced = 0;
+    for r in received {
+        for m in r.json()["messages"].as_array().unwrap() {
+            for b in m["content"].as_array().into_iter().flatten() {
+                if b["type"] == "tool_result" {
+                    let text = b["content"].as_str().unwrap();
+                    assert!(
+                        text.chars().count() <= 50_000,
+                        "a result over maxResultChars went out"
+                    );
+                    replaced += usize::from(text.starts_with("<persisted-output>"));
+                }
+            }
+        }
+    }
+    assert!(replaced > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_sdk_30_turns_budgeted_and_byte_stable() {
+    for stream in [false, true] {
+        let (received, stats) = loop_through_proxy("anthropic", "messages", stream).await;
+        assert_results_within_budget(&received);
+        assert_eq!(
+            received[29].header("x-toolwire-session"),
+            None,
+            "toolwire's header stays local"
+        );
+        // The credential goes upstream untouched (this SDK version sends it
+        // as a bearer token; older ones as x-api-key).
+        let credential = received[29]
+            .header("x-api-key")
+            .or(received[29].header("authorization"));
+        assert!(credential.is_some_and(|c| c.ends_with("sk-ant-test")));
+        assert!(stats["charsSent"].as_u64() < stats["charsReceived"].as_u64());
+        // 120 KB and 60 KB results, five of each in 30 turns.
+        assert_eq!(stats["resultsPersisted"], 10);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_chat_sdk_30_turns_pass_through() {
+    for stream in [false, true] {
+        loop_through_proxy("openai-chat", "messages", stream).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_responses_sdk_30_turns_pass_through() {
+    for stream in [false, true] {
+        loop_through_proxy("openai-responses", "input", stream).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_sdk_30_turns_pass_through() {
+    for stream in [false, true] {
+        loop_through_proxy("gemini", "contents", stream).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orphaned_call_is_repaired_through_the_proxy_and_refused_directly() {
+    let fake = FakeProvider::start().await;
+    let proxy = Proxy::start(&fake.url(), "").await;
+    let direct = agent("anthropic", &fake.url(), "orphan", false).await;
+    assert_eq!(direct["ok"], false);
+    assert_eq!(direct["status"], 400);
+    assert_eq!(
+        direct["body"]["error"]["message"],
+        "messages.1: `tool_use` ids were found without `tool_result` blocks immediately after: toolu_lost. Each `tool_use` block must have a corresponding `tool_result` block in the next message."
+    );
+    let through = agent("anthropic", &proxy.url, "orphan", false).await;
+    assert_eq!(through["ok"], true, "{through}");
+    let last = fake.received().pop().unwrap();
+    assert_eq!(last.status, 200);
+    assert!(!String::from_utf8_lossy(&last.body).contains("toolu_lost"));
+
+    // The response says what was repaired.
+    let body = json!({"model": "m", "max_tokens": 8, "messages": [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_lost", "name": "bash", "input": {}}]},
+        {"role": "user", "content": "never mind"}]});
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/messages", proxy.url))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.headers()["x-toolwire-repaired"],
+        "droppedToolUses=toolu_lost; droppedToolResults="
+    );
+
+    // A format not budgeted yet passes through: the provider's 400, unchanged.
+    let chat = agent("openai-chat", &proxy.url, "orphan", false).await;
+    assert_eq!(chat["status"], 400);
+    let direct = agent("openai-chat", &fake.url(), "orphan", false).await;
+    assert_eq!(chat["body"], direct["body"]);
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bytes_headers_and_errors_pass_unchanged() {
+    let fake = FakeProvider::start().await;
+    let proxy = Proxy::start(&fake.url(), "[proxy]\nmax_request_bytes = 400000").await;
+    let client = reqwest::Client::new();
+    let big = "x".repeat(60_000);
+    // Odd spacing, escapes, unknown fields and key order, a big result.
+    let body = format!(
+        "{{\"zeta\": 1.50, \"messages\" : [\n {{\"role\":\"user\",\"content\":\"caf\\u00e9 \\/ go\",\"extra\":{{\"b\":1,\"a\":2}}}},\n {{\"content\":[{{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"bash\",\"input\":{{}}}}],\"role\":\"assistant\"}},\n {{\"role\":\"user\",\"content\":[{{\"type\":\"tool_result\",\"tool_use_id\":\"t1\",\"content\":\"{big}\",\"zz\":true}}]}}\n ], \"model\":\"m\", \"max_tokens\": 8}}"
+    );
+    let r = client
+        .post(format!("{}/v1/messages", proxy.url))
+        .header("x-api-key", "sk-ant-secret")
+        .header("x-custom-header", "kept")
+        .header("x-toolwire-session", "s1")
+        .header("content-type", "application/json")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-toolwire-session"], "s1");
+    assert_eq!(r.headers()["x-toolwire-budget"], "applied; persisted=1");
+    assert_eq!(
+        r.headers()["x-fake-provider"],
+        "1",
+        "response headers pass through"
+    );
+    let sent = fake.received().pop().unwrap();
+    assert_eq!(sent.header("x-custom-header"), Some("kept"));
+    let sent_text = String::from_utf8(sent.body.to_vec()).unwrap();
+    let replacement = sent.json()["messages"][2]["content"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(replacement.starts_with("<persisted-output>"));
+    let expected = body.replace(
+        &format!("\"{big}\""),
+        &serde_json::to_string(&replacement).unwrap(),
+    );
+    assert_eq!(sent_text, expected, "only the replaced result changed");
+    assert!(
+        proxy
+            .dir
+            .path()
+            .join(".toolwire/sessions/s1/tool-results/t1.txt")
+            .exists(),
+        "the original is persisted in the session's data dir"
+    );
+
+    // A bad session header is the agent's error, in the provider's shape.
+    let r = client
+        .post(format!("{}/v1/messages", proxy.url))
+        .header("x-toolwire-session", "../etc")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["type"], "error");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("x-toolwire-session")
+    );
+
+    // Over the body limit: 413 naming the setting.
+    let r = client
+        .post(format!("{}/v1/chat/completions", proxy.url))
+        .body(vec![b' '; 500_000])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+    let e: Value = r.json().await.unwrap();
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("maxRequestBytes"),
+        "{e}"
+    );
+
+    // HTTP/2 from the agent (prior knowledge), a Gemini path with a query.
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    let r = h2
+        .post(format!(
+            "{}/v1beta/models/gemini-2.5-flash:generateContent?x=1",
+            proxy.url
+        ))
+        .header("x-goog-api-key", "AIza-secret")
+        .body(r#"{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.version(), reqwest::Version::HTTP_2);
+    assert_eq!(r.status(), 200);
+    assert!(
+        r.headers()["x-toolwire-budget"]
+            .to_str()
+            .unwrap()
+            .starts_with("unavailable; format gemini")
+    );
+
+    // Unknown paths are not forwarded anywhere.
+    let r = client
+        .post(format!("{}/admin", proxy.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let log = proxy.stop().await;
+    assert!(!log.contains("secret"), "a credential reached the log");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_upstream_is_a_502_in_the_providers_shape() {
+    // A port that was just free: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let proxy = Proxy::start(&format!("http://127.0.0.1:{port}"), "").await;
+    let client = reqwest::Client::new();
+    let cases = [
+        ("/v1/messages", "/error/type", "api_error"),
+        ("/v1/chat/completions", "/error/type", "server_error"),
+        (
+            "/v1beta/models/g:streamGenerateContent",
+            "/error/status",
+            "UNAVAILABLE",
+        ),
+    ];
+    for (path, pointer, expected) in cases {
+        let r = client
+            .post(format!("{}{path}", proxy.url))
+            .body(r#"{"messages":[{"role":"user","content":"hi"}],"contents":[{"role":"user","parts":[{"text":"hi"}]}]}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 502, "{path}");
+        let e: Value = r.json().await.unwrap();
+        assert_eq!(e.pointer(pointer).unwrap(), expected, "{path}: {e}");
+        assert!(e.to_string().contains("could not be reached"), "{e}");
+    }
+    let stats = proxy.stats();
+    assert_eq!(
+        stats
+            .iter()
+            .map(|s| s["requests"].as_u64().unwrap())
+            .sum::<u64>(),
+        3
+    );
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn it_listens_on_loopback_unless_told_otherwise_and_logs_no_secrets() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolwire"))
+        .args(["proxy", "--listen", "0.0.0.0:0"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--allow-remote"));
+
+    let fake = FakeProvider::start().await;
+    let toml = format!(
+        "durability = \"none\"\n[proxy.upstreams]\nanthropic = \"{0}\"\nopenai = \"{0}\"\ngemini = \"{0}\"\n",
+        fake.url()
+    );
+    let proxy = Proxy::start_with(&toml, &["--listen", "127.0.0.1:0"], "toolwire=trace").await;
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", proxy.url))
+        .header("authorization", "Bearer sk-very-secret")
+        .body(r#"{"messages":[{"role":"user","content":"body-marker-123"}]}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let log = proxy.stop().await;
+    assert!(
+        log.contains("authorization: <redacted>"),
+        "the request was logged: {log}"
+    );
+    assert!(
+        !log.contains("sk-very-secret") && !log.contains("body-marker-123"),
+        "{log}"
+    );
+}
