@@ -201,6 +201,17 @@ async fn loop_through_proxy(provider: &str, key: &str, stream: bool) -> (Vec<Rec
         (rate - best).abs() < 1e-9,
         "{provider}: hit rate {rate}, best possible {best}"
     );
+    let text = std::process::Command::new(env!("CARGO_BIN_EXE_toolwire"))
+        .args(["stats", "--session", s["sessionId"].as_str().unwrap()])
+        .current_dir(proxy.dir.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(
+        text.contains(&format!("cache hit rate     {:.1}%", best * 100.0)),
+        "{text}"
+    );
+    eprintln!("{provider} (stream: {stream}):\n{text}");
     proxy.stop().await;
     (received, s.clone())
 }
