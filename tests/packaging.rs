@@ -28,11 +28,21 @@ fn text(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The packages that build on this machine: `cargo build` downloads only
+/// those (not, say, the wasm-only dependencies of the HTTP client), so
+/// asking offline for every platform's would fail on a fresh checkout.
 fn metadata() -> Value {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let version = text(&run(Command::new(rustc).arg("-vV"), "rustup (rustc)"));
+    let host = version
+        .lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .expect("rustc -vV names its host");
     let out = run(
         Command::new(cargo)
             .args(["metadata", "--format-version", "1", "--locked", "--offline"])
+            .args(["--filter-platform", host])
             .current_dir(ROOT),
         "rustup (cargo)",
     );
