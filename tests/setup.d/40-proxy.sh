@@ -10,6 +10,6 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 if [ ! -f .venv/.installed ] || [ requirements.txt -nt .venv/.installed ]; then
-  .venv/bin/pip install --quiet --disable-pip-version-check -r requirements.txt
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
   touch .venv/.installed
 fi
