@@ -109,12 +109,29 @@ pub fn open_locked(path: &Path, create: bool) -> Result<File> {
     Ok(file)
 }
 
+/// How long a lock held by someone else may be waited for before the
+/// transcript counts as held: `toolwire gc` (in this process or another)
+/// probes a transcript's lock for an instant to learn whether a server has
+/// it open, and a session opened at that instant must not fail for it. A
+/// server that really holds the transcript holds it far longer.
+const LOCK_ATTEMPTS: u32 = 20;
+const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(5);
+
 pub fn lock(file: &File, path: &Path) -> Result<()> {
-    match file.try_lock() {
-        Ok(()) => Ok(()),
-        Err(std::fs::TryLockError::WouldBlock) => Err(Error::TranscriptLocked {
-            path: path.display().to_string(),
-        }),
-        Err(std::fs::TryLockError::Error(err)) => Err(Error::storage(path, &err)),
+    let mut attempt = 1;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(()),
+            Err(std::fs::TryLockError::WouldBlock) if attempt < LOCK_ATTEMPTS => {
+                attempt += 1;
+                std::thread::sleep(LOCK_RETRY);
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(Error::TranscriptLocked {
+                    path: path.display().to_string(),
+                });
+            }
+            Err(std::fs::TryLockError::Error(err)) => return Err(Error::storage(path, &err)),
+        }
     }
 }
