@@ -29,6 +29,7 @@ fn bench(c: &mut Criterion) {
         preview_mode: PreviewMode::Head,
     };
     let cx = PlanContext {
+        dialect: &toolwire::format::anthropic::Anthropic,
         limits: Limits::default(),
         unit: SizeUnit::Chars,
         artifact_dir: &dir,
@@ -45,23 +46,23 @@ fn bench(c: &mut Criterion) {
         group.bench_with_input(
             BenchmarkId::new("fresh", format!("{results}x{size}")),
             &msg,
-            |b, msg| b.iter(|| plan_message(msg, &fresh, &cx)),
+            |b, msg| b.iter(|| plan_message(&[msg], &fresh, &cx)),
         );
         // Every result already decided: the reapply path.
         let mut decided = ReplacementState::default();
-        let plan = plan_message(&msg, &fresh, &cx);
-        decided.commit_decisions(plan.fresh.iter().map(|id| {
+        let plan = plan_message(&[&msg], &fresh, &cx);
+        decided.commit_decisions(plan.fresh.iter().map(|(id, digest)| {
             let r = plan
                 .chosen
                 .iter()
-                .find(|c| &c.tool_use_id == id)
+                .find(|c| &c.tool_use_id == id && c.digest == *digest)
                 .map(|c| Arc::new(Replacement::new(&c.replacement)));
-            (id.clone(), r)
+            (id.clone(), *digest, r)
         }));
         group.bench_with_input(
             BenchmarkId::new("decided", format!("{results}x{size}")),
             &msg,
-            |b, msg| b.iter(|| plan_message(msg, &decided, &cx)),
+            |b, msg| b.iter(|| plan_message(&[msg], &decided, &cx)),
         );
     }
     group.finish();

@@ -20,11 +20,11 @@ pub mod daemon;
 #[cfg(test)]
 mod docs;
 pub mod error;
+pub mod format;
 pub mod import;
 pub mod json;
 pub mod logfile;
 pub mod mcp;
-pub mod message;
 pub mod methods;
 pub mod process;
 pub mod protocol;

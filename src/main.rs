@@ -55,6 +55,9 @@ pub(crate) enum Command {
     Proxy(cli::proxy::Args),
     /// What the proxy did per session: requests, chars, cache hit rate.
     Stats(cli::stats::Args),
+    /// Say whether the provider would accept a transcript's tool calls and
+    /// results (exit 1 when not).
+    Check(cli::check::Args),
 }
 
 fn main() -> ExitCode {
@@ -89,6 +92,7 @@ fn main() -> ExitCode {
         Command::Mcp(args) => cli::mcp::run(args),
         Command::Proxy(args) => cli::proxy::run(args),
         Command::Stats(args) => cli::stats::run(args),
+        Command::Check(args) => cli::check::run(args),
     }
 }
 

@@ -15,6 +15,7 @@ use crate::artifact::ArtifactKind;
 pub use crate::artifact::read::ReadResult;
 use crate::config::{AbortMode, LimitsOverride, PreviewMode, Tools};
 use crate::error::code;
+use crate::format::Format;
 pub use crate::retention::GcReport;
 
 /// A request method: its name, params and result.
@@ -144,6 +145,15 @@ method!(
     "Remove expired sessions, unreferenced artifacts and temporary leftovers by the retention rules."
 );
 
+method!(
+    TranscriptCheck,
+    "transcript/check",
+    TranscriptCheckParams,
+    TranscriptCheckResult,
+    [code::STORAGE, code::TRANSCRIPT_LOCKED, code::CANCELLED],
+    "Say, changing nothing, whether the provider would accept a conversation's tool calls and results."
+);
+
 // ---------------------------------------------------------------- shared --
 
 /// A session id: 1–128 characters of `[A-Za-z0-9._-]`, not starting with `.`.
@@ -253,6 +263,26 @@ pub struct ReplacementRecord {
     pub kind: String,
     pub tool_use_id: String,
     pub replacement: String,
+    /// Digest of the original the replacement was made from (16 hex
+    /// digits: the first 8 bytes of the SHA-256 of the result's content as
+    /// compact JSON). The replacement is put back only on that original.
+    /// Absent in version-1 transcripts: then it applies to any original
+    /// with this id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+}
+
+/// Results `budget/apply` decided to send whole, journaled before it
+/// replies (`{"type":"seen","toolUseIds":[...],"digests":[...]}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SeenLine {
+    pub tool_use_ids: Vec<String>,
+    /// The digest of each id's original, in the same order (see
+    /// `ReplacementRecord.digest`); may be shorter in hand-written files,
+    /// an id without a digest then applies to any original.
+    #[serde(default)]
+    pub digests: Vec<String>,
 }
 
 pub const RECORD_KIND: &str = "tool-result";
@@ -529,6 +559,9 @@ pub struct TranscriptRepairParams {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TranscriptRepairResult {
+    /// Whether the file was rewritten (with `dryRun`: would be). A valid
+    /// transcript is never rewritten and gets no `.bak`.
+    pub changed: bool,
     /// Lines kept.
     pub kept: usize,
     pub dropped_tool_uses: Vec<String>,
@@ -583,12 +616,56 @@ pub struct StorageGcParams {
     pub work_done_token: Option<ProgressToken>,
 }
 
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TranscriptCheckParams {
+    /// A transcript file (relative paths are resolved against the workspace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Messages to check instead of a file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub messages: Option<Vec<Message>>,
+    /// Default `anthropic`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<Format>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TranscriptCheckResult {
+    pub ok: bool,
+    pub violations: Vec<Violation>,
+}
+
+/// One fault the provider would refuse.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Violation {
+    /// Index of the message the fault is in (0-based, counting messages
+    /// only), as the provider numbers `messages.N`.
+    pub index: usize,
+    /// `missingResult`, `unexpectedResult`, `duplicateResult`,
+    /// `resultAfterContent` or `wrongRole`.
+    pub kind: String,
+    pub ids: Vec<String>,
+    /// What the provider answers for this fault (HTTP 400).
+    pub provider_error: String,
+}
+
 /// One line of a session transcript.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "camelCase")]
 pub enum TranscriptLine {
-    Message { message: Message },
-    Replacement { record: ReplacementRecord },
+    Message {
+        message: Message,
+    },
+    Replacement {
+        record: ReplacementRecord,
+    },
+    Seen {
+        #[serde(flatten)]
+        seen: SeenLine,
+    },
 }
 
 /// The `data` member of every toolwire error.

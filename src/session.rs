@@ -28,8 +28,9 @@ use tokio::sync::mpsc;
 
 use crate::artifact::ArtifactStore;
 use crate::error::{Error, Result};
+use crate::format::Format;
 use crate::protocol::SessionId;
-use crate::state::{Replacement, ReplacementState};
+use crate::state::ReplacementState;
 use crate::transcript::Lines;
 use crate::transcript::guard::PairGuard;
 use crate::transcript::reader::{self, SessionImage};
@@ -547,6 +548,7 @@ fn load_from_disk(key: &SessionKey, files: &dyn LogFileFactory) -> Result<Loaded
     let read = File::open(&path).map_err(storage)?;
     let mut image = SessionImage::default();
     let (complete, torn) = reader::read_lines(
+        Format::Anthropic,
         BufReader::new(read),
         reader::ReadLimits::default(),
         || false,
@@ -564,20 +566,9 @@ fn load_from_disk(key: &SessionKey, files: &dyn LogFileFactory) -> Result<Loaded
         file.set_len(keep).map_err(storage)?;
         file.sync_all().map_err(storage)?;
     }
-    let mut decisions: Vec<(Arc<str>, Option<Arc<Replacement>>)> = image
-        .seen
-        .iter()
-        .map(|id| (id.clone(), image.replacements.get(id).cloned()))
-        .collect();
     // A replacement journaled by `budget/apply` whose message was never
     // appended is still a decision already sent to the provider.
-    decisions.extend(
-        image
-            .replacements
-            .iter()
-            .map(|(id, r)| (id.clone(), Some(r.clone()))),
-    );
-    loaded.state.commit_decisions(decisions);
+    loaded.state.commit_decisions(image.decisions());
     for (id, name) in image.undecided_names {
         if !loaded.state.is_decided(&id) {
             loaded.tool_names.insert_mut(id, name);

@@ -17,6 +17,7 @@
 use std::sync::Arc;
 
 use crate::config::SizeUnit;
+use crate::format::Digest;
 
 /// One replacement string, stored compactly.
 pub struct Replacement {
@@ -72,7 +73,18 @@ impl PartialEq for Replacement {
     }
 }
 
-type Shard = std::collections::HashMap<Arc<str>, Option<Arc<Replacement>>>;
+/// A decided id: the original it was decided on and its replacement.
+#[derive(Clone)]
+struct Decision {
+    digest: Digest,
+    replacement: Option<Arc<Replacement>>,
+}
+
+type Shard = std::collections::HashMap<Arc<str>, Decision>;
+
+/// Decisions on further originals of ids already decided once (providers
+/// that reuse call ids across turns); almost always empty.
+type Reused = std::collections::HashMap<(Arc<str>, Digest), Option<Arc<Replacement>>>;
 
 /// Shards per state: enough that a commit copies a few hundred entries at
 /// 100,000 ids, few enough that an empty session costs 2 KB.
@@ -104,6 +116,7 @@ fn compress(input: &[u8]) -> Box<[u8]> {
 #[derive(Clone, Default)]
 pub struct ReplacementState {
     shards: Arc<Vec<Option<Arc<Shard>>>>,
+    reused: Arc<Reused>,
     seen_count: usize,
     replacement_count: usize,
 }
@@ -114,7 +127,7 @@ fn shard_of(id: &str) -> usize {
     (BuildHasherDefault::<DefaultHasher>::default().hash_one(id) as usize) % SHARDS
 }
 
-/// What the state knows of one id.
+/// What the state knows of one original.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Fate<'a> {
     Fresh,
@@ -122,23 +135,44 @@ pub enum Fate<'a> {
     Replaced(&'a Arc<Replacement>),
 }
 
+fn fate_of(replacement: &Option<Arc<Replacement>>) -> Fate<'_> {
+    match replacement {
+        None => Fate::Frozen,
+        Some(r) => Fate::Replaced(r),
+    }
+}
+
 impl ReplacementState {
-    fn get(&self, id: &str) -> Option<&Option<Arc<Replacement>>> {
+    fn get(&self, id: &str) -> Option<&Decision> {
         self.shards.get(shard_of(id))?.as_ref()?.get(id)
     }
 
-    pub fn fate(&self, id: &str) -> Fate<'_> {
-        match self.get(id) {
+    /// The fate of the result `id` whose original has `digest`. A decision
+    /// belongs to the original it was made on: the same id with other
+    /// content is fresh (PROTOCOL.md 10.1). [`Digest::ANY`] on either side
+    /// matches the id's first decision.
+    pub fn fate(&self, id: &str, digest: Digest) -> Fate<'_> {
+        let Some(first) = self.get(id) else {
+            return Fate::Fresh;
+        };
+        if first.digest == digest || first.digest == Digest::ANY || digest == Digest::ANY {
+            return fate_of(&first.replacement);
+        }
+        if self.reused.is_empty() {
+            return Fate::Fresh;
+        }
+        match self.reused.get(&(Arc::from(id), digest)) {
+            Some(r) => fate_of(r),
             None => Fate::Fresh,
-            Some(None) => Fate::Frozen,
-            Some(Some(r)) => Fate::Replaced(r),
         }
     }
 
+    /// Whether any original of `id` is decided.
     pub fn is_decided(&self, id: &str) -> bool {
         self.get(id).is_some()
     }
 
+    /// Decisions made (an id reused with another original counts again).
     pub fn seen_count(&self) -> usize {
         self.seen_count
     }
@@ -147,20 +181,25 @@ impl ReplacementState {
         self.replacement_count
     }
 
-    /// Decide ids, each with its replacement if it got one. An id already
-    /// decided keeps its first fate: decisions are frozen forever.
+    /// Decide originals, each with its replacement if it got one. An
+    /// original already decided keeps its first fate: decisions are frozen
+    /// forever.
     pub fn commit_decisions<I>(&mut self, decisions: I)
     where
-        I: IntoIterator<Item = (Arc<str>, Option<Arc<Replacement>>)>,
+        I: IntoIterator<Item = (Arc<str>, Digest, Option<Arc<Replacement>>)>,
     {
-        for (id, replacement) in decisions {
-            if self.is_decided(&id) {
+        for (id, digest, replacement) in decisions {
+            if self.fate(&id, digest) != Fate::Fresh {
                 continue;
             }
             if replacement.is_some() {
                 self.replacement_count += 1;
             }
             self.seen_count += 1;
+            if self.is_decided(&id) {
+                Arc::make_mut(&mut self.reused).insert((id, digest), replacement);
+                continue;
+            }
             // Copy-on-write: the shard list and the one shard are cloned only
             // when a snapshot still shares them.
             let shards = Arc::make_mut(&mut self.shards);
@@ -168,15 +207,37 @@ impl ReplacementState {
                 shards.resize(SHARDS, None);
             }
             let shard = shards[shard_of(&id)].get_or_insert_with(Default::default);
-            Arc::make_mut(shard).insert(id, replacement);
+            Arc::make_mut(shard).insert(
+                id,
+                Decision {
+                    digest,
+                    replacement,
+                },
+            );
         }
     }
 
+    /// Every decided id with its first decision's replacement.
     pub fn iter(&self) -> impl Iterator<Item = (&Arc<str>, Option<&Arc<Replacement>>)> {
         self.shards
             .iter()
             .flatten()
-            .flat_map(|shard| shard.iter().map(|(k, v)| (k, v.as_ref())))
+            .flat_map(|shard| shard.iter().map(|(k, v)| (k, v.replacement.as_ref())))
+    }
+
+    /// Every decision with the digest of its original, reused ids included.
+    pub fn decisions(
+        &self,
+    ) -> impl Iterator<Item = (&Arc<str>, Digest, Option<&Arc<Replacement>>)> {
+        self.shards
+            .iter()
+            .flatten()
+            .flat_map(|shard| {
+                shard
+                    .iter()
+                    .map(|(k, v)| (k, v.digest, v.replacement.as_ref()))
+            })
+            .chain(self.reused.iter().map(|((k, d), r)| (k, *d, r.as_ref())))
     }
 }
 
@@ -191,16 +252,17 @@ mod tests {
     #[test]
     fn first_decision_wins_and_clones_are_independent() {
         let mut state = ReplacementState::default();
-        state.commit_decisions([("a".into(), r("A")), ("b".into(), None)]);
+        let any = Digest::ANY;
+        state.commit_decisions([("a".into(), any, r("A")), ("b".into(), any, None)]);
         let snapshot = state.clone();
-        state.commit_decisions([("a".into(), None), ("c".into(), r("C"))]);
-        match state.fate("a") {
+        state.commit_decisions([("a".into(), any, None), ("c".into(), any, r("C"))]);
+        match state.fate("a", any) {
             Fate::Replaced(rep) => assert_eq!(rep.text(), "A"),
             other => panic!("{other:?}"),
         }
-        assert_eq!(state.fate("b"), Fate::Frozen);
+        assert_eq!(state.fate("b", any), Fate::Frozen);
         assert_eq!(state.replacement_count(), 2);
-        assert_eq!(snapshot.fate("c"), Fate::Fresh);
+        assert_eq!(snapshot.fate("c", any), Fate::Fresh);
         assert_eq!(snapshot.seen_count(), 2);
     }
 
@@ -212,7 +274,7 @@ mod tests {
             live.commit_decisions((0..500).map(|i| {
                 let id: Arc<str> = format!("r{round}-{i}").into();
                 let rep = (i % 7 == 0).then(|| Arc::new(Replacement::new(&id)));
-                (id, rep)
+                (id, Digest::ANY, rep)
             }));
             snapshots.push((live.clone(), (round + 1) * 500));
         }
@@ -224,9 +286,25 @@ mod tests {
                 snap.replacement_count()
             );
         }
-        assert_eq!(snapshots[0].0.fate("r1-0"), Fate::Fresh);
-        assert!(matches!(live.fate("r19-7"), Fate::Replaced(r) if r.text() == "r19-7"));
-        assert_eq!(live.fate("r19-8"), Fate::Frozen);
+        let any = Digest::ANY;
+        assert_eq!(snapshots[0].0.fate("r1-0", any), Fate::Fresh);
+        assert!(matches!(live.fate("r19-7", any), Fate::Replaced(r) if r.text() == "r19-7"));
+        assert_eq!(live.fate("r19-8", any), Fate::Frozen);
+    }
+
+    #[test]
+    fn a_decision_belongs_to_its_original() {
+        let one = Digest::of_value(&serde_json::json!("first original"));
+        let two = Digest::of_value(&serde_json::json!("second original"));
+        let mut state = ReplacementState::default();
+        state.commit_decisions([("x".into(), one, r("preview of one"))]);
+        assert!(matches!(state.fate("x", one), Fate::Replaced(_)));
+        assert_eq!(state.fate("x", two), Fate::Fresh);
+        state.commit_decisions([("x".into(), two, None)]);
+        assert_eq!(state.fate("x", two), Fate::Frozen);
+        assert!(matches!(state.fate("x", one), Fate::Replaced(_)));
+        assert_eq!(state.seen_count(), 2);
+        assert_eq!(state.decisions().count(), 2);
     }
 
     #[test]

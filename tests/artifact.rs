@@ -10,32 +10,33 @@ use std::path::{Path, PathBuf};
 use common::*;
 use serde_json::{Value, json};
 
-fn tr(content: Value, id: &str) -> Value {
-    json!({"type": "tool_result", "tool_use_id": id, "content": content})
-}
-
 async fn setup() -> (tempfile::TempDir, MemClient) {
     let dir = tempfile::tempdir().unwrap();
     let (mut client, _task) = connect(new_server());
-    // Every result over 10 chars is persisted.
+    // Results over 10 chars are persisted when their preview is shorter.
     client
         .initialize(dir.path(), json!({"limits": {"maxResultChars": 10}}))
         .await;
     (dir, client)
 }
 
-/// Persist `content` as `id`'s result in `session`; returns the artifact path.
-async fn persist(c: &mut MemClient, session: &str, id: &str, content: Value) -> PathBuf {
-    let r = c
-        .call(
-            "budget/apply",
-            json!({"sessionId": session, "messages": [
-                {"role": "user", "content": [tr(content, id)]}
-            ]}),
-        )
-        .await;
-    assert_eq!(r["persisted"][0]["toolUseId"], json!(id), "{r}");
-    PathBuf::from(r["persisted"][0]["path"].as_str().unwrap())
+/// Save `content` as `id`'s output in `session`, exactly where and as
+/// `budget/apply` would; returns the artifact path. These outputs are short,
+/// and since PROTOCOL 10.1 `budget/apply` never replaces a result whose
+/// preview would be longer, so the test writes through the store itself.
+async fn persist(dir: &Path, session: &str, id: &str, content: Value) -> PathBuf {
+    use toolwire::artifact::{
+        ArtifactKind, ArtifactStore, FsArtifactStore, file_name, session_dir,
+    };
+    let (kind, bytes) = match &content {
+        Value::String(s) => (ArtifactKind::Text, s.as_bytes().to_vec()),
+        other => (ArtifactKind::Json, serde_json::to_vec(other).unwrap()),
+    };
+    let sessions = session_dir(&dir.join(".toolwire"), session);
+    std::fs::create_dir_all(&sessions).unwrap();
+    let path = sessions.join(file_name(id, kind));
+    FsArtifactStore.write_once(&path, &bytes, false).unwrap();
+    path
 }
 
 async fn read(c: &mut MemClient, params: Value) -> Value {
@@ -47,7 +48,7 @@ async fn ranges_read_the_stored_bytes_at_every_edge() {
     let (_dir, mut c) = setup().await;
     // CRLF lines, multi-byte characters, no final newline.
     let text = "first line\r\nsecond \u{e9}t\u{e9}\r\n\u{1F600} third\nfourth, no newline";
-    let path = persist(&mut c, "s", "toolu_1", json!(text)).await;
+    let path = persist(_dir.path(), "s", "toolu_1", json!(text)).await;
     assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
 
     let r = read(&mut c, json!({"sessionId": "s", "toolUseId": "toolu_1"})).await;
@@ -114,7 +115,7 @@ async fn sizes_are_counted_in_the_configured_unit() {
     )
     .await;
     let text = "\u{1F600}\u{1F600}\u{1F600} and more text";
-    persist(&mut c, "s", "toolu_1", json!(text)).await;
+    persist(dir.path(), "s", "toolu_1", json!(text)).await;
     let r = read(&mut c, json!({"sessionId": "s", "toolUseId": "toolu_1"})).await;
     assert_eq!(r["totalChars"], json!(text.encode_utf16().count()));
 }
@@ -131,7 +132,7 @@ async fn grep_shows_numbered_matches_with_merged_context() {
             }
         })
         .collect();
-    persist(&mut c, "s", "toolu_log", json!(log)).await;
+    persist(_dir.path(), "s", "toolu_log", json!(log)).await;
     let r = read(
         &mut c,
         json!({"sessionId": "s", "toolUseId": "toolu_log", "grep": "^error", "context": 3}),
@@ -205,7 +206,7 @@ async fn block_array_artifacts_read_as_their_text() {
         {"type": "text", "text": "alpha\nbeta"},
         {"type": "text", "text": "gamma"}
     ]);
-    let path = persist(&mut c, "s", "toolu_b", blocks).await;
+    let path = persist(_dir.path(), "s", "toolu_b", blocks).await;
     assert!(path.to_string_lossy().ends_with(".json"));
     let r = read(&mut c, json!({"sessionId": "s", "toolUseId": "toolu_b"})).await;
     assert_eq!(r["text"], json!("alpha\nbeta\ngamma"));
@@ -215,8 +216,20 @@ async fn block_array_artifacts_read_as_their_text() {
 #[tokio::test]
 async fn only_the_sessions_own_artifacts_are_read() {
     let (dir, mut c) = setup().await;
-    persist(&mut c, "mine", "toolu_1", json!("a saved output of mine")).await;
-    let theirs = persist(&mut c, "theirs", "toolu_2", json!("their secret output")).await;
+    persist(
+        dir.path(),
+        "mine",
+        "toolu_1",
+        json!("a saved output of mine"),
+    )
+    .await;
+    let theirs = persist(
+        dir.path(),
+        "theirs",
+        "toolu_2",
+        json!("their secret output"),
+    )
+    .await;
 
     let missing = |id: &str, session: &str| json!({"sessionId": session, "toolUseId": id});
     for (session, id) in [
@@ -385,9 +398,9 @@ async fn a_1gb_artifact_is_read_in_pages_in_bounded_memory() {
 
 #[tokio::test]
 async fn toolwire_show_prints_lines_and_matches() {
-    let (dir, mut c) = setup().await;
+    let (dir, _c) = setup().await;
     let log: String = (1..=5000).map(|i| format!("line {i}\n")).collect();
-    persist(&mut c, "s", "toolu_log", json!(log)).await;
+    persist(dir.path(), "s", "toolu_log", json!(log)).await;
     let show = |args: &[&str]| {
         std::process::Command::new(env!("CARGO_BIN_EXE_toolwire"))
             .arg("show")

@@ -321,7 +321,9 @@ async fn the_binary_keeps_its_promises_under_a_pipelined_storm() {
     for entry in std::fs::read_dir(dir.path().join(".toolwire/sessions")).unwrap() {
         let name = entry.unwrap().file_name().to_string_lossy().into_owned();
         assert!(
-            name == "s" || name.starts_with("fork-"),
+            // The session's directory and its journal (decisions are
+            // journaled even with no transcript: PROTOCOL 10.1).
+            name == "s" || name == "s.jsonl" || name.starts_with("fork-"),
             "unexpected {name}"
         );
     }

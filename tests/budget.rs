@@ -80,8 +80,16 @@ async fn preview_bytes_are_exact_and_replayed_byte_for_byte() {
     assert_eq!(std::fs::read_to_string(&p1).unwrap(), big);
     assert_eq!(std::fs::read_to_string(&p2).unwrap(), lines);
     assert_eq!(r["records"].as_array().unwrap().len(), 2);
+    // Each record names the original it was made from.
+    let mut record = r["records"][0].clone();
+    let digest = record.as_object_mut().unwrap().remove("digest").unwrap();
+    assert!(
+        digest
+            .as_str()
+            .is_some_and(|d| d.len() == 16 && d.bytes().all(|b| b.is_ascii_hexdigit()))
+    );
     assert_eq!(
-        r["records"][0],
+        record,
         json!({"kind": "tool-result", "toolUseId": "toolu_1", "replacement": expected1})
     );
     assert_eq!(r["persisted"][0]["originalChars"], json!(60_000));
@@ -108,19 +116,16 @@ async fn preview_bytes_are_exact_and_replayed_byte_for_byte() {
 }
 
 #[tokio::test]
-async fn small_originals_fit_the_preview_whole_without_the_ellipsis() {
+async fn a_result_whose_replacement_would_be_longer_is_sent_whole() {
+    // PROTOCOL 10.1: over maxResultChars, but a preview holding all of it
+    // plus the header would be longer than the original.
     let (dir, mut c) = setup(json!({"limits": {"maxResultChars": 10}})).await;
     let r = c
         .call("budget/apply", json!({"sessionId": "s", "messages": [user(vec![tr(json!("a\nb\nc\nd\ne\nf"), "t1")])]}))
         .await;
-    let path = artifact(dir.path(), "s", "t1.txt");
-    assert_eq!(
-        content_of(&r, 0, 0),
-        json!(format!(
-            "<persisted-output>\nOutput too large (11 bytes). Full output saved to: {}\n\nPreview (first 2KB):\na\nb\nc\nd\ne\nf\n</persisted-output>",
-            path.display()
-        ))
-    );
+    assert_eq!(content_of(&r, 0, 0), json!("a\nb\nc\nd\ne\nf"));
+    assert_eq!(r["persisted"], json!([]));
+    assert!(!artifact(dir.path(), "s", "t1.txt").exists());
 }
 
 #[tokio::test]
@@ -149,14 +154,14 @@ async fn largest_fresh_results_are_chosen_until_the_message_fits() {
 
     // Ties go by position.
     let r = c
-        .call("budget/apply", json!({"sessionId": "s3", "messages": [user(vec![tr(json!("q".repeat(30)), "first"), tr(json!("q".repeat(30)), "second")])], "limits": {"maxMessageChars": 50, "maxResultChars": 100, "previewChars": 5}}))
+        .call("budget/apply", json!({"sessionId": "s3", "messages": [user(vec![tr(json!("q".repeat(3000)), "first"), tr(json!("q".repeat(3000)), "second")])], "limits": {"maxMessageChars": 5000, "maxResultChars": 10000, "previewChars": 5}}))
         .await;
     let ids = persisted_ids(&r);
     assert_eq!(ids[0], "first");
 }
 
 #[tokio::test]
-async fn decided_results_are_frozen_and_each_message_is_budgeted_on_its_own() {
+async fn a_decision_belongs_to_its_original_and_each_message_is_budgeted_on_its_own() {
     let (_dir, mut c) = setup(json!({})).await;
     let first = user(vec![tr(json!("small"), "t1")]);
     let r = c
@@ -166,23 +171,30 @@ async fn decided_results_are_frozen_and_each_message_is_budgeted_on_its_own() {
         )
         .await;
     assert_eq!(r["persisted"], json!([]));
-    // The same id now arrives huge: its fate was decided, it stays as is.
-    let later = user(vec![
-        tr(json!("h".repeat(80_000)), "t1"),
-        tr(json!("h".repeat(80_000)), "t2"),
-    ]);
+    // The same original again: frozen, sent as it was.
     let r = c
         .call(
             "budget/apply",
-            json!({"sessionId": "s", "messages": [later.clone()]}),
+            json!({"sessionId": "s", "messages": [first.clone(), user(vec![tr(json!("h".repeat(80_000)), "t2")])]}),
         )
         .await;
-    let ids = persisted_ids(&r);
-    assert_eq!(ids, ["t2"]);
-    assert_eq!(content_of(&r, 0, 0), json!("h".repeat(80_000)));
+    assert_eq!(content_of(&r, 0, 0), json!("small"));
+    assert_eq!(persisted_ids(&r), ["t2"]);
+    // The same id with another original (a provider reusing call ids) is a
+    // new result: decided on its own, never shown another's fate.
+    let later = user(vec![tr(json!("h".repeat(80_000)), "t1")]);
+    let r = c
+        .call(
+            "budget/apply",
+            json!({"sessionId": "s", "messages": [first, later]}),
+        )
+        .await;
+    assert_eq!(persisted_ids(&r), ["t1"]);
+    assert_eq!(content_of(&r, 0, 0), json!("small"));
+    let preview = content_of(&r, 1, 0);
+    assert!(preview.as_str().unwrap().starts_with("<persisted-output>"));
     let state = c.call("state/get", json!({"sessionId": "s"})).await;
     assert_eq!(state["seenIds"], json!(["t1", "t2"]));
-    assert_eq!(state["replacements"].as_object().unwrap().len(), 1);
 }
 
 #[tokio::test]
@@ -258,11 +270,13 @@ async fn block_array_results_are_saved_as_json() {
 
 #[tokio::test]
 async fn size_units_count_as_configured() {
-    // 30 emoji: 30 chars, 60 UTF-16 units, 120 bytes.
-    let text = "\u{1F600}".repeat(30);
+    // 3000 emoji: 3000 chars, 6000 UTF-16 units, 12000 bytes.
+    let text = "\u{1F600}".repeat(3000);
     for (unit, persisted) in [("chars", false), ("utf16", true), ("bytes", true)] {
-        let (_dir, mut c) =
-            setup(json!({"sizeUnit": unit, "limits": {"maxResultChars": 50}})).await;
+        let (_dir, mut c) = setup(
+            json!({"sizeUnit": unit, "limits": {"maxResultChars": 5000, "previewChars": 100}}),
+        )
+        .await;
         let r = c
             .call(
                 "budget/apply",
@@ -275,7 +289,7 @@ async fn size_units_count_as_configured() {
             "{unit}"
         );
         if persisted {
-            let expect = if unit == "utf16" { 60 } else { 120 };
+            let expect = if unit == "utf16" { 6000 } else { 12000 };
             assert_eq!(r["persisted"][0]["originalChars"], json!(expect));
         }
     }
@@ -303,7 +317,7 @@ async fn per_request_limits_override_the_configuration() {
 
 #[tokio::test]
 async fn hostile_ids_never_reach_outside_the_artifact_directory() {
-    let (dir, mut c) = setup(json!({"limits": {"maxResultChars": 10}})).await;
+    let (dir, mut c) = setup(json!({"limits": {"maxResultChars": 10, "previewChars": 20}})).await;
     let long = "L".repeat(5000);
     let ids = [
         "../escape",
@@ -317,7 +331,12 @@ async fn hostile_ids_never_reach_outside_the_artifact_directory() {
     ];
     let blocks: Vec<Value> = ids
         .iter()
-        .map(|id| tr(json!(format!("payload for {id:?}")), id))
+        .map(|id| {
+            tr(
+                json!(format!("payload for {id:?} {}", "p".repeat(2000))),
+                id,
+            )
+        })
         .collect();
     let r = c
         .call(
@@ -334,11 +353,16 @@ async fn hostile_ids_never_reach_outside_the_artifact_directory() {
         assert!(path.file_name().unwrap().len() < 100);
         assert!(path.is_file());
     }
-    // Nothing else was created anywhere in the workspace.
+    // Nothing else was created anywhere in the workspace but the session's
+    // journal.
+    let journal = dir.path().join(".toolwire/sessions/s.jsonl");
     let mut found = Vec::new();
     walk(dir.path(), &mut found);
     for f in found {
-        assert!(f.starts_with(&tool_results), "unexpected file {f:?}");
+        assert!(
+            f.starts_with(&tool_results) || f == journal,
+            "unexpected file {f:?}"
+        );
     }
 }
 
@@ -470,13 +494,18 @@ async fn records_are_journaled_and_artifacts_reused_after_a_restart() {
             lines[1],
             json!({"type": "replacement", "record": first["records"][0]})
         );
-        // A session without a transcript journals nothing and writes no file.
-        c.call(
-            "budget/apply",
-            json!({"sessionId": "nofile", "messages": msgs}),
-        )
-        .await;
-        assert!(!dir.path().join(".toolwire/sessions/nofile.jsonl").exists());
+        // A session without a transcript gets one: its decisions are
+        // journaled before the reply (PROTOCOL 10.1).
+        let other = c
+            .call(
+                "budget/apply",
+                json!({"sessionId": "nofile", "messages": msgs}),
+            )
+            .await;
+        assert_eq!(
+            transcript_lines(&dir.path().join(".toolwire/sessions/nofile.jsonl")),
+            [json!({"type": "replacement", "record": other["records"][0]})]
+        );
         c.close().await;
         task.await.unwrap();
         server.registry.close_all().await;
@@ -494,14 +523,16 @@ async fn records_are_journaled_and_artifacts_reused_after_a_restart() {
         .await;
     assert_eq!(again["messages"], first["messages"]);
     assert_eq!(again["records"], json!([]));
-    // A session with no journal decides again, and finds its artifact.
+    // The session that had no transcript resumes from the one its apply
+    // created: the same bytes, nothing decided again.
     let fresh = c
         .call(
             "budget/apply",
             json!({"sessionId": "nofile", "messages": msgs}),
         )
         .await;
-    assert_eq!(fresh["persisted"][0]["reused"], json!(true));
+    assert_eq!(fresh["records"], json!([]));
+    assert_eq!(fresh["persisted"], json!([]));
     assert_eq!(
         fresh["messages"][1]["content"][0]["content"]
             .as_str()

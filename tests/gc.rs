@@ -83,8 +83,11 @@ async fn gc_removes_by_the_rules_and_a_dry_run_lists_exactly_that() {
     let dir = tempfile::tempdir().unwrap();
     let server = new_server();
     let (mut c, _task) = connect(server.clone());
-    c.initialize(dir.path(), json!({"limits": {"maxResultChars": 100}}))
-        .await;
+    c.initialize(
+        dir.path(),
+        json!({"limits": {"maxResultChars": 100, "previewChars": 20}}),
+    )
+    .await;
     let big = |tag: &str| format!("{tag} ").repeat(100);
     make_session(&mut c, "expired", &[("toolu_e1", big("e1"))]).await;
     let live = make_session(&mut c, "live", &[("toolu_l1", big("l1"))]).await;
@@ -222,7 +225,7 @@ async fn over_the_size_limit_the_least_recently_written_go_first() {
     let (mut c, _task) = connect(server.clone());
     c.initialize(
         dir.path(),
-        json!({"limits": {"maxResultChars": 100}, "retention": {"maxAgeDays": null, "maxTotalBytes": 32_000}}),
+        json!({"limits": {"maxResultChars": 100, "previewChars": 20}, "retention": {"maxAgeDays": null, "maxTotalBytes": 32_000}}),
     )
     .await;
     for (i, id) in ["a", "b", "c", "d"].iter().enumerate() {
@@ -245,7 +248,7 @@ async fn a_session_open_in_this_server_is_never_touched() {
     let (mut c, _task) = connect(new_server());
     c.initialize(
         dir.path(),
-        json!({"limits": {"maxResultChars": 100}, "retention": {"maxAgeDays": 0}}),
+        json!({"limits": {"maxResultChars": 100, "previewChars": 20}, "retention": {"maxAgeDays": 0}}),
     )
     .await;
     let paths = make_session(&mut c, "open", &[("toolu_o", "o".repeat(500))]).await;
@@ -315,7 +318,7 @@ async fn apply_racing_gc_never_leaves_a_preview_pointing_at_nothing() {
     let (mut c, _task) = connect(server.clone());
     c.initialize(
         dir.path(),
-        json!({"limits": {"maxResultChars": 100}, "durability": "none"}),
+        json!({"limits": {"maxResultChars": 100, "previewChars": 20}, "durability": "none"}),
     )
     .await;
     let data_dir = dir.path().join(".toolwire");

@@ -462,7 +462,9 @@ fn converted_anthropic_transcripts_report_their_unanswered_calls_in_repair() {
         let dropped: Vec<&str> = report.lines().filter(|l| l.contains("dropped")).collect();
         assert_eq!(
             dropped,
-            [format!("  dropped tool_use {unanswered} (results missing)")],
+            [format!(
+                "  dropped tool_use {unanswered} (no result in the next turn)"
+            )],
             "{report}"
         );
         assert_eq!(

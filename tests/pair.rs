@@ -154,13 +154,20 @@ async fn synthetic_mode_closes_the_pair_with_errors_naming_the_reason() {
     );
     // Overridable per call; interruption uses the configured mode.
     append(&mut c, assistant_calls(&["t3"])).await;
-    let r = append(&mut c, assistant_calls(&["t4"])).await;
+    let r = append(&mut c, user_text("stop")).await;
     assert_eq!(r["flushed"]["synthesized"], json!(["t3"]));
-    assert_eq!(r["written"], json!(2));
+    assert_eq!(r["written"], json!(3));
+    // Consecutive assistant messages are one turn: the second joins the
+    // pending pair instead of interrupting it (PROTOCOL 10.2).
+    append(&mut c, assistant_calls(&["t4"])).await;
+    let r = append(&mut c, assistant_calls(&["t5"])).await;
+    assert_eq!(r["status"], json!("buffered"));
+    assert_eq!(r["pending"], json!(["t4", "t5"]));
+    assert!(r.get("flushed").is_none_or(Value::is_null), "{r}");
     let f = c
         .call("pair/flush", json!({"sessionId": "s", "mode": "discard"}))
         .await;
-    assert_eq!(f["discarded"], json!(["t4"]));
+    assert_eq!(f["discarded"], json!(["t4", "t5"]));
     let msgs = transcript_messages(&path);
     assert_paired(&msgs);
     assert!(
@@ -511,20 +518,25 @@ async fn repair_fixes_every_kind_of_damage_exactly() {
     assert_eq!(r, dry);
     assert_eq!(
         r,
-        json!({"kept": 6, "droppedToolUses": ["b", "c"], "droppedToolResults": ["a", "b", "ghost"], "tornLines": 2})
+        json!({"changed": true, "kept": 8, "droppedToolUses": ["c"], "droppedToolResults": ["a", "ghost"], "tornLines": 2})
     );
     assert_eq!(
         std::fs::read_to_string(dir.path().join("broken.jsonl.bak")).unwrap(),
         text
     );
+    // Every real result stays: a's first result moves in front of the
+    // note of its turn, b keeps its answered call and its result; only the
+    // unanswered c, the duplicate and the orphan go.
     let expected = vec![
         m(user_text("start")),
         m(
             json!({"role": "assistant", "content": [{"type": "text", "text": "calling"}, {"type": "tool_use", "id": "a", "name": "Bash", "input": {}}]}),
         ),
-        m(json!({"role": "user", "content": [tr("a", "A"), {"type": "text", "text": "note"}]})),
+        m(json!({"role": "user", "content": [tr("a", "A")]})),
+        m(json!({"role": "user", "content": [{"type": "text", "text": "note"}]})),
         record,
-        m(json!({"role": "user", "content": [{"type": "text", "text": "keep me"}]})),
+        m(assistant_calls(&["b"])),
+        m(json!({"role": "user", "content": [tr("b", "B"), {"type": "text", "text": "keep me"}]})),
         m(user_text("end")),
     ];
     assert_eq!(
@@ -544,7 +556,7 @@ async fn repair_fixes_every_kind_of_damage_exactly() {
         .await;
     assert_eq!(
         again,
-        json!({"kept": 6, "droppedToolUses": [], "droppedToolResults": [], "tornLines": 0})
+        json!({"changed": false, "kept": 8, "droppedToolUses": [], "droppedToolResults": [], "tornLines": 0})
     );
     assert!(!dir.path().join("broken.jsonl.bak").exists());
 }

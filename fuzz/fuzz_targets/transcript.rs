@@ -4,12 +4,14 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use toolwire::format::Format;
 use toolwire::transcript::reader::{ReadLimits, SessionImage, parse_line, read_lines};
 
 fuzz_target!(|data: &[u8]| {
     let mut image = SessionImage::default();
     let limits = ReadLimits { max_line: 512 };
     let (complete, torn) = read_lines(
+        Format::Anthropic,
         data,
         limits,
         || false,

@@ -290,8 +290,7 @@ fn compile(pattern: &str) -> Result<regex::bytes::Regex> {
 fn json_text(file: File) -> io::Result<String> {
     let content: serde_json::Value = serde_json::from_reader(BufReader::new(file))
         .map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err))?;
-    let block = serde_json::json!({ "content": content });
-    Ok(crate::message::ResultContent::of(&block)
+    Ok(crate::format::ResultContent::of_value(Some(&content))
         .preview_text()
         .into_owned())
 }

@@ -18,12 +18,13 @@ use serde_json::Value;
 
 use crate::artifact::{self, ArtifactKind};
 use crate::config::{Limits, SizeUnit, ToolPolicy};
-use crate::message::{self, ResultContent};
+use crate::format::{self, Dialect, Digest, ResultContent};
 use crate::state::{Fate, ReplacementState};
 use planner::Candidate;
 
-/// What budgeting needs to know besides the message and the state.
+/// What budgeting needs to know besides the messages and the state.
 pub struct PlanContext<'a> {
+    pub dialect: &'a dyn Dialect,
     pub limits: Limits,
     pub unit: SizeUnit,
     /// Directory the session's artifacts go to (absolute).
@@ -38,47 +39,110 @@ pub struct PlanContext<'a> {
 /// A fresh result chosen for persistence.
 #[derive(Debug, Clone)]
 pub struct Chosen {
+    /// Index of its message in the unit planned.
+    pub message: usize,
+    /// Its item index in that message.
     pub block: usize,
     pub tool_use_id: Arc<str>,
+    pub digest: Digest,
     pub kind: ArtifactKind,
     pub path: std::path::PathBuf,
     pub original_size: u64,
     pub replacement: Arc<str>,
 }
 
-/// What to do with one user message.
+/// What to do with one budget unit (one user turn).
 #[derive(Debug, Default)]
 pub struct MessagePlan {
-    /// Fresh eligible ids, in order: all become seen at the commit.
-    pub fresh: Vec<Arc<str>>,
+    /// Fresh eligible originals, in order: all become decided at the commit.
+    pub fresh: Vec<(Arc<str>, Digest)>,
     pub chosen: Vec<Chosen>,
 }
 
-/// Plan one message against `state`. An id appearing twice in the message
-/// is decided once, at its first occurrence.
-pub fn plan_message(message: &Value, state: &ReplacementState, cx: &PlanContext) -> MessagePlan {
-    let blocks = message::blocks(message);
-    let mut rows = Vec::new();
+/// The budget units of a conversation, as the indexes of their messages
+/// (PROTOCOL.md 10.3: "the budget's message"): each user message that
+/// holds results, or, for dialects that budget runs, each run of them.
+pub fn units(dialect: &dyn Dialect, messages: &[Value]) -> Vec<Vec<usize>> {
+    if !dialect.budget_runs() {
+        return messages
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| {
+                dialect.side(m) == Some(format::Side::User)
+                    && !format::results(dialect, m).is_empty()
+            })
+            .map(|(i, _)| vec![i])
+            .collect();
+    }
+    let mut units: Vec<Vec<usize>> = Vec::new();
+    let mut run: Vec<usize> = Vec::new();
+    let mut last_side = None;
+    for (i, m) in messages.iter().enumerate() {
+        let side = dialect.side(m);
+        if side.is_none() {
+            continue;
+        }
+        if side != last_side && !run.is_empty() {
+            units.push(std::mem::take(&mut run));
+        }
+        last_side = side;
+        if side == Some(format::Side::User) && !format::results(dialect, m).is_empty() {
+            run.push(i);
+        }
+    }
+    if !run.is_empty() {
+        units.push(run);
+    }
+    units
+}
+
+/// One result of a unit, as the planner reads it.
+struct Row<'m> {
+    message: usize,
+    block: usize,
+    id: Arc<str>,
+    digest: Digest,
+    content: ResultContent<'m>,
+}
+
+/// Plan one unit (its messages, in order) against `state`. An original
+/// appearing twice is decided once, at its first occurrence.
+pub fn plan_message(unit: &[&Value], state: &ReplacementState, cx: &PlanContext) -> MessagePlan {
+    let mut rows: Vec<Row> = Vec::new();
     let mut candidates = Vec::new();
-    let mut fresh_here: HashSet<&str> = HashSet::new();
-    for (block, id) in message::tool_results(message) {
-        let content = ResultContent::of(&blocks[block]);
-        let size = content.size(cx.unit);
-        let eligible = is_eligible(&content, id, cx);
-        let candidate = match state.fate(id) {
-            _ if !eligible => Candidate { size, fresh: false },
-            Fate::Replaced(r) => Candidate {
-                size: r.size(cx.unit),
-                fresh: false,
-            },
-            Fate::Frozen => Candidate { size, fresh: false },
-            Fate::Fresh => Candidate {
-                size,
-                fresh: fresh_here.insert(id),
-            },
-        };
-        rows.push((block, id, content));
-        candidates.push(candidate);
+    let mut fresh_here: HashSet<(Arc<str>, Digest)> = HashSet::new();
+    for (m, msg) in unit.iter().enumerate() {
+        for (block, id) in format::results(cx.dialect, msg) {
+            let content = cx.dialect.result_content(msg, block);
+            let size = content.size(cx.unit);
+            let eligible = is_eligible(&content, &id, cx);
+            let digest = if eligible {
+                original_digest(cx.dialect, msg, block)
+            } else {
+                Digest::ANY
+            };
+            let id: Arc<str> = Arc::from(&*id);
+            let candidate = match state.fate(&id, digest) {
+                _ if !eligible => Candidate { size, fresh: false },
+                Fate::Replaced(r) => Candidate {
+                    size: r.size(cx.unit),
+                    fresh: false,
+                },
+                Fate::Frozen => Candidate { size, fresh: false },
+                Fate::Fresh => Candidate {
+                    size,
+                    fresh: fresh_here.insert((id.clone(), digest)),
+                },
+            };
+            rows.push(Row {
+                message: m,
+                block,
+                id,
+                digest,
+                content,
+            });
+            candidates.push(candidate);
+        }
     }
 
     let mut plan = MessagePlan {
@@ -86,25 +150,40 @@ pub fn plan_message(message: &Value, state: &ReplacementState, cx: &PlanContext)
             .iter()
             .zip(&candidates)
             .filter(|(_, c)| c.fresh)
-            .map(|((_, id, _), _)| Arc::from(*id))
+            .map(|(r, _)| (r.id.clone(), r.digest))
             .collect(),
         chosen: Vec::new(),
     };
     let mut built: Vec<Option<Chosen>> = vec![None; rows.len()];
-    let policies: Vec<ToolPolicy> = rows.iter().map(|(_, id, _)| (cx.policy)(id)).collect();
+    let policies: Vec<ToolPolicy> = rows.iter().map(|r| (cx.policy)(&r.id)).collect();
     let chosen = planner::choose(
         &candidates,
         |i| policies[i].max_result_chars.unwrap_or(u64::MAX),
         cx.limits.max_message_chars,
         |i| {
-            let (block, id, content) = &rows[i];
-            let kind = match content {
-                ResultContent::Text(_) => ArtifactKind::Text,
-                _ => ArtifactKind::Json,
+            let row = &rows[i];
+            let kind = if row.content.is_text() {
+                ArtifactKind::Text
+            } else {
+                ArtifactKind::Json
             };
-            let path = cx.artifact_dir.join(artifact::file_name(id, kind));
+            // A second original under one id (a provider reusing call ids)
+            // gets an artifact of its own.
+            let reused = state.is_decided(&row.id)
+                || rows[..i]
+                    .iter()
+                    .any(|r| r.id == row.id && r.digest != row.digest);
+            let name = if reused {
+                artifact::file_name(
+                    &format!("{}#{}", row.id, row.digest.hex().unwrap_or_default()),
+                    kind,
+                )
+            } else {
+                artifact::file_name(&row.id, kind)
+            };
+            let path = cx.artifact_dir.join(name);
             let text = preview::replacement(
-                &content.preview_text(),
+                &row.content.preview_text(),
                 candidates[i].size,
                 &path.to_string_lossy(),
                 cx.limits.preview_chars,
@@ -113,8 +192,10 @@ pub fn plan_message(message: &Value, state: &ReplacementState, cx: &PlanContext)
             );
             let size = cx.unit.len(&text);
             built[i] = Some(Chosen {
-                block: *block,
-                tool_use_id: Arc::from(*id),
+                message: row.message,
+                block: row.block,
+                tool_use_id: row.id.clone(),
+                digest: row.digest,
                 kind,
                 path,
                 original_size: candidates[i].size,
@@ -130,6 +211,14 @@ pub fn plan_message(message: &Value, state: &ReplacementState, cx: &PlanContext)
     plan
 }
 
+/// The digest of a result's original content.
+pub fn original_digest(dialect: &dyn Dialect, message: &Value, index: usize) -> Digest {
+    match dialect.result_value(message, index) {
+        Some(value) => Digest::of_value(value),
+        None => Digest::of_value(&Value::Null),
+    }
+}
+
 /// Step 1 of the contract: results with non-text content, of exempt tools,
 /// or already holding a persisted-output preview are left as they are.
 fn is_eligible(content: &ResultContent, id: &str, cx: &PlanContext) -> bool {
@@ -139,39 +228,35 @@ fn is_eligible(content: &ResultContent, id: &str, cx: &PlanContext) -> bool {
 }
 
 /// Put every stored replacement into the message, in place of the eligible
-/// results it decided. Returns how many blocks were replaced.
+/// results whose original it was decided on. Returns how many results were
+/// replaced.
 pub fn render_message(message: &mut Value, state: &ReplacementState, cx: &PlanContext) -> usize {
-    let mut replaced = 0;
-    let Some(Value::Array(blocks)) = message.get_mut("content") else {
-        return 0;
-    };
-    for block in blocks.iter_mut() {
-        if message::block_type(block) != Some("tool_result") {
+    let mut put: Vec<(usize, String)> = Vec::new();
+    for (index, id) in format::results(cx.dialect, message) {
+        let content = cx.dialect.result_content(message, index);
+        if !is_eligible(&content, &id, cx) {
             continue;
         }
-        let Some(id) = block.get("tool_use_id").and_then(Value::as_str) else {
-            continue;
-        };
-        let Fate::Replaced(replacement) = state.fate(id) else {
-            continue;
-        };
-        let content = ResultContent::of(block);
-        if !is_eligible(&content, id, cx) {
-            continue;
-        }
-        if let Some(obj) = block.as_object_mut() {
-            obj.insert("content".into(), Value::String(replacement.text()));
-            replaced += 1;
+        let digest = original_digest(cx.dialect, message, index);
+        if let Fate::Replaced(replacement) = state.fate(&id, digest) {
+            put.push((index, replacement.text()));
         }
     }
-    replaced
+    for (index, text) in &put {
+        cx.dialect.put_replacement(message, *index, text);
+    }
+    put.len()
 }
 
-/// The tool_result total of a message, in `unit`.
-pub fn message_total(message: &Value, unit: SizeUnit) -> u64 {
-    let blocks = message::blocks(message);
-    message::tool_results(message)
-        .map(|(i, _)| ResultContent::of(&blocks[i]).size(unit))
+/// The result total of a unit, in `unit`.
+pub fn message_total(dialect: &dyn Dialect, messages: &[&Value], unit: SizeUnit) -> u64 {
+    messages
+        .iter()
+        .flat_map(|m| {
+            format::results(dialect, m)
+                .into_iter()
+                .map(move |(i, _)| dialect.result_content(m, i).size(unit))
+        })
         .sum()
 }
 
@@ -187,20 +272,20 @@ mod tests {
     /// One simulated apply: plan, pretend every persist succeeds, commit,
     /// render. Returns the rendered message.
     fn apply(msg: &Value, state: &mut ReplacementState, cx: &PlanContext) -> Value {
-        let plan = plan_message(msg, state, cx);
-        let replaced: HashMap<Arc<str>, Arc<Replacement>> = plan
+        let plan = plan_message(&[msg], state, cx);
+        let replaced: HashMap<(Arc<str>, Digest), Arc<Replacement>> = plan
             .chosen
             .iter()
             .map(|c| {
                 (
-                    c.tool_use_id.clone(),
+                    (c.tool_use_id.clone(), c.digest),
                     Arc::new(Replacement::new(&c.replacement)),
                 )
             })
             .collect();
-        state.commit_decisions(plan.fresh.into_iter().map(|id| {
-            let r = replaced.get(&id).cloned();
-            (id, r)
+        state.commit_decisions(plan.fresh.into_iter().map(|(id, digest)| {
+            let r = replaced.get(&(id.clone(), digest)).cloned();
+            (id, digest, r)
         }));
         let mut out = msg.clone();
         render_message(&mut out, state, cx);
@@ -233,6 +318,7 @@ mod tests {
                     preview_mode: mode,
                 };
                 let cx = PlanContext {
+                    dialect: &crate::format::anthropic::Anthropic,
                     limits: Limits { max_result_chars: max_result, max_message_chars: max_message, preview_chars: 60 },
                     unit: SizeUnit::Chars,
                     artifact_dir: &dir,

@@ -16,9 +16,11 @@ pub struct Candidate {
 /// every fresh result above its own `max_result(i)` (per-tool limits), then
 /// the largest remaining fresh results (ties by position) while the message
 /// total exceeds `max_message`.
-/// A result that already fits is never chosen. `replacement_size(i)` is the
-/// size candidate `i` will have once replaced; it is asked only of chosen
-/// candidates.
+/// A result that already fits is never chosen, and neither is one whose
+/// replacement would not be smaller than it (PROTOCOL.md 10.1): budgeting
+/// never makes a message bigger, and the aggregate loop ends when no fresh
+/// candidate would shrink it. `replacement_size(i)` is the size candidate
+/// `i` would have once replaced; it is asked only of candidates considered.
 pub fn choose(
     candidates: &[Candidate],
     max_result: impl Fn(usize) -> u64,
@@ -48,6 +50,9 @@ pub fn choose(
         }
         let c = candidates[i];
         let replaced = replacement_size(i);
+        if replaced >= c.size {
+            continue;
+        }
         total = total - c.size + replaced;
         chosen.push((i, replaced));
     }
@@ -94,9 +99,12 @@ mod tests {
             .sum()
     }
 
-    /// Fresh indexes, largest first, ties by position.
+    /// Fresh indexes whose replacement is smaller, largest first, ties by
+    /// position.
     fn largest_first(c: &[Candidate]) -> Vec<usize> {
-        let mut order: Vec<usize> = (0..c.len()).filter(|&i| c[i].fresh).collect();
+        let mut order: Vec<usize> = (0..c.len())
+            .filter(|&i| c[i].fresh && replacement(c, i) < c[i].size)
+            .collect();
         order.sort_by(|&a, &b| c[b].size.cmp(&c[a].size).then(a.cmp(&b)));
         order
     }
@@ -105,8 +113,13 @@ mod tests {
         #[test]
         fn fits_unless_only_fixed_content_remains(c in candidates(), max_result in 0u64..6_000, max_message in 0u64..40_000) {
             let chosen = run(&c, max_result, max_message);
-            let all_fresh = c.iter().filter(|x| x.fresh).count();
-            prop_assert!(total_after(&c, &chosen) <= max_message || chosen.len() == all_fresh);
+            let shrinkable = largest_first(&c).len();
+            prop_assert!(total_after(&c, &chosen) <= max_message || chosen.len() == shrinkable);
+            // Never bigger: not the message, not one result.
+            prop_assert!(total_after(&c, &chosen) <= total_after(&c, &[]));
+            for &i in &chosen {
+                prop_assert!(replacement(&c, i) < c[i].size);
+            }
         }
 
         #[test]
@@ -114,7 +127,7 @@ mod tests {
             let chosen = run(&c, max_result, max_message);
             let order = largest_first(&c);
             prop_assert_eq!(&chosen[..], &order[..chosen.len()]);
-            // Every result above the per-result limit is in.
+            // Every result above the per-result limit that would shrink is in.
             for &i in &order {
                 if c[i].size > max_result { prop_assert!(chosen.contains(&i)); }
             }

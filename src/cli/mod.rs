@@ -2,6 +2,7 @@
 //!
 //! Adding a command is a file here and one variant in `main.rs`.
 
+pub mod check;
 pub mod completions;
 pub mod gc;
 pub mod import;
@@ -46,3 +47,16 @@ pub fn write_stdout(bytes: &[u8]) -> std::process::ExitCode {
         }
     }
 }
+
+/// Print a line to stdout; a closed stdout (`toolwire … | head`) is not an
+/// error. Rust ignores `SIGPIPE`, so writing to a closed pipe fails with
+/// `EPIPE`, which `println!` turns into a panic. A command's work is done
+/// before it reports, so when nobody reads the report any more it ends
+/// quietly, with the status it would have had.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+pub(crate) use say;

@@ -1,5 +1,5 @@
-//! `toolwire repair`: rewrite a transcript so every tool call is followed
-//! by all its results.
+//! `toolwire repair`: rewrite a transcript so the provider accepts it,
+//! keeping every real result; a valid transcript is left untouched.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -14,24 +14,33 @@ pub struct Args {
     dry_run: bool,
 }
 
-#[allow(clippy::print_stdout)]
 pub fn run(Args { path, dry_run }: Args) -> ExitCode {
     let path = path.as_path();
     match toolwire::transcript::repair::repair_file(path, dry_run) {
+        Ok(report) if !report.changed => {
+            super::say!(
+                "{}: valid, nothing to change ({} lines kept as they are)",
+                path.display(),
+                report.kept
+            );
+            ExitCode::SUCCESS
+        }
         Ok(report) => {
             let verb = if dry_run { "would keep" } else { "kept" };
-            println!("{}: {verb} {} lines", path.display(), report.kept);
+            super::say!("{}: {verb} {} lines", path.display(), report.kept);
             for id in &report.dropped_tool_uses {
-                println!("  dropped tool_use {id} (results missing)");
+                super::say!("  dropped tool_use {id} (no result in the next turn)");
             }
             for id in &report.dropped_tool_results {
-                println!("  dropped tool_result {id} (orphan, duplicate or partial)");
+                super::say!(
+                    "  dropped tool_result {id} (answers no call of the turn before, a second result, or in the wrong role)"
+                );
             }
             if report.torn_lines > 0 {
-                println!("  dropped {} torn or unparsable lines", report.torn_lines);
+                super::say!("  dropped {} torn or unparsable lines", report.torn_lines);
             }
-            if !dry_run && report != Default::default() {
-                println!(
+            if !dry_run {
+                super::say!(
                     "  original kept as {}",
                     toolwire::transcript::repair::bak_path(path).display()
                 );

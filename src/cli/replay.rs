@@ -33,7 +33,6 @@ pub struct Args {
     tail: usize,
 }
 
-#[allow(clippy::print_stdout)]
 pub fn run(args: Args) -> ExitCode {
     use toolwire::replay;
     let fail = |msg: String| {
@@ -103,13 +102,13 @@ pub fn run(args: Args) -> ExitCode {
     match outcome {
         Ok(summary) if args.json => match serde_json::to_string_pretty(&summary) {
             Ok(text) => {
-                println!("{text}");
+                super::say!("{text}");
                 ExitCode::SUCCESS
             }
             Err(err) => fail(err.to_string()),
         },
         Ok(summary) => {
-            print!("{}", replay::render(&summary, kept));
+            super::say!("{}", replay::render(&summary, kept).trim_end_matches('\n'));
             ExitCode::SUCCESS
         }
         Err(err) => fail(err.to_string()),

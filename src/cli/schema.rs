@@ -14,7 +14,6 @@ pub struct Args {
     check: Option<PathBuf>,
 }
 
-#[allow(clippy::print_stdout)]
 pub fn run(Args { out, check }: Args) -> ExitCode {
     if let Some(dir) = check {
         let problems = match toolwire::schema::check(&dir) {
@@ -25,7 +24,7 @@ pub fn run(Args { out, check }: Args) -> ExitCode {
             }
         };
         if problems.is_empty() {
-            println!("{}: up to date", dir.display());
+            super::say!("{}: up to date", dir.display());
             return ExitCode::SUCCESS;
         }
         for p in &problems {
@@ -43,7 +42,7 @@ pub fn run(Args { out, check }: Args) -> ExitCode {
     };
     match toolwire::schema::write(&dir) {
         Ok(n) => {
-            println!("wrote {n} files to {}", dir.display());
+            super::say!("wrote {n} files to {}", dir.display());
             ExitCode::SUCCESS
         }
         Err(err) => {

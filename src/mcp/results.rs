@@ -34,7 +34,7 @@ use super::front::Front;
 use super::saved;
 use crate::artifact::{self, ArtifactKind};
 use crate::error::Result;
-use crate::message::{self, ResultContent};
+use crate::format::{Dialect, ResultContent, anthropic::Anthropic};
 use crate::protocol::{BudgetApplyParams, BudgetApplyResult, Message};
 
 /// The first protocol revision with `resource_link` content.
@@ -52,7 +52,7 @@ pub(super) async fn budget(
         return false;
     };
     let content = tool_result_content(items);
-    if ResultContent::of(&json!({ "content": &content })).has_non_text() {
+    if ResultContent::of_value(Some(&content)).has_non_text() {
         // Not eligible anywhere (contract step 1): skip the round trip.
         return false;
     }
@@ -70,9 +70,7 @@ pub(super) async fn budget(
     let rendered = outcome
         .messages
         .get(1)
-        .map(|m| message::blocks(&m.0))
-        .and_then(|blocks| blocks.first())
-        .and_then(|block| block.get("content"));
+        .and_then(|m| Anthropic.result_value(&m.0, 0));
     let Some(Value::String(preview)) = rendered.filter(|r| **r != content) else {
         return false;
     };

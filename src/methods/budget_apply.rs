@@ -1,14 +1,17 @@
 //! `budget/apply`: keep every user message's tool results within budget.
 //!
-//! Per user message, in order: reapply stored replacements byte for byte,
+//! Per user turn, in order: reapply stored replacements byte for byte,
 //! leave frozen results alone, choose fresh results to persist (everything
-//! over `maxResultChars`, then the largest until the message fits), persist
-//! them concurrently, then commit every fresh id of the message in one step.
-//! The whole request publishes its decisions at once, after its records are
-//! journaled, so no reader sees an id decided without its preview and a
-//! failed journal write leaves nothing decided.
+//! over `maxResultChars`, then the largest until the turn fits, each only if
+//! its replacement is smaller), persist them concurrently, then commit every
+//! fresh result of the turn in one step. The whole request journals its
+//! decisions (a `replacement` line per replaced result, one `seen` line for
+//! those sent whole, each with the digest of its original) and then
+//! publishes them at once, so no reader sees a result decided without its
+//! preview, a failed journal write leaves nothing decided, and a restart
+//! resumes with exactly what the client was sent.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use futures_util::future::{BoxFuture, join_all};
@@ -20,10 +23,10 @@ use crate::artifact::ArtifactKind;
 use crate::budget::{self, Chosen, PlanContext};
 use crate::config::{self, Effective, ToolPolicy};
 use crate::error::Result;
-use crate::message;
+use crate::format::{self, Dialect, Digest, Format};
 use crate::protocol::{
     BudgetApply, BudgetApplyParams, BudgetApplyResult, Message, PersistFailure, Persisted,
-    RECORD_KIND, ReplacementRecord, SessionId,
+    RECORD_KIND, ReplacementRecord, SeenLine, SessionId,
 };
 use crate::retention;
 use crate::session::{Registry, Session};
@@ -72,8 +75,9 @@ pub async fn apply(
     cancel: &CancellationToken,
     params: BudgetApplyParams,
 ) -> Result<BudgetApplyResult> {
+    let dialect = Format::Anthropic.dialect();
     for (i, m) in params.messages.iter().enumerate() {
-        message::validate(&m.0, &format!("messages[{i}]"))?;
+        dialect.validate(&m.0, &format!("messages[{i}]"), false)?;
     }
     let limits = config.limits.with(params.limits.as_ref());
     let unit = config.size_unit;
@@ -85,10 +89,14 @@ pub async fn apply(
     // Tool names from this request, the pending pair and the transcript.
     let exempt: HashSet<&str> = config.exempt_tools.iter().map(String::as_str).collect();
     let mut names = loaded.tool_names.clone();
-    let pending = loaded.guard.pending().map(|p| &p.assistant);
+    let pending = loaded
+        .guard
+        .pending()
+        .into_iter()
+        .flat_map(|p| &p.assistant);
     for msg in params.messages.iter().map(|m| &m.0).chain(pending) {
-        for (id, name) in message::tool_uses(msg) {
-            names.insert_mut(Arc::from(id), Arc::from(name));
+        for (id, name) in format::calls(dialect, msg) {
+            names.insert_mut(Arc::from(&*id), Arc::from(&*name));
         }
     }
     // Per-tool settings: the request's over the connection's, key by key.
@@ -103,6 +111,7 @@ pub async fn apply(
             || policy(id).max_result_chars.is_none()
     };
     let pcx = PlanContext {
+        dialect,
         limits,
         unit,
         artifact_dir: &artifact_dir,
@@ -111,19 +120,22 @@ pub async fn apply(
     };
 
     let mut messages: Vec<Value> = params.messages.into_iter().map(|m| m.0).collect();
+    let units = budget::units(dialect, &messages);
     let mut state = loaded.state.clone();
     let mut records = Vec::new();
+    let mut seen = SeenLine {
+        tool_use_ids: Vec::new(),
+        digests: Vec::new(),
+    };
     let mut persisted = Vec::new();
     let mut failures = Vec::new();
     let mut decided: Vec<Arc<str>> = Vec::new();
     // From the first artifact written (or reused) until the replacements
     // are journaled, gc keeps off this session (see `retention`).
     let mut hold = None;
-    for msg in &messages {
-        if message::role(msg) != Some("user") || !message::has_tool_results(msg) {
-            continue;
-        }
-        let plan = budget::plan_message(msg, &state, &pcx);
+    for unit_messages in &units {
+        let refs: Vec<&Value> = unit_messages.iter().map(|&i| &messages[i]).collect();
+        let plan = budget::plan_message(&refs, &state, &pcx);
         if plan.fresh.is_empty() {
             continue;
         }
@@ -132,8 +144,8 @@ pub async fn apply(
             // the persists fail and are reported, as for any disk refusal.
             hold = hold_session(&artifact_dir).await;
         }
-        let outcomes = persist_all(&store, msg, &plan.chosen, fsync).await;
-        let mut replaced = Vec::new();
+        let outcomes = persist_all(dialect, &store, &refs, &plan.chosen, fsync).await;
+        let mut replaced: HashMap<(Arc<str>, Digest), Arc<Replacement>> = HashMap::new();
         for (chosen, outcome) in plan.chosen.iter().zip(outcomes) {
             match outcome {
                 Ok(reused) => {
@@ -154,11 +166,12 @@ pub async fn apply(
                         kind: RECORD_KIND.to_owned(),
                         tool_use_id: chosen.tool_use_id.to_string(),
                         replacement: chosen.replacement.to_string(),
+                        digest: chosen.digest.hex(),
                     });
-                    replaced.push((
-                        chosen.tool_use_id.clone(),
+                    replaced.insert(
+                        (chosen.tool_use_id.clone(), chosen.digest),
                         Arc::new(Replacement::new(&chosen.replacement)),
-                    ));
+                    );
                 }
                 Err(message) => {
                     tracing::warn!(path = %chosen.path.display(), %message, "could not persist tool result; sent as is");
@@ -169,15 +182,19 @@ pub async fn apply(
                 }
             }
         }
-        // Every fresh eligible result of the message is decided in one step;
-        // the ones that were persisted get their replacement.
-        decided.extend(plan.fresh.iter().cloned());
-        state.commit_decisions(plan.fresh.into_iter().map(|id| {
-            let replacement = replaced
-                .iter()
-                .find(|(r, _)| *r == id)
-                .map(|(_, text)| text.clone());
-            (id, replacement)
+        // Every fresh eligible result of the unit is decided in one step;
+        // the ones that were persisted get their replacement, the others are
+        // journaled as sent whole.
+        for (id, digest) in &plan.fresh {
+            decided.push(id.clone());
+            if !replaced.contains_key(&(id.clone(), *digest)) {
+                seen.tool_use_ids.push(id.to_string());
+                seen.digests.push(digest.hex().unwrap_or_default());
+            }
+        }
+        state.commit_decisions(plan.fresh.into_iter().map(|(id, digest)| {
+            let replacement = replaced.get(&(id.clone(), digest)).cloned();
+            (id, digest, replacement)
         }));
     }
 
@@ -186,12 +203,18 @@ pub async fn apply(
     if cancel.is_cancelled() {
         return Err(crate::error::Error::Cancelled);
     }
-    if !records.is_empty() {
+    if !records.is_empty() || !seen.tool_use_ids.is_empty() {
+        // Journaled before the reply, so a restart at any moment resumes
+        // with exactly the decisions the client was sent (PROTOCOL.md 10.1),
+        // whether or not it ever appends the messages.
         let mut lines = Lines::default();
         for record in &records {
             lines.push_record(record);
         }
-        session.write(lines, fsync, false).await?;
+        if !seen.tool_use_ids.is_empty() {
+            lines.push_seen(&seen);
+        }
+        session.write(lines, fsync, true).await?;
     }
     // Journaled: gc now sees what the artifacts are for.
     drop(hold);
@@ -206,13 +229,13 @@ pub async fn apply(
     let loaded = session.load().await?;
 
     let mut over_limit = Vec::new();
-    for (i, msg) in messages.iter_mut().enumerate() {
-        if message::role(msg) != Some("user") || !message::has_tool_results(msg) {
-            continue;
+    for unit_messages in &units {
+        for &i in unit_messages {
+            budget::render_message(&mut messages[i], &loaded.state, &pcx);
         }
-        budget::render_message(msg, &loaded.state, &pcx);
-        if budget::message_total(msg, unit) > limits.max_message_chars {
-            over_limit.push(i);
+        let refs: Vec<&Value> = unit_messages.iter().map(|&i| &messages[i]).collect();
+        if budget::message_total(dialect, &refs, unit) > limits.max_message_chars {
+            over_limit.extend(unit_messages.iter().copied());
         }
     }
     Ok(BudgetApplyResult {
@@ -226,17 +249,17 @@ pub async fn apply(
 
 /// Persist every chosen result concurrently; `Ok(reused)` or the failure.
 async fn persist_all(
+    dialect: &dyn Dialect,
     store: &Arc<dyn crate::artifact::ArtifactStore>,
-    msg: &Value,
+    unit: &[&Value],
     chosen: &[Chosen],
     fsync: bool,
 ) -> Vec<std::result::Result<bool, String>> {
-    let blocks = message::blocks(msg);
     let tasks = chosen.iter().map(|c| {
         let store = store.clone();
         let path = c.path.clone();
-        let content = blocks[c.block]
-            .get("content")
+        let content = dialect
+            .result_value(unit[c.message], c.block)
             .cloned()
             .unwrap_or(Value::Null);
         let kind = c.kind;

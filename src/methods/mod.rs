@@ -19,6 +19,7 @@ mod state_fork;
 mod state_get;
 mod state_reconstruct;
 mod storage_gc;
+mod transcript_check;
 mod transcript_repair;
 
 use std::collections::HashMap;
@@ -196,6 +197,7 @@ method_table! {
     concurrent TranscriptRepair,
     concurrent ArtifactRead,
     concurrent StorageGc,
+    concurrent TranscriptCheck,
 }
 
 /// Start a custom method: parse its params and queue or spawn its work.

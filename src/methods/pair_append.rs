@@ -7,7 +7,7 @@ use futures_util::future::BoxFuture;
 
 use super::{Reply, RequestCx, SessionMethod};
 use crate::error::Result;
-use crate::message;
+use crate::format::{self, Format};
 use crate::protocol::{PairAppend, PairAppendParams, PairAppendResult, SessionId};
 use crate::session::Session;
 
@@ -22,15 +22,20 @@ impl SessionMethod for PairAppend {
         params: PairAppendParams,
     ) -> BoxFuture<'a, Result<Reply<PairAppendResult>>> {
         Box::pin(async move {
+            let dialect = Format::Anthropic.dialect();
             let msg = params.message.0;
-            message::validate(&msg, "message")?;
-            let names: Vec<(Arc<str>, Arc<str>)> = message::tool_uses(&msg)
-                .map(|(id, name)| (Arc::from(id), Arc::from(name)))
+            // Tool blocks in the wrong role would be orphans in the
+            // transcript: refused (PROTOCOL.md 10.2).
+            dialect.validate(&msg, "message", true)?;
+            let names: Vec<(Arc<str>, Arc<str>)> = format::calls(dialect, &msg)
+                .into_iter()
+                .map(|(id, name)| (Arc::from(&*id), Arc::from(&*name)))
                 .collect();
             let loaded = session.load().await?;
-            let step = loaded
-                .guard
-                .append(msg, cx.conn.id, cx.config.abort_mode, "message")?;
+            let step =
+                loaded
+                    .guard
+                    .append(dialect, msg, cx.conn.id, cx.config.abort_mode, "message")?;
             cx.check_cancelled()?;
             {
                 let slot = cx.slot(&params.session_id);

@@ -58,7 +58,10 @@ async fn flush(
     if !owned {
         return Ok(empty(mode));
     }
-    let (lines, result) = loaded.guard.flush(mode, reason);
+    let (lines, result) =
+        loaded
+            .guard
+            .flush(crate::format::Format::Anthropic.dialect(), mode, reason);
     session.write(lines, fsync, true).await?;
     let loaded = session.load().await?;
     loaded

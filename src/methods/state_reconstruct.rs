@@ -7,6 +7,7 @@
 //! lines are skipped and counted, and `$/progress` is reported when the
 //! client passed a `workDoneToken`.
 
+use std::collections::HashSet;
 use std::io::BufReader;
 use std::sync::Arc;
 
@@ -15,7 +16,7 @@ use serde_json::json;
 
 use super::{Reply, RequestCx, SessionMethod};
 use crate::error::{Error, Result};
-use crate::message;
+use crate::format::Format;
 use crate::protocol::{
     RECORD_KIND, SessionId, StateReconstruct, StateReconstructParams, StateReconstructResult,
 };
@@ -42,18 +43,29 @@ async fn reconstruct(
     cx: &RequestCx,
     params: StateReconstructParams,
 ) -> Result<StateReconstructResult> {
+    let format = Format::Anthropic;
+    let dialect = format.dialect();
     let mut image = SessionImage::default();
     for (i, m) in params.messages.iter().flatten().enumerate() {
-        message::validate(&m.0, &format!("messages[{i}]"))?;
-        let role = message::role(&m.0).unwrap_or_default();
-        let results = message::tool_results(&m.0).map(|(_, id)| id);
-        image.add_message(None, role, message::tool_uses(&m.0), results);
-    }
-    for record in params.records.into_iter().flatten() {
-        if record.kind == RECORD_KIND {
-            image.add_record(record.tool_use_id, &record.replacement);
+        dialect.validate(&m.0, &format!("messages[{i}]"), false)?;
+        // The same skim a transcript line gets: one reading of messages.
+        let bytes = serde_json::to_vec(&m.0).map_err(|e| Error::Internal(e.to_string()))?;
+        if let Some(skim) = dialect.skim(&bytes) {
+            image.add_message(None, skim);
         }
     }
+    // The client's records apply to the results it says were sent; the
+    // transcript's are its journal: every one of them was sent.
+    let client_records = SessionImage::default();
+    let client_records = params
+        .records
+        .iter()
+        .flatten()
+        .filter(|r| r.kind == RECORD_KIND)
+        .fold(client_records, |mut image, r| {
+            image.add_record(r);
+            image
+        });
     if let Some(path) = params.transcript {
         let path = cx.config.workspace_path(&path);
         cx.progress(
@@ -83,14 +95,24 @@ async fn reconstruct(
     }
 
     let inherited = params.inherited_replacements.unwrap_or_default();
+    // The client's records for seen results, then every journaled record
+    // (a decision that was sent, as on load); each other seen result gets
+    // its inherited replacement, else none. Records bind to their original
+    // when they carry a digest.
+    let seen_ids: HashSet<&str> = image.seen.iter().map(|(id, _)| &**id).collect();
     let mut state = ReplacementState::default();
-    state.commit_decisions(image.seen.iter().map(|id| {
-        let replacement = image
+    state.commit_decisions(
+        client_records
             .replacements
-            .get(id)
-            .cloned()
-            .or_else(|| inherited.get(&**id).map(|r| Arc::new(Replacement::new(r))));
-        (id.clone(), replacement)
+            .iter()
+            .filter(|(id, _, _)| seen_ids.contains(&**id))
+            .chain(&image.replacements)
+            .map(|(id, digest, r)| (id.clone(), *digest, Some(r.clone()))),
+    );
+    drop(seen_ids);
+    state.commit_decisions(image.seen.iter().map(|(id, digest)| {
+        let replacement = inherited.get(&**id).map(|r| Arc::new(Replacement::new(r)));
+        (id.clone(), *digest, replacement)
     }));
 
     cx.check_cancelled()?;
@@ -104,7 +126,7 @@ async fn reconstruct(
         seen_count: loaded.state.seen_count(),
         replacement_count: loaded.state.replacement_count(),
         messages_read: image.messages,
-        records_read: image.records,
+        records_read: image.records + client_records.records,
         skipped_lines: image.skipped,
     };
     session.publish();
@@ -129,13 +151,19 @@ fn read_transcript(
     const STEP: u64 = 8 << 20;
     let mut next_report = STEP;
     let reader = BufReader::with_capacity(1 << 20, file);
-    let read = reader::read_lines(reader, ReadLimits::default(), &cancelled, |span, head| {
-        image.add(span, head);
-        if span.offset + span.len >= next_report {
-            next_report += STEP;
-            progress(span.offset + span.len, total);
-        }
-    });
+    let read = reader::read_lines(
+        Format::Anthropic,
+        reader,
+        ReadLimits::default(),
+        &cancelled,
+        |span, head| {
+            image.add(span, head);
+            if span.offset + span.len >= next_report {
+                next_report += STEP;
+                progress(span.offset + span.len, total);
+            }
+        },
+    );
     let (_, torn) = match read {
         Ok(read) => read,
         Err(_) if cancelled() => return Err(Error::Cancelled),

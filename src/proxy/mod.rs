@@ -235,7 +235,9 @@ impl Proxy {
         }
 
         let mut messages = original.clone();
-        if let Some((repaired, report)) = crate::transcript::repair::repair_messages(&messages) {
+        if let Some((repaired, report)) =
+            crate::transcript::repair::repair_messages(crate::format::Format::Anthropic, &messages)
+        {
             tracing::info!(session = %session, dropped_tool_uses = ?report.dropped_tool_uses, dropped_tool_results = ?report.dropped_tool_results, "repaired the pairing of a request");
             notes.insert(
                 REPAIRED_HEADER,

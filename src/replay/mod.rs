@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use crate::budget;
 use crate::client::{ClientError, RpcClient};
 use crate::config::SizeUnit;
-use crate::message;
+use crate::format::{self, Dialect, Side, anthropic::Anthropic};
 
 /// The bundled demo session (see `tests/data/make_demo_session.py`).
 pub const BUNDLED: &[u8] = include_bytes!("../../tests/data/demo-session.jsonl.gz");
@@ -65,7 +65,9 @@ pub fn parse_recording(text: &str) -> Result<Vec<Step>, String> {
             _ => Step::Message(value),
         };
         if let Step::Message(m) = &step {
-            message::validate(m, "message").map_err(|e| format!("line {line_no}: {e}"))?;
+            Anthropic
+                .validate(m, "message", false)
+                .map_err(|e| format!("line {line_no}: {e}"))?;
         }
         steps.push(step);
     }
@@ -218,8 +220,8 @@ pub async fn run(
             }
             Step::Message(msg) => {
                 summary.messages += 1;
-                let is_user = message::role(msg) == Some("user");
-                let answers = is_user && message::has_tool_results(msg);
+                let is_user = Anthropic.side(msg) == Some(Side::User);
+                let answers = is_user && !format::results(&Anthropic, msg).is_empty();
                 if !pending.is_empty() && !answers {
                     // The recording moved on without the results: the
                     // harness resolves the pair on its exit path.
@@ -232,9 +234,13 @@ pub async fn run(
                 }
                 let mut sent = msg.clone();
                 if is_user {
-                    let received = budget::message_total(msg, SizeUnit::Chars);
+                    let received = budget::message_total(
+                        &crate::format::anthropic::Anthropic,
+                        &[msg],
+                        SizeUnit::Chars,
+                    );
                     summary.chars_received += received;
-                    summary.tool_results += message::tool_results(msg).count();
+                    summary.tool_results += format::results(&Anthropic, msg).len();
                     conversation.push(msg.clone());
                     let from = conversation.len().saturating_sub(opts.tail + 1);
                     let tail = &conversation[from..];
@@ -243,7 +249,11 @@ pub async fn run(
                     if let Some(last) = r["messages"].as_array().and_then(|m| m.last()) {
                         sent = last.clone();
                     }
-                    summary.chars_sent += budget::message_total(&sent, SizeUnit::Chars);
+                    summary.chars_sent += budget::message_total(
+                        &crate::format::anthropic::Anthropic,
+                        &[&sent],
+                        SizeUnit::Chars,
+                    );
                 } else {
                     conversation.push(msg.clone());
                     summary.turns += 1;
@@ -310,10 +320,9 @@ fn count_apply(summary: &mut Summary, r: &Value, sent: &[Value]) {
         .collect();
     let out = r["messages"].as_array().cloned().unwrap_or_default();
     for (before, after) in sent.iter().zip(&out) {
-        let (b, a) = (message::blocks(before), message::blocks(after));
-        for (i, id) in message::tool_results(after) {
-            let changed = b.get(i).and_then(|x| x.get("content")) != a[i].get("content");
-            if changed && !fresh.contains(id) {
+        for (i, id) in format::results(&Anthropic, after) {
+            let changed = Anthropic.result_value(before, i) != Anthropic.result_value(after, i);
+            if changed && !fresh.contains(&*id) {
                 summary.decisions_reapplied += 1;
             }
         }

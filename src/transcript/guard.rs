@@ -15,12 +15,12 @@
 
 use std::collections::HashSet;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::Lines;
 use crate::config::AbortMode;
 use crate::error::{Error, Result};
-use crate::message;
+use crate::format::{self, Dialect, ItemKind, Side};
 use crate::protocol::{AppendStatus, FlushResult};
 
 /// Identifies the client connection that buffered a pair.
@@ -29,11 +29,13 @@ pub type Owner = u64;
 #[derive(Debug, Clone)]
 pub struct Pending {
     pub owner: Owner,
-    pub assistant: Value,
+    /// The assistant turn: consecutive assistant messages are one turn, so
+    /// a message that follows a tool-using one before any result joins it.
+    pub assistant: Vec<Value>,
     /// User messages that answered some of the calls so far.
     pub answers: Vec<Value>,
-    /// Every call id of the assistant message, in order.
-    pub ids: Vec<String>,
+    /// Every call of the turn, `(id, tool name)`, in order.
+    pub calls: Vec<(String, String)>,
     /// Call ids still waiting, in order.
     pub outstanding: Vec<String>,
 }
@@ -49,6 +51,11 @@ pub enum Transition {
     Keep,
     Clear,
     Buffer(Box<Pending>),
+    /// Another assistant message of the pending turn.
+    Extend {
+        message: Value,
+        calls: Vec<(String, String)>,
+    },
     Answer {
         message: Value,
         answered: Vec<String>,
@@ -62,11 +69,6 @@ pub struct Step {
     pub transition: Transition,
     pub status: AppendStatus,
     pub flushed: Option<FlushResult>,
-}
-
-/// Block types that carry their own result inside the assistant turn.
-fn is_pending_call(block: &Value) -> bool {
-    message::block_type(block) == Some("tool_use")
 }
 
 impl PairGuard {
@@ -86,6 +88,13 @@ impl PairGuard {
             Transition::Keep => {}
             Transition::Clear => self.pending = None,
             Transition::Buffer(p) => self.pending = Some(*p),
+            Transition::Extend { message, calls } => {
+                if let Some(p) = self.pending.as_mut() {
+                    p.outstanding.extend(calls.iter().map(|(id, _)| id.clone()));
+                    p.calls.extend(calls);
+                    p.assistant.push(message);
+                }
+            }
             Transition::Answer { message, answered } => {
                 if let Some(p) = self.pending.as_mut() {
                     p.outstanding.retain(|id| !answered.contains(id));
@@ -95,31 +104,30 @@ impl PairGuard {
         }
     }
 
-    /// Plan the append of `msg` (already validated as a message).
-    pub fn append(&self, msg: Value, owner: Owner, abort: AbortMode, path: &str) -> Result<Step> {
-        let role = message::role(&msg).unwrap_or_default();
-        let calls: Vec<String> = if role == "assistant" {
-            message::blocks(&msg)
-                .iter()
-                .filter(|b| is_pending_call(b))
-                .map(|b| {
-                    b.get("id")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_owned()
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let results: Vec<&str> = if role == "user" {
-            message::tool_results(&msg).map(|(_, id)| id).collect()
-        } else {
-            Vec::new()
-        };
+    /// Plan the append of `msg` (already validated, roles included).
+    pub fn append(
+        &self,
+        dialect: &dyn Dialect,
+        msg: Value,
+        owner: Owner,
+        abort: AbortMode,
+        path: &str,
+    ) -> Result<Step> {
+        let side = dialect.side(&msg);
+        let items = dialect.items(&msg);
+        let calls: Vec<(String, String)> = items
+            .iter()
+            .filter(|i| i.kind == ItemKind::Call && !i.misplaced)
+            .map(|i| (i.id.to_string(), i.name.to_string()))
+            .collect();
+        let results: Vec<&str> = items
+            .iter()
+            .filter(|i| i.kind == ItemKind::Result && !i.misplaced)
+            .map(|i| &*i.id)
+            .collect();
 
         let mut unique = HashSet::new();
-        if let Some(dup) = calls.iter().find(|id| !unique.insert(id.as_str())) {
+        if let Some((dup, _)) = calls.iter().find(|(id, _)| !unique.insert(id.as_str())) {
             return Err(Error::invalid_params(
                 format!("{path}.content"),
                 format!("two tool_use blocks share the id {dup:?}"),
@@ -127,6 +135,16 @@ impl PairGuard {
         }
 
         if !results.is_empty() {
+            // Results come first in their turn: after other content the
+            // provider reads their calls as unanswered.
+            if let Some(late) = items.iter().position(|i| i.kind == ItemKind::Other)
+                && let Some(result) = items[late..].iter().find(|i| i.kind == ItemKind::Result)
+            {
+                return Err(Error::invalid_params(
+                    format!("{path}.content[{}]", result.index),
+                    "tool results must come before any other content of the message",
+                ));
+            }
             let Some(pending) = &self.pending else {
                 return Err(Error::UnknownToolResult {
                     tool_use_id: results[0].to_owned(),
@@ -159,9 +177,8 @@ impl PairGuard {
                 });
             }
             let mut lines = Lines::default();
-            lines.push_message(&pending.assistant);
-            for answer in &pending.answers {
-                lines.push_message(answer);
+            for m in pending.assistant.iter().chain(&pending.answers) {
+                lines.push_message(m);
             }
             lines.push_message(&msg);
             return Ok(Step {
@@ -172,10 +189,35 @@ impl PairGuard {
             });
         }
 
+        // An assistant message before any result joins the pending turn.
+        if let Some(pending) = &self.pending
+            && side == Some(Side::Assistant)
+            && pending.answers.is_empty()
+        {
+            if let Some((dup, _)) = calls
+                .iter()
+                .find(|(id, _)| pending.calls.iter().any(|(p, _)| p == id))
+            {
+                return Err(Error::invalid_params(
+                    format!("{path}.content"),
+                    format!("the tool_use id {dup:?} is already used in this assistant turn"),
+                ));
+            }
+            return Ok(Step {
+                lines: Lines::default(),
+                transition: Transition::Extend {
+                    message: msg,
+                    calls,
+                },
+                status: AppendStatus::Buffered,
+                flushed: None,
+            });
+        }
+
         // Anything else first resolves a pending pair.
         let (mut lines, flushed) = match &self.pending {
             Some(_) => {
-                let (lines, result) = self.flush(abort, "interrupted by a new message");
+                let (lines, result) = self.flush(dialect, abort, "interrupted by a new message");
                 (lines, Some(result))
             }
             None => (Lines::default(), None),
@@ -193,10 +235,10 @@ impl PairGuard {
             lines,
             transition: Transition::Buffer(Box::new(Pending {
                 owner,
-                assistant: msg,
+                assistant: vec![msg],
                 answers: Vec::new(),
-                ids: calls.clone(),
-                outstanding: calls,
+                outstanding: calls.iter().map(|(id, _)| id.clone()).collect(),
+                calls,
             })),
             status: AppendStatus::Buffered,
             flushed,
@@ -204,7 +246,12 @@ impl PairGuard {
     }
 
     /// Plan resolving the pending pair; the transition is always `Clear`.
-    pub fn flush(&self, mode: AbortMode, reason: &str) -> (Lines, FlushResult) {
+    pub fn flush(
+        &self,
+        dialect: &dyn Dialect,
+        mode: AbortMode,
+        reason: &str,
+    ) -> (Lines, FlushResult) {
         let mut lines = Lines::default();
         let mut result = FlushResult {
             mode,
@@ -216,39 +263,26 @@ impl PairGuard {
             return (lines, result);
         };
         match mode {
-            AbortMode::Discard => result.discarded = pending.ids.clone(),
+            AbortMode::Discard => {
+                result.discarded = pending.calls.iter().map(|(id, _)| id.clone()).collect()
+            }
             AbortMode::Synthetic => {
-                lines.push_message(&pending.assistant);
-                for answer in &pending.answers {
-                    lines.push_message(answer);
+                for m in pending.assistant.iter().chain(&pending.answers) {
+                    lines.push_message(m);
                 }
-                lines.push_message(&synthetic_results(&pending.outstanding, reason));
+                let open: Vec<(String, String)> = pending
+                    .calls
+                    .iter()
+                    .filter(|(id, _)| pending.outstanding.contains(id))
+                    .cloned()
+                    .collect();
+                for m in dialect.error_results(&open, &format::interrupted_text(reason)) {
+                    lines.push_message(&m);
+                }
                 result.synthesized = pending.outstanding.clone();
                 result.written = lines.count;
             }
         }
         (lines, result)
     }
-}
-
-/// A user message closing `ids` with error results that name the reason.
-pub fn synthetic_results(ids: &[String], reason: &str) -> Value {
-    let reason = if reason.trim().is_empty() {
-        "interrupted"
-    } else {
-        reason
-    };
-    let text = format!("Tool call did not complete: {reason}. No result was produced.");
-    let content: Vec<Value> = ids
-        .iter()
-        .map(|id| {
-            json!({
-                "type": "tool_result",
-                "tool_use_id": id,
-                "is_error": true,
-                "content": text,
-            })
-        })
-        .collect();
-    json!({ "role": "user", "content": content })
 }

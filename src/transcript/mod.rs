@@ -3,13 +3,15 @@
 //! ```text
 //! {"type":"message","message":{"role":"assistant","content":[{"type":"tool_use",...}]}}
 //! {"type":"message","message":{"role":"user","content":[{"type":"tool_result",...}]}}
-//! {"type":"replacement","record":{"kind":"tool-result","toolUseId":"...","replacement":"..."}}
+//! {"type":"replacement","record":{"kind":"tool-result","toolUseId":"...","replacement":"...","digest":"..."}}
+//! {"type":"seen","toolUseIds":["..."],"digests":["..."]}
 //! ```
 //!
 //! [`writer`] appends commits durably, [`guard`] decides what a message
 //! appends (holding tool calls back until all their results are in),
 //! [`reader`] streams a transcript back, and [`repair`] rewrites a broken one.
 
+pub mod check;
 pub mod guard;
 pub mod reader;
 pub mod repair;
@@ -18,13 +20,21 @@ pub mod writer;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::protocol::ReplacementRecord;
+use crate::protocol::{ReplacementRecord, SeenLine};
 
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "camelCase")]
 enum LineRef<'a> {
-    Message { message: &'a Value },
-    Replacement { record: &'a ReplacementRecord },
+    Message {
+        message: &'a Value,
+    },
+    Replacement {
+        record: &'a ReplacementRecord,
+    },
+    Seen {
+        #[serde(flatten)]
+        seen: &'a SeenLine,
+    },
 }
 
 /// Lines ready to be appended in one write.
@@ -41,6 +51,10 @@ impl Lines {
 
     pub fn push_record(&mut self, record: &ReplacementRecord) {
         self.push(&LineRef::Replacement { record });
+    }
+
+    pub fn push_seen(&mut self, seen: &SeenLine) {
+        self.push(&LineRef::Seen { seen });
     }
 
     fn push(&mut self, line: &LineRef) {

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::message;
-use crate::protocol::{RECORD_KIND, ReplacementRecord};
+use crate::format::{Digest, Format, Side, Skim, anthropic};
+use crate::protocol::{RECORD_KIND, ReplacementRecord, SeenLine};
 use crate::state::Replacement;
 
 /// One parsed transcript line.
@@ -24,6 +24,7 @@ use crate::state::Replacement;
 pub enum Entry {
     Message(Value),
     Record(ReplacementRecord),
+    Seen(SeenLine),
     /// A well-formed line of a kind this version does not use.
     Ignored,
 }
@@ -37,7 +38,9 @@ pub fn parse_line(line: &[u8]) -> Option<Entry> {
     };
     match obj.get("type").and_then(Value::as_str) {
         Some("message") => match obj.remove("message") {
-            Some(m @ Value::Object(_)) if message::role(&m).is_some() => Some(Entry::Message(m)),
+            Some(m @ Value::Object(_)) if m.get("role").and_then(Value::as_str).is_some() => {
+                Some(Entry::Message(m))
+            }
             _ => None,
         },
         Some("replacement") => {
@@ -48,110 +51,52 @@ pub fn parse_line(line: &[u8]) -> Option<Entry> {
                 Some(Entry::Ignored)
             }
         }
+        Some("seen") => serde_json::from_value(Value::Object(obj))
+            .ok()
+            .map(Entry::Seen),
         Some(_) => Some(Entry::Ignored),
         None => None,
     }
 }
 
-/// The parts of a transcript line that state is built from.
+/// The parts of a transcript line that state is built from; the message is
+/// parsed by its format's skim.
 #[derive(Debug, Deserialize)]
-struct LineHead<'a> {
+#[serde(rename_all = "camelCase")]
+struct LineHead<'a, M> {
     #[serde(rename = "type", borrow)]
     kind: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    message: Option<MessageHead<'a>>,
+    message: Option<M>,
     record: Option<ReplacementRecord>,
-}
-
-/// A message reduced to its role and the ids and names of its blocks.
-#[derive(Debug, Deserialize)]
-pub struct MessageHead<'a> {
-    #[serde(borrow)]
-    pub role: Cow<'a, str>,
-    #[serde(borrow, default)]
-    content: ContentHead<'a>,
-}
-
-#[derive(Debug, Default)]
-struct ContentHead<'a>(Vec<BlockHead<'a>>);
-
-#[derive(Debug, Deserialize)]
-struct BlockHead<'a> {
-    #[serde(rename = "type", borrow)]
-    kind: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    id: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    tool_use_id: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    name: Option<Cow<'a, str>>,
-}
-
-impl<'de: 'a, 'a> Deserialize<'de> for ContentHead<'a> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Visit<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visit<'a> {
-            type Value = ContentHead<'a>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a string or an array of blocks")
-            }
-            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-                Ok(ContentHead::default())
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut seq: A,
-            ) -> Result<Self::Value, A::Error> {
-                let mut blocks = Vec::new();
-                while let Some(block) = seq.next_element::<BlockHead<'a>>()? {
-                    blocks.push(block);
-                }
-                Ok(ContentHead(blocks))
-            }
-        }
-        d.deserialize_any(Visit(std::marker::PhantomData))
-    }
-}
-
-impl MessageHead<'_> {
-    fn blocks_of<'s>(&'s self, kind: &'s str) -> impl Iterator<Item = &'s BlockHead<'s>> + 's {
-        self.content
-            .0
-            .iter()
-            .filter(move |b| b.kind.as_deref() == Some(kind))
-    }
-
-    /// `(id, name)` of every `tool_use` block.
-    pub fn tool_uses(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.blocks_of("tool_use").map(|b| {
-            (
-                b.id.as_deref().unwrap_or_default(),
-                b.name.as_deref().unwrap_or_default(),
-            )
-        })
-    }
-
-    /// The tool_use_id of every `tool_result` block.
-    pub fn tool_results(&self) -> impl Iterator<Item = &str> {
-        self.blocks_of("tool_result")
-            .map(|b| b.tool_use_id.as_deref().unwrap_or_default())
-    }
+    tool_use_ids: Option<Vec<String>>,
+    #[serde(default)]
+    digests: Vec<String>,
 }
 
 /// One transcript line, as far as state is concerned.
 #[derive(Debug)]
 pub enum Head<'a> {
-    Message(MessageHead<'a>),
+    Message(Skim<'a>),
     Record(ReplacementRecord),
+    Seen(SeenLine),
     Ignored,
 }
 
 /// Parse the head of one line (without its newline); `None` when it is not
 /// a valid line.
-pub fn parse_head(line: &[u8]) -> Option<Head<'_>> {
-    let head: LineHead = crate::json::from_slice(line).ok()?;
+pub fn parse_head(format: Format, line: &[u8]) -> Option<Head<'_>> {
+    match format {
+        Format::Anthropic => head_with::<anthropic::MessageHead>(line, anthropic::skim_head),
+    }
+}
+
+fn head_with<'a, M: Deserialize<'a>>(
+    line: &'a [u8],
+    skim: impl FnOnce(M) -> Skim<'a>,
+) -> Option<Head<'a>> {
+    let head: LineHead<'a, M> = crate::json::from_slice(line).ok()?;
     match head.kind.as_deref() {
-        Some("message") => head.message.map(Head::Message),
+        Some("message") => head.message.map(|m| Head::Message(skim(m))),
         Some("replacement") => {
             let record = head.record?;
             Some(if record.kind == RECORD_KIND {
@@ -160,6 +105,12 @@ pub fn parse_head(line: &[u8]) -> Option<Head<'_>> {
                 Head::Ignored
             })
         }
+        Some("seen") => head.tool_use_ids.map(|tool_use_ids| {
+            Head::Seen(SeenLine {
+                tool_use_ids,
+                digests: head.digests,
+            })
+        }),
         Some(_) => Some(Head::Ignored),
         None => None,
     }
@@ -197,6 +148,7 @@ impl Default for ReadLimits {
 /// `cancelled` is asked before each read; once it says yes, reading stops
 /// with an [`io::ErrorKind::Interrupted`] error.
 pub fn read_lines<R: BufRead>(
+    format: Format,
     mut reader: R,
     limits: ReadLimits,
     cancelled: impl Fn() -> bool,
@@ -243,7 +195,14 @@ pub fn read_lines<R: BufRead>(
                 offset,
                 len: line_len,
             };
-            f(span, if overlong { None } else { parse_head(&buf) });
+            f(
+                span,
+                if overlong {
+                    None
+                } else {
+                    parse_head(format, &buf)
+                },
+            );
             offset += line_len;
             line_len = 0;
             overlong = false;
@@ -291,8 +250,12 @@ pub fn open_regular(path: &std::path::Path) -> crate::error::Result<std::fs::Fil
 /// [`cut_open_call`]: SessionImage::cut_open_call
 #[derive(Debug, Default)]
 pub struct SessionImage {
-    pub seen: Vec<Arc<str>>,
-    pub replacements: HashMap<Arc<str>, Arc<Replacement>>,
+    /// Results taken in, with the digest of their original
+    /// ([`Digest::ANY`] when what was sent is a replacement), in order:
+    /// from messages and from `seen` lines.
+    pub seen: Vec<(Arc<str>, Digest)>,
+    /// Replacement records in order (the first for an id and original wins).
+    pub replacements: Vec<(Arc<str>, Digest, Arc<Replacement>)>,
     /// Calls whose result has not been seen: id → tool name.
     pub undecided_names: HashMap<Arc<str>, Arc<str>>,
     interned: HashSet<Arc<str>>,
@@ -317,35 +280,49 @@ impl SessionImage {
         match head {
             None => self.skipped += 1,
             Some(Head::Ignored) => {}
-            Some(Head::Record(record)) => self.add_record(record.tool_use_id, &record.replacement),
-            Some(Head::Message(msg)) => self.add_message(
-                Some(span.offset),
-                &msg.role,
-                msg.tool_uses(),
-                msg.tool_results(),
-            ),
+            Some(Head::Record(record)) => self.add_record(&record),
+            Some(Head::Seen(seen)) => self.add_seen(&seen),
+            Some(Head::Message(msg)) => self.add_message(Some(span.offset), msg),
         }
     }
 
-    /// A replacement record; the first one for an id wins.
-    pub fn add_record(&mut self, tool_use_id: String, replacement: &str) {
+    /// A replacement record.
+    pub fn add_record(&mut self, record: &ReplacementRecord) {
         self.records += 1;
-        self.replacements
-            .entry(tool_use_id.into())
-            .or_insert_with(|| Arc::new(Replacement::new(replacement)));
+        let digest = record
+            .digest
+            .as_deref()
+            .and_then(Digest::parse)
+            .unwrap_or(Digest::ANY);
+        self.replacements.push((
+            Arc::from(record.tool_use_id.as_str()),
+            digest,
+            Arc::new(Replacement::new(&record.replacement)),
+        ));
     }
 
-    /// One message, by its role, calls and results. `offset` is its place
-    /// in a transcript file (for cutting an incomplete tail), if any.
-    pub fn add_message<'m>(
-        &mut self,
-        offset: Option<u64>,
-        role: &str,
-        uses: impl Iterator<Item = (&'m str, &'m str)>,
-        results: impl Iterator<Item = &'m str>,
-    ) {
-        let results: Vec<&str> = if role == "user" {
-            results.collect()
+    /// A `seen` line: results `budget/apply` decided to send whole.
+    pub fn add_seen(&mut self, seen: &SeenLine) {
+        self.records += 1;
+        for (i, id) in seen.tool_use_ids.iter().enumerate() {
+            let digest = seen
+                .digests
+                .get(i)
+                .and_then(|d| Digest::parse(d))
+                .unwrap_or(Digest::ANY);
+            let key = match self.undecided_names.remove_entry(id.as_str()) {
+                Some((key, _)) => key,
+                None => Arc::from(id.as_str()),
+            };
+            self.seen.push((key, digest));
+        }
+    }
+
+    /// One message, skimmed. `offset` is its place in a transcript file
+    /// (for cutting an incomplete tail), if any.
+    pub fn add_message(&mut self, offset: Option<u64>, msg: Skim) {
+        let results = if msg.side == Some(Side::User) {
+            msg.results
         } else {
             Vec::new()
         };
@@ -355,11 +332,11 @@ impl SessionImage {
             self.open = None;
         }
         self.messages += 1;
-        if role == "assistant" {
+        if msg.side == Some(Side::Assistant) {
             let mut ids = Vec::new();
-            for (id, name) in uses {
-                let id: Arc<str> = Arc::from(id);
-                let name = self.intern(name);
+            for (id, name) in msg.calls {
+                let id: Arc<str> = Arc::from(&*id);
+                let name = self.intern(&name);
                 self.undecided_names.insert(id.clone(), name);
                 ids.push(id);
             }
@@ -373,7 +350,8 @@ impl SessionImage {
                 });
             }
         }
-        for id in results {
+        for result in results {
+            let id: &str = &result.id;
             let key = match self.undecided_names.remove_entry(id) {
                 Some((key, _)) => key,
                 None => Arc::from(id),
@@ -383,11 +361,21 @@ impl SessionImage {
             {
                 open.outstanding = open.outstanding.saturating_sub(1);
             }
-            self.seen.push(key);
+            self.seen.push((key, result.digest.unwrap_or(Digest::ANY)));
         }
         if self.open.as_ref().is_some_and(|o| o.outstanding == 0) {
             self.open = None;
         }
+    }
+
+    /// Every decision the image records, in the order they take effect:
+    /// replacements first (a journaled replacement was sent, whether or not
+    /// its message was appended), then results sent whole.
+    pub fn decisions(&self) -> impl Iterator<Item = (Arc<str>, Digest, Option<Arc<Replacement>>)> {
+        self.replacements
+            .iter()
+            .map(|(id, d, r)| (id.clone(), *d, Some(r.clone())))
+            .chain(self.seen.iter().map(|(id, d)| (id.clone(), *d, None)))
     }
 
     fn intern(&mut self, name: &str) -> Arc<str> {

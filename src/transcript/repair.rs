@@ -1,205 +1,338 @@
-//! Rewriting a broken transcript so that it satisfies the pair invariant.
+//! Rewriting a transcript so that a provider accepts it (PROTOCOL.md 10.2),
+//! keeping every real result.
 //!
-//! - a torn or unparsable line is dropped;
-//! - each tool call's results are moved directly after it: to the front of
-//!   the next user message, or into a user message of their own when the
-//!   call is not followed by one;
-//! - a call missing any result is dropped together with its partial
-//!   results (an assistant message left empty goes too);
-//! - orphan results (no call before them) and duplicates (the first wins)
-//!   are dropped.
-//!
-//! Nothing is invented: every block in the output was in the input, and
-//! lines that need no change are copied byte for byte.
+//! Turns and pairs are read by [`crate::format::pair`], the same reading
+//! the guard and `transcript/check` use. Repair drops only what cannot be
+//! sent: a call with no result (not its answered siblings), a result that
+//! answers no call of the turn before it, a second result for one call,
+//! tool blocks in the wrong role, a message left with nothing in it, and
+//! torn or unparsable lines. A result that answers its call but follows
+//! other content of its turn is moved to the front of the turn. Nothing is
+//! invented, lines that need no change are copied byte for byte, and a
+//! transcript that is already valid is not rewritten at all.
 
-use std::collections::{HashMap, HashSet};
-use std::fs::{self, File};
-use std::io::Write;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::Lines;
 use super::reader::{Entry, parse_line};
 use super::writer;
 use crate::error::{Error, Result};
-use crate::message;
+use crate::format::{self, Dialect, Fault, Format, ItemKind};
 use crate::protocol::TranscriptRepairResult;
 
+/// One line of the transcript being repaired.
 enum Line {
-    /// Copied unchanged (records, unknown kinds, untouched messages).
+    /// Copied unchanged (records, unknown kinds).
     Raw(Vec<u8>),
-    Message(Value, Vec<u8>),
+    /// A message; `raw` holds its original bytes while it is unchanged.
+    Message { value: Value, raw: Option<Vec<u8>> },
 }
 
-/// Repair transcript bytes; returns the new bytes, the report and whether
-/// anything changed.
-pub fn repair_bytes(input: &[u8]) -> (Vec<u8>, TranscriptRepairResult, bool) {
-    let mut report = TranscriptRepairResult::default();
-    let mut lines: Vec<Line> = Vec::new();
+/// The lines of a transcript, parsed; torn or unparsable lines counted.
+pub struct Parsed {
+    lines: Vec<Line>,
+    pub torn_lines: usize,
+    /// Whether any line is a transcript line toolwire knows.
+    pub recognized: bool,
+    /// The `type` of the first line, if it had one (for error messages).
+    pub first_type: Option<String>,
+}
+
+/// Split transcript bytes into lines.
+pub fn parse(input: &[u8]) -> Parsed {
+    let mut parsed = Parsed {
+        lines: Vec::new(),
+        torn_lines: 0,
+        recognized: false,
+        first_type: None,
+    };
     let mut rest = input;
+    let mut first = true;
     while !rest.is_empty() {
         let (line, tail, complete) = match rest.iter().position(|&b| b == b'\n') {
             Some(i) => (&rest[..i], &rest[i + 1..], true),
             None => (rest, &rest[rest.len()..], false),
         };
         rest = tail;
-        match (complete, parse_line(line)) {
-            (true, Some(Entry::Message(m))) => lines.push(Line::Message(m, line.to_vec())),
-            (true, Some(_)) => lines.push(Line::Raw(line.to_vec())),
-            _ => report.torn_lines += 1,
+        let entry = parse_line(line);
+        if first {
+            first = false;
+            parsed.first_type = serde_json::from_slice::<Value>(line)
+                .ok()
+                .and_then(|v| v.get("type").and_then(Value::as_str).map(str::to_owned));
         }
-    }
-
-    // Where each result first appears; later copies are duplicates.
-    let mut first_result: HashMap<String, usize> = HashMap::new();
-    for (i, line) in lines.iter().enumerate() {
-        if let Line::Message(m, _) = line
-            && message::role(m) == Some("user")
-        {
-            for (_, id) in message::tool_results(m) {
-                first_result.entry(id.to_owned()).or_insert(i);
+        match (complete, entry) {
+            (true, Some(Entry::Message(m))) => {
+                parsed.recognized = true;
+                parsed.lines.push(Line::Message {
+                    value: m,
+                    raw: Some(line.to_vec()),
+                });
+            }
+            (true, Some(Entry::Ignored)) => parsed.lines.push(Line::Raw(line.to_vec())),
+            (true, Some(_)) => {
+                parsed.recognized = true;
+                parsed.lines.push(Line::Raw(line.to_vec()));
+            }
+            (_, entry) => {
+                parsed.recognized |= matches!(entry, Some(Entry::Message(_)));
+                parsed.torn_lines += 1;
             }
         }
     }
+    parsed
+}
 
-    // Decide each call: claim its results, or drop it.
-    let mut claimed: HashSet<String> = HashSet::new();
-    let mut placements: HashMap<usize, Vec<String>> = HashMap::new();
-    // Lines whose calls are dropped: by line, not by id, since a broken
-    // transcript may repeat an id, and a later copy's fate must not undo
-    // an earlier complete pair.
-    let mut dropped_calls: HashSet<usize> = HashSet::new();
-    for (i, line) in lines.iter().enumerate() {
-        let Line::Message(m, _) = line else { continue };
-        if message::role(m) != Some("assistant") {
-            continue;
-        }
-        let calls: Vec<String> = message::tool_uses(m).map(|(id, _)| id.to_owned()).collect();
-        if calls.is_empty() {
-            continue;
-        }
-        let complete = calls
+impl Parsed {
+    /// The messages, in order.
+    pub fn messages(&self) -> Vec<&Value> {
+        self.lines
             .iter()
-            .all(|id| !claimed.contains(id) && first_result.get(id).is_some_and(|&at| at > i))
-            && calls.iter().collect::<HashSet<_>>().len() == calls.len();
-        if complete {
-            claimed.extend(calls.iter().cloned());
-            placements.insert(i, calls);
-        } else {
-            report.dropped_tool_uses.extend(calls);
-            dropped_calls.insert(i);
-        }
+            .filter_map(|l| match l {
+                Line::Message { value, .. } => Some(value),
+                Line::Raw(_) => None,
+            })
+            .collect()
     }
+}
 
-    // Collect the claimed result blocks (first occurrence) and note drops.
-    let mut blocks_by_id: HashMap<String, Value> = HashMap::new();
-    for (i, line) in lines.iter().enumerate() {
-        let Line::Message(m, _) = line else { continue };
-        if message::role(m) != Some("user") {
-            continue;
-        }
-        for (b, id) in message::tool_results(m) {
-            if claimed.contains(id)
-                && first_result.get(id) == Some(&i)
-                && !blocks_by_id.contains_key(id)
-            {
-                blocks_by_id.insert(id.to_owned(), message::blocks(m)[b].clone());
-            } else {
-                report.dropped_tool_results.push(id.to_owned());
-            }
-        }
-    }
+/// Repair transcript bytes; returns the new bytes, the report and whether
+/// anything changed.
+pub fn repair_bytes(format: Format, input: &[u8]) -> (Vec<u8>, TranscriptRepairResult, bool) {
+    let parsed = parse(input);
+    repair_parsed(format.dialect(), parsed)
+}
 
+fn repair_parsed(dialect: &dyn Dialect, parsed: Parsed) -> (Vec<u8>, TranscriptRepairResult, bool) {
+    let mut report = TranscriptRepairResult {
+        torn_lines: parsed.torn_lines,
+        ..TranscriptRepairResult::default()
+    };
+    let mut lines = parsed.lines;
     let mut changed = report.torn_lines > 0;
-    let mut out = Vec::with_capacity(input.len());
-    let mut carry: Option<Vec<Value>> = None;
-    for (i, line) in lines.into_iter().enumerate() {
-        let (mut msg, raw) = match line {
-            Line::Raw(raw) => {
-                if let Some(results) = carry.take() {
-                    emit_new_user(&mut out, &mut report, results);
-                    changed = true;
-                }
-                out.extend_from_slice(&raw);
+    // Dropping a message can join the turns around it, which can fault a
+    // pair that was fine; a few rounds reach the fixed point (each round
+    // only removes or reorders, so it ends).
+    for _ in 0..16 {
+        let step = repair_round(dialect, &mut lines, &mut report);
+        changed |= step;
+        if !step {
+            break;
+        }
+    }
+    let mut out = Vec::with_capacity(report.kept * 64);
+    for line in &lines {
+        match line {
+            Line::Raw(raw) | Line::Message { raw: Some(raw), .. } => {
+                out.extend_from_slice(raw);
                 out.push(b'\n');
-                report.kept += 1;
-                continue;
             }
-            Line::Message(m, raw) => (m, raw),
-        };
-        let original = msg.clone();
-        let role = message::role(&msg).unwrap_or_default().to_owned();
-        if role == "user" {
-            retain_blocks(&mut msg, |b| message::block_type(b) != Some("tool_result"));
-            if let Some(results) = carry.take() {
-                match msg.get_mut("content") {
-                    Some(Value::Array(content)) => {
-                        content.splice(0..0, results);
-                    }
-                    // String content: the results go in a message of their own.
-                    _ => emit_new_user(&mut out, &mut report, results),
-                }
-            }
-        } else if let Some(results) = carry.take() {
-            emit_new_user(&mut out, &mut report, results);
-        }
-        if role == "assistant" && dropped_calls.contains(&i) {
-            retain_blocks(&mut msg, |b| message::block_type(b) != Some("tool_use"));
-        }
-        let empty = matches!(msg.get("content"), Some(Value::Array(c)) if c.is_empty());
-        if msg == original {
-            out.extend_from_slice(&raw);
-            out.push(b'\n');
-            report.kept += 1;
-        } else {
-            changed = true;
-            if !empty {
+            Line::Message { value, raw: None } => {
                 let mut buf = Lines::default();
-                buf.push_message(&msg);
+                buf.push_message(value);
                 out.extend_from_slice(&buf.bytes);
-                report.kept += 1;
             }
         }
-        if let Some(ids) = placements.get(&i) {
-            carry = Some(
-                ids.iter()
-                    .filter_map(|id| blocks_by_id.remove(id))
-                    .collect(),
-            );
-        }
     }
-    if let Some(results) = carry.take() {
-        emit_new_user(&mut out, &mut report, results);
-        changed = true;
-    }
+    report.kept = lines.len();
     (out, report, changed)
 }
 
-fn emit_new_user(out: &mut Vec<u8>, report: &mut TranscriptRepairResult, results: Vec<Value>) {
-    let mut buf = Lines::default();
-    buf.push_message(&json!({ "role": "user", "content": results }));
-    out.extend_from_slice(&buf.bytes);
-    report.kept += 1;
+/// One round: drop every faulty call and result, move late results to the
+/// front of their turn. Returns whether anything changed.
+fn repair_round(
+    dialect: &dyn Dialect,
+    lines: &mut Vec<Line>,
+    report: &mut TranscriptRepairResult,
+) -> bool {
+    // Message number → line index.
+    let at: Vec<usize> = lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| matches!(l, Line::Message { .. }))
+        .map(|(i, _)| i)
+        .collect();
+    let pairing = {
+        let messages = lines.iter().filter_map(|l| match l {
+            Line::Message { value, .. } => Some(value),
+            Line::Raw(_) => None,
+        });
+        format::pair(dialect, messages)
+    };
+    if pairing.is_valid() {
+        return false;
+    }
+    // Per message: items to drop, items to move to the front of the turn.
+    let mut drop: Vec<Vec<usize>> = vec![Vec::new(); at.len()];
+    let mut late: Vec<Vec<usize>> = vec![Vec::new(); at.len()];
+    for v in pairing.faults() {
+        match v.fault {
+            Some(Fault::Late) => late[v.message].push(v.index),
+            Some(_) => {
+                drop[v.message].push(v.index);
+                match v.kind {
+                    ItemKind::Call => report.dropped_tool_uses.push(v.id.clone()),
+                    _ => report.dropped_tool_results.push(v.id.clone()),
+                }
+            }
+            None => {}
+        }
+    }
+    // Late results, gathered per turn in order, go in a message of their own
+    // before the turn's first message.
+    let mut insert_before: Vec<(usize, Vec<Value>)> = Vec::new();
+    for turn in &pairing.turns {
+        let mut moved = Vec::new();
+        for &m in &turn.messages {
+            if late[m].is_empty() {
+                continue;
+            }
+            if let Line::Message { value, .. } = &lines[at[m]] {
+                moved.extend(dialect.only_items(value, &late[m]));
+            }
+            drop[m].extend(late[m].iter().copied());
+        }
+        if !moved.is_empty()
+            && let Some(&first) = turn.messages.first()
+        {
+            insert_before.push((at[first], moved));
+        }
+    }
+    let mut out: Vec<Line> = Vec::with_capacity(lines.len());
+    let mut inserts = insert_before.into_iter().peekable();
+    let mut message_no = 0;
+    for (i, line) in std::mem::take(lines).into_iter().enumerate() {
+        while let Some((_, moved)) = inserts.next_if(|(at, _)| *at == i) {
+            out.extend(
+                moved
+                    .into_iter()
+                    .map(|value| Line::Message { value, raw: None }),
+            );
+        }
+        match line {
+            Line::Raw(raw) => out.push(Line::Raw(raw)),
+            Line::Message { value, raw } => {
+                let mut d = std::mem::take(&mut drop[message_no]);
+                message_no += 1;
+                if d.is_empty() {
+                    out.push(Line::Message { value, raw });
+                    continue;
+                }
+                d.sort_unstable();
+                d.dedup();
+                if let Some(value) = dialect.without_items(&value, &d) {
+                    out.push(Line::Message { value, raw: None });
+                }
+            }
+        }
+    }
+    *lines = out;
+    true
 }
 
-fn retain_blocks(msg: &mut Value, keep: impl Fn(&Value) -> bool) {
-    if let Some(Value::Array(content)) = msg.get_mut("content") {
-        content.retain(|b| keep(b));
+/// Open `path` for repair: only a regular file (never through a link,
+/// never blocking on a FIFO), locked against live writers, read whole.
+pub fn read_regular(path: &Path) -> Result<(File, Vec<u8>, fs::Metadata)> {
+    open_regular(path, true)
+}
+
+/// Open `path` for reading only (`transcript/check`): no lock, so checking
+/// a transcript a live server holds is fine.
+pub fn read_regular_shared(path: &Path) -> Result<(File, Vec<u8>, fs::Metadata)> {
+    open_regular(path, false)
+}
+
+fn open_regular(path: &Path, lock: bool) -> Result<(File, Vec<u8>, fs::Metadata)> {
+    let not_regular = |what: &str| {
+        Error::invalid_params(
+            "path",
+            format!(
+                "{} is {what}, not a regular file; nothing was written",
+                path.display()
+            ),
+        )
+    };
+    let meta = fs::symlink_metadata(path).map_err(|err| Error::storage(path, &err))?;
+    let kind = describe(&meta.file_type());
+    if let Some(kind) = kind {
+        return Err(not_regular(kind));
+    }
+    // O_NOFOLLOW and O_NONBLOCK: if the path was swapped for a link or a
+    // FIFO after the check, the open fails or returns at once.
+    let mut file = OpenOptions::new()
+        .read(true)
+        .append(lock)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|err| match err.raw_os_error() {
+            Some(libc::ELOOP) => not_regular("a symbolic link"),
+            _ => Error::storage(path, &err),
+        })?;
+    let meta = file.metadata().map_err(|err| Error::storage(path, &err))?;
+    if let Some(kind) = describe(&meta.file_type()) {
+        return Err(not_regular(kind));
+    }
+    if lock {
+        writer::lock(&file, path)?;
+    }
+    let mut input = Vec::with_capacity(meta.len() as usize);
+    file.read_to_end(&mut input)
+        .map_err(|err| Error::storage(path, &err))?;
+    Ok((file, input, meta))
+}
+
+fn describe(kind: &fs::FileType) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_file() {
+        None
+    } else if kind.is_symlink() {
+        Some("a symbolic link")
+    } else if kind.is_dir() {
+        Some("a directory")
+    } else if kind.is_fifo() {
+        Some("a FIFO")
+    } else if kind.is_socket() {
+        Some("a socket")
+    } else if kind.is_block_device() || kind.is_char_device() {
+        Some("a device")
+    } else {
+        Some("not a regular file")
     }
 }
 
+/// The error for a file in which no line is a transcript line.
+pub fn unrecognized(path: &Path, parsed: &Parsed) -> Error {
+    let what = match &parsed.first_type {
+        Some(kind) => format!("its first line has type {kind:?}"),
+        None => "its first line is not a JSON object with a `type`".to_owned(),
+    };
+    Error::invalid_params(
+        "path",
+        format!(
+            "{} is not a toolwire transcript: no line is a transcript line of a known format ({what}); nothing was written",
+            path.display()
+        ),
+    )
+}
+
 /// Repair the transcript at `path` in place (atomically, the original kept
-/// as `<path>.bak`), or only report with `dry_run`. Refuses a transcript
-/// another writer holds locked.
+/// as `<path>.bak`, the mode kept), or only report with `dry_run`. A valid
+/// transcript is left untouched and gets no `.bak`. Refuses what is not a
+/// regular file, a file that is no transcript, and a transcript another
+/// writer holds locked.
 pub fn repair_file(path: &Path, dry_run: bool) -> Result<TranscriptRepairResult> {
-    // Only a regular file: a FIFO or a device would block or never end.
-    let mut source = super::reader::open_regular(path)?;
-    let file = writer::open_locked(path, false)?;
-    let mut input = Vec::new();
-    std::io::Read::read_to_end(&mut source, &mut input)
-        .map_err(|err| Error::storage(path, &err))?;
-    let (output, report, changed) = repair_bytes(&input);
+    let (file, input, meta) = read_regular(path)?;
+    let parsed = parse(&input);
+    if !parsed.recognized && !input.is_empty() {
+        return Err(unrecognized(path, &parsed));
+    }
+    let (output, mut report, changed) = repair_parsed(Format::Anthropic.dialect(), parsed);
+    report.changed = changed;
     if dry_run || !changed {
         drop(file);
         return Ok(report);
@@ -214,6 +347,11 @@ pub fn repair_file(path: &Path, dry_run: bool) -> Result<TranscriptRepairResult>
         .tempfile_in(dir)
         .map_err(storage)?;
     tmp.write_all(&output).map_err(storage)?;
+    tmp.as_file()
+        .set_permissions(fs::Permissions::from_mode(
+            meta.permissions().mode() & 0o7777,
+        ))
+        .map_err(storage)?;
     tmp.as_file().sync_all().map_err(storage)?;
     // The original inode becomes `<path>.bak` (replacing an older one
     // atomically), then the repaired file takes its name.
@@ -237,60 +375,45 @@ pub fn bak_path(path: &Path) -> PathBuf {
 }
 
 /// Repair a conversation held in memory (the proxy's request) by the same
-/// rules as a transcript. `None` when it already satisfies the pair
-/// invariant, so a valid conversation is never touched.
-pub fn repair_messages(messages: &[Value]) -> Option<(Vec<Value>, TranscriptRepairResult)> {
-    let mut lines = Lines::default();
-    for m in messages {
-        lines.push_message(m);
+/// rules as a transcript. `None` when it already satisfies them, so a valid
+/// conversation is never touched.
+pub fn repair_messages(
+    format: Format,
+    messages: &[Value],
+) -> Option<(Vec<Value>, TranscriptRepairResult)> {
+    let parsed = Parsed {
+        lines: messages
+            .iter()
+            .map(|m| Line::Message {
+                value: m.clone(),
+                raw: None,
+            })
+            .collect(),
+        torn_lines: 0,
+        recognized: true,
+        first_type: None,
+    };
+    let mut lines = parsed.lines;
+    let mut report = TranscriptRepairResult::default();
+    let mut changed = false;
+    for _ in 0..16 {
+        let step = repair_round(format.dialect(), &mut lines, &mut report);
+        changed |= step;
+        if !step {
+            break;
+        }
     }
-    let (output, report, changed) = repair_bytes(&lines.bytes);
     if !changed {
         return None;
     }
-    let repaired = output
-        .split(|&b| b == b'\n')
-        .filter_map(parse_line)
-        .filter_map(|entry| match entry {
-            Entry::Message(m) => Some(m),
-            _ => None,
+    report.changed = true;
+    report.kept = lines.len();
+    let repaired = lines
+        .into_iter()
+        .filter_map(|l| match l {
+            Line::Message { value, .. } => Some(value),
+            Line::Raw(_) => None,
         })
         .collect();
     Some((repaired, report))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn line(message: serde_json::Value) -> String {
-        format!(
-            "{}\n",
-            serde_json::json!({"type": "message", "message": message})
-        )
-    }
-
-    /// Found by the `repair` fuzz target: a later call repeating an id must
-    /// not take an earlier complete pair down with it (which left the
-    /// earlier result behind as an orphan, and a second repair changing
-    /// the output again).
-    #[test]
-    fn a_repeated_call_id_drops_only_the_incomplete_copy() {
-        let call = serde_json::json!({"role": "assistant", "content": [
-            {"type": "tool_use", "id": "a", "name": "Bash", "input": {}}
-        ]});
-        let result = serde_json::json!({"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "a", "content": "ok"}
-        ]});
-        let pair = format!("{}{}", line(call.clone()), line(result));
-        let input = format!("{pair}{}", line(call));
-        let (out, report, changed) = repair_bytes(input.as_bytes());
-        assert!(changed);
-        assert_eq!(String::from_utf8(out.clone()).unwrap(), pair);
-        assert_eq!(report.dropped_tool_uses, vec!["a".to_owned()]);
-        assert!(report.dropped_tool_results.is_empty());
-        let (again, _, changed) = repair_bytes(&out);
-        assert!(!changed);
-        assert_eq!(again, out);
-    }
 }

@@ -14,7 +14,7 @@ from ._cancel import CancelToken
 _T = TypeVar("_T", bound=BaseModel)
 
 #: Every method a client calls (lifecycle aside), in the server's order.
-METHOD_NAMES: tuple[str, ...] = ('budget/apply', 'state/fork', 'state/reconstruct', 'state/get', 'pair/append', 'pair/flush', 'transcript/repair', 'artifact/read', 'storage/gc',)
+METHOD_NAMES: tuple[str, ...] = ('budget/apply', 'state/fork', 'state/reconstruct', 'state/get', 'pair/append', 'pair/flush', 'transcript/repair', 'artifact/read', 'storage/gc', 'transcript/check',)
 
 #: Methods that report ``$/progress`` when their params carry a ``workDoneToken``.
 PROGRESS_METHODS: frozenset[str] = frozenset({'state/reconstruct', 'transcript/repair', 'storage/gc'})
@@ -124,6 +124,16 @@ class SyncMethods:
         """``storage/gc``: Remove expired sessions, unreferenced artifacts and temporary leftovers by the retention rules."""
         return self._call("storage/gc", params, m.GcReport, cancel, on_progress)
 
+    def transcript_check(
+        self,
+        params: m.TranscriptCheckParams,
+        *,
+        cancel: CancelToken | None = None,
+        on_progress: Callable[[Any], None] | None = None,
+    ) -> m.TranscriptCheckResult:
+        """``transcript/check``: Say, changing nothing, whether the provider would accept a conversation's tool calls and results."""
+        return self._call("transcript/check", params, m.TranscriptCheckResult, cancel, on_progress)
+
 
 class AsyncMethods:
     """Typed wrappers over ``_call``; awaitable."""
@@ -227,3 +237,13 @@ class AsyncMethods:
     ) -> m.GcReport:
         """``storage/gc``: Remove expired sessions, unreferenced artifacts and temporary leftovers by the retention rules."""
         return await self._call("storage/gc", params, m.GcReport, cancel, on_progress)
+
+    async def transcript_check(
+        self,
+        params: m.TranscriptCheckParams,
+        *,
+        cancel: CancelToken | None = None,
+        on_progress: Callable[[Any], None] | None = None,
+    ) -> m.TranscriptCheckResult:
+        """``transcript/check``: Say, changing nothing, whether the provider would accept a conversation's tool calls and results."""
+        return await self._call("transcript/check", params, m.TranscriptCheckResult, cancel, on_progress)

@@ -138,6 +138,14 @@ class ReplacementRecord(BaseModel):
     """
     tool_use_id: str = Field(..., alias='toolUseId')
     replacement: str
+    digest: str | None = None
+    """
+    Digest of the original the replacement was made from (16 hex
+    digits: the first 8 bytes of the SHA-256 of the result's content as
+    compact JSON). The replacement is put back only on that original.
+    Absent in version-1 transcripts: then it applies to any original
+    with this id.
+    """
 
 
 class ProgressToken(RootModel[int | str]):
@@ -229,6 +237,14 @@ class StorageGcParams(BaseModel):
     Only report what would be removed.
     """
     work_done_token: ProgressToken | None = Field(None, alias='workDoneToken')
+
+
+class Format(StrEnum):
+    """
+    Which provider's message shapes a conversation uses.
+    """
+
+    anthropic = 'anthropic'
 
 
 class Limits(BaseModel):
@@ -361,8 +377,27 @@ class TranscriptLine2(BaseModel):
     record: ReplacementRecord
 
 
-class TranscriptLine(RootModel[TranscriptLine1 | TranscriptLine2]):
-    root: TranscriptLine1 | TranscriptLine2
+class TranscriptLine3(BaseModel):
+    """
+    Results `budget/apply` decided to send whole, journaled before it
+    replies (`{"type":"seen","toolUseIds":[...],"digests":[...]}`).
+    """
+
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    type: Literal['seen']
+    tool_use_ids: list[str] = Field(..., alias='toolUseIds')
+    digests: list[str] | None = []
+    """
+    The digest of each id's original, in the same order (see
+    `ReplacementRecord.digest`); may be shorter in hand-written files,
+    an id without a digest then applies to any original.
+    """
+
+
+class TranscriptLine(RootModel[TranscriptLine1 | TranscriptLine2 | TranscriptLine3]):
+    root: TranscriptLine1 | TranscriptLine2 | TranscriptLine3
     """
     One line of a session transcript.
     """
@@ -467,6 +502,11 @@ class TranscriptRepairResult(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
+    changed: bool
+    """
+    Whether the file was rewritten (with `dryRun`: would be). A valid
+    transcript is never rewritten and gets no `.bak`.
+    """
     kept: conint(ge=0)
     """
     Lines kept.
@@ -533,6 +573,31 @@ class GcReport(BaseModel):
     kept: conint(ge=0)
     """
     Sessions left in place.
+    """
+
+
+class Violation(BaseModel):
+    """
+    One fault the provider would refuse.
+    """
+
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    index: conint(ge=0)
+    """
+    Index of the message the fault is in (0-based, counting messages
+    only), as the provider numbers `messages.N`.
+    """
+    kind: str
+    """
+    `missingResult`, `unexpectedResult`, `duplicateResult`,
+    `resultAfterContent` or `wrongRole`.
+    """
+    ids: list[str]
+    provider_error: str = Field(..., alias='providerError')
+    """
+    What the provider answers for this fault (HTTP 400).
     """
 
 
@@ -673,6 +738,25 @@ class PairFlushParams(BaseModel):
     """
 
 
+class TranscriptCheckParams(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    path: str | None = None
+    """
+    A transcript file (relative paths are resolved against the workspace).
+    """
+    messages: list[Message] | None = None
+    """
+    Messages to check instead of a file.
+    """
+    format: Format | None = None
+    """
+    Default `anthropic`.
+    """
+
+
 class ProxyConfig(BaseModel):
     """
     `[proxy]` in `toolwire.toml`: the HTTP face (`toolwire proxy`).
@@ -752,6 +836,14 @@ class PairAppendResult(BaseModel):
     """
     Present when this message interrupted a pending pair.
     """
+
+
+class TranscriptCheckResult(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    ok: bool
+    violations: list[Violation]
 
 
 class ToolSettings(BaseModel):

@@ -13,12 +13,13 @@ export interface MethodTable {
   "transcript/repair": { params: P.TranscriptRepairParams; result: P.TranscriptRepairResult };
   "artifact/read": { params: P.ArtifactReadParams; result: P.ReadResult };
   "storage/gc": { params: P.StorageGcParams; result: P.GcReport };
+  "transcript/check": { params: P.TranscriptCheckParams; result: P.TranscriptCheckResult };
 }
 
 export type MethodName = keyof MethodTable;
 
 /** The method names, in the order of the server's method table. */
-export const METHOD_NAMES: readonly MethodName[] = ["budget/apply", "state/fork", "state/reconstruct", "state/get", "pair/append", "pair/flush", "transcript/repair", "artifact/read", "storage/gc"];
+export const METHOD_NAMES: readonly MethodName[] = ["budget/apply", "state/fork", "state/reconstruct", "state/get", "pair/append", "pair/flush", "transcript/repair", "artifact/read", "storage/gc", "transcript/check"];
 
 /** Methods that report `$/progress` when their params carry a `workDoneToken`. */
 export const PROGRESS_METHODS: ReadonlySet<MethodName> = new Set<MethodName>(["state/reconstruct", "transcript/repair", "storage/gc"]);
@@ -78,5 +79,10 @@ export abstract class ToolwireMethods {
   /** `storage/gc`: Remove expired sessions, unreferenced artifacts and temporary leftovers by the retention rules. */
   storageGc(params: MethodTable["storage/gc"]["params"], options?: CallOptions): Promise<MethodTable["storage/gc"]["result"]> {
     return this.request("storage/gc", params, options);
+  }
+
+  /** `transcript/check`: Say, changing nothing, whether the provider would accept a conversation's tool calls and results. */
+  transcriptCheck(params: MethodTable["transcript/check"]["params"], options?: CallOptions): Promise<MethodTable["transcript/check"]["result"]> {
+    return this.request("transcript/check", params, options);
   }
 }

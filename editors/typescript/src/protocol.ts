@@ -43,6 +43,13 @@ export type ProgressToken = (number | string)
  */
 export type AbortMode = ("discard" | "synthetic")
 /**
+ * Which provider's message shapes a conversation uses.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "Format".
+ */
+export type Format = "anthropic"
+/**
  * Whether each commit reaches the disk before its reply.
  * 
  * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
@@ -68,6 +75,15 @@ message: Message
 } | {
 type: "replacement"
 record: ReplacementRecord
+} | {
+type: "seen"
+toolUseIds: string[]
+/**
+ * The digest of each id's original, in the same order (see
+ * `ReplacementRecord.digest`); may be shorter in hand-written files,
+ * an id without a digest then applies to any original.
+ */
+digests?: string[]
 })
 /**
  * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
@@ -243,6 +259,14 @@ export interface ReplacementRecord {
 kind: string
 toolUseId: string
 replacement: string
+/**
+ * Digest of the original the replacement was made from (16 hex
+ * digits: the first 8 bytes of the SHA-256 of the result's content as
+ * compact JSON). The replacement is put back only on that original.
+ * Absent in version-1 transcripts: then it applies to any original
+ * with this id.
+ */
+digest?: (string | null)
 }
 /**
  * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
@@ -321,6 +345,24 @@ export interface StorageGcParams {
  */
 dryRun?: (boolean | null)
 workDoneToken?: (ProgressToken | null)
+}
+/**
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "TranscriptCheckParams".
+ */
+export interface TranscriptCheckParams {
+/**
+ * A transcript file (relative paths are resolved against the workspace).
+ */
+path?: (string | null)
+/**
+ * Messages to check instead of a file.
+ */
+messages?: (Message[] | null)
+/**
+ * Default `anthropic`.
+ */
+format?: (Format | null)
 }
 /**
  * The whole configuration, as accepted in `toolwire.toml` and in
@@ -698,6 +740,11 @@ written: number
  */
 export interface TranscriptRepairResult {
 /**
+ * Whether the file was rewritten (with `dryRun`: would be). A valid
+ * transcript is never rewritten and gets no `.bak`.
+ */
+changed: boolean
+/**
  * Lines kept.
  */
 kept: number
@@ -766,6 +813,37 @@ bytesFreed: number
  * Sessions left in place.
  */
 kept: number
+}
+/**
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "TranscriptCheckResult".
+ */
+export interface TranscriptCheckResult {
+ok: boolean
+violations: Violation[]
+}
+/**
+ * One fault the provider would refuse.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "Violation".
+ */
+export interface Violation {
+/**
+ * Index of the message the fault is in (0-based, counting messages
+ * only), as the provider numbers `messages.N`.
+ */
+index: number
+/**
+ * `missingResult`, `unexpectedResult`, `duplicateResult`,
+ * `resultAfterContent` or `wrongRole`.
+ */
+kind: string
+ids: string[]
+/**
+ * What the provider answers for this fault (HTTP 400).
+ */
+providerError: string
 }
 /**
  * The `data` member of every toolwire error.

@@ -1,0 +1,54 @@
+//! `toolwire check`: say whether the provider would accept a transcript's
+//! tool calls and results; exit 1 when it would not.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use toolwire::format::Format;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The transcript to check (JSON Lines).
+    path: PathBuf,
+    /// The provider format (default: anthropic).
+    #[arg(long, value_enum, default_value = "anthropic")]
+    format: FormatArg,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum FormatArg {
+    Anthropic,
+}
+
+impl From<FormatArg> for Format {
+    fn from(arg: FormatArg) -> Format {
+        match arg {
+            FormatArg::Anthropic => Format::Anthropic,
+        }
+    }
+}
+
+pub fn run(Args { path, format }: Args) -> ExitCode {
+    let dialect = Format::from(format).dialect();
+    match toolwire::transcript::check::check_file(dialect, &path) {
+        Ok(result) if result.ok => {
+            super::say!("{}: ok", path.display());
+            ExitCode::SUCCESS
+        }
+        Ok(result) => {
+            super::say!(
+                "{}: {} violation(s) the provider would refuse",
+                path.display(),
+                result.violations.len()
+            );
+            for v in &result.violations {
+                super::say!("  message {} {}: {}", v.index, v.kind, v.provider_error);
+            }
+            ExitCode::from(1)
+        }
+        Err(err) => {
+            eprintln!("toolwire check: {err}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,349 @@
+//! The Anthropic Messages API: `{role, content}` where `content` is a string
+//! or an array of blocks; a call is a `tool_use` block of an assistant
+//! message, a result a `tool_result` block of a user message (its text in
+//! `content`). Server-side blocks (`server_tool_use`, `mcp_tool_use`,
+//! `*_tool_result`) carry their own result inside the assistant turn and
+//! are plain content here.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+
+use super::{
+    Dialect, Digest, Fault, Format, Item, ItemKind, ResultContent, Side, Skim, SkimResult,
+};
+use crate::budget::preview::OPEN_TAG;
+use crate::error::{Error, Result};
+
+pub struct Anthropic;
+
+fn blocks(message: &Value) -> &[Value] {
+    match message.get("content") {
+        Some(Value::Array(blocks)) => blocks,
+        _ => &[],
+    }
+}
+
+fn block_type(block: &Value) -> Option<&str> {
+    block.get("type").and_then(Value::as_str)
+}
+
+fn str_field<'a>(block: &'a Value, field: &str) -> &'a str {
+    block.get(field).and_then(Value::as_str).unwrap_or_default()
+}
+
+fn side_of(role: &str) -> Option<Side> {
+    match role {
+        "user" => Some(Side::User),
+        "assistant" => Some(Side::Assistant),
+        _ => None,
+    }
+}
+
+impl Dialect for Anthropic {
+    fn format(&self) -> Format {
+        Format::Anthropic
+    }
+
+    fn validate(&self, message: &Value, path: &str, strict_roles: bool) -> Result<()> {
+        let Some(obj) = message.as_object() else {
+            return Err(Error::invalid_params(path, "a message must be an object"));
+        };
+        let role = obj.get("role").and_then(Value::as_str);
+        if !matches!(role, Some("user" | "assistant")) {
+            return Err(Error::invalid_params(
+                format!("{path}.role"),
+                "role must be \"user\" or \"assistant\"",
+            ));
+        }
+        let blocks = match obj.get("content") {
+            Some(Value::String(_)) => return Ok(()),
+            Some(Value::Array(blocks)) => blocks,
+            _ => {
+                return Err(Error::invalid_params(
+                    format!("{path}.content"),
+                    "content must be a string or an array of blocks",
+                ));
+            }
+        };
+        for (i, block) in blocks.iter().enumerate() {
+            let at = format!("{path}.content[{i}]");
+            let Some(kind) = block_type(block) else {
+                return Err(Error::invalid_params(
+                    format!("{at}.type"),
+                    "a content block must be an object with a string `type`",
+                ));
+            };
+            let (id_field, belongs) = match kind {
+                "tool_use" => ("id", "assistant"),
+                "tool_result" => ("tool_use_id", "user"),
+                _ => continue,
+            };
+            match block.get(id_field).and_then(Value::as_str) {
+                Some(id) if !id.is_empty() => {}
+                _ => {
+                    return Err(Error::invalid_params(
+                        format!("{at}.{id_field}"),
+                        format!("a {kind} block needs a non-empty string `{id_field}`"),
+                    ));
+                }
+            }
+            if strict_roles && role != Some(belongs) {
+                return Err(Error::invalid_params(
+                    format!("{at}.type"),
+                    format!(
+                        "a {kind} block belongs in a {belongs} message, not a {} message",
+                        role.unwrap_or_default()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn side(&self, message: &Value) -> Option<Side> {
+        message
+            .get("role")
+            .and_then(Value::as_str)
+            .and_then(side_of)
+    }
+
+    fn items<'a>(&self, message: &'a Value) -> Vec<Item<'a>> {
+        let side = self.side(message);
+        match message.get("content") {
+            Some(Value::Array(blocks)) => blocks
+                .iter()
+                .enumerate()
+                .map(|(index, block)| match block_type(block) {
+                    Some("tool_use") => Item {
+                        kind: ItemKind::Call,
+                        index,
+                        id: Cow::Borrowed(str_field(block, "id")),
+                        name: Cow::Borrowed(str_field(block, "name")),
+                        misplaced: side != Some(Side::Assistant),
+                    },
+                    Some("tool_result") => Item {
+                        kind: ItemKind::Result,
+                        index,
+                        id: Cow::Borrowed(str_field(block, "tool_use_id")),
+                        name: Cow::Borrowed(""),
+                        misplaced: side != Some(Side::User),
+                    },
+                    _ => other(index),
+                })
+                .collect(),
+            // A string is one item of content (even an empty one: the
+            // provider sees the message).
+            Some(Value::String(_)) => vec![other(0)],
+            _ => Vec::new(),
+        }
+    }
+
+    fn result_content<'a>(&self, message: &'a Value, index: usize) -> ResultContent<'a> {
+        ResultContent::of_value(blocks(message).get(index).and_then(|b| b.get("content")))
+    }
+
+    fn result_value<'a>(&self, message: &'a Value, index: usize) -> Option<&'a Value> {
+        blocks(message).get(index).and_then(|b| b.get("content"))
+    }
+
+    fn put_replacement(&self, message: &mut Value, index: usize, text: &str) {
+        if let Some(block) = message
+            .get_mut("content")
+            .and_then(Value::as_array_mut)
+            .and_then(|b| b.get_mut(index))
+            .and_then(Value::as_object_mut)
+        {
+            block.insert("content".into(), Value::String(text.to_owned()));
+        }
+    }
+
+    fn error_results(&self, calls: &[(String, String)], text: &str) -> Vec<Value> {
+        let content: Vec<Value> = calls
+            .iter()
+            .map(|(id, _)| {
+                json!({
+                    "type": "tool_result",
+                    "tool_use_id": id,
+                    "is_error": true,
+                    "content": text,
+                })
+            })
+            .collect();
+        vec![json!({ "role": "user", "content": content })]
+    }
+
+    fn without_items(&self, message: &Value, drop: &[usize]) -> Option<Value> {
+        let mut out = message.clone();
+        match out.get_mut("content") {
+            Some(Value::Array(blocks)) => {
+                let mut i = 0;
+                blocks.retain(|_| {
+                    let keep = drop.binary_search(&i).is_err();
+                    i += 1;
+                    keep
+                });
+                (!blocks.is_empty()).then_some(out)
+            }
+            Some(Value::String(_)) if drop.contains(&0) => None,
+            _ => Some(out),
+        }
+    }
+
+    fn only_items(&self, message: &Value, take: &[usize]) -> Vec<Value> {
+        let picked: Vec<Value> = blocks(message)
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| take.binary_search(i).is_ok())
+            .map(|(_, b)| b.clone())
+            .collect();
+        if picked.is_empty() {
+            return Vec::new();
+        }
+        let role = message.get("role").cloned().unwrap_or(Value::Null);
+        vec![json!({ "role": role, "content": picked })]
+    }
+
+    fn skim<'a>(&self, message: &'a [u8]) -> Option<Skim<'a>> {
+        serde_json::from_slice(message).ok().map(skim_head)
+    }
+
+    fn provider_error(&self, fault: Fault, message: usize, index: usize, ids: &[String]) -> String {
+        let ids = ids.join(", ");
+        match fault {
+            Fault::Unanswered | Fault::Late => format!(
+                "messages.{message}: `tool_use` ids were found without `tool_result` blocks immediately after: {ids}. Each `tool_use` block must have a corresponding `tool_result` block in the next message."
+            ),
+            Fault::Orphan | Fault::Duplicate => format!(
+                "messages.{message}.content.{index}: unexpected `tool_use_id` found in `tool_result` blocks: {ids}. Each `tool_result` block must have a corresponding `tool_use` block in the previous message."
+            ),
+            Fault::WrongRole => format!(
+                "messages.{message}.content.{index}: a tool block in the wrong role ({ids}): `tool_use` belongs in an assistant message, `tool_result` in a user message."
+            ),
+        }
+    }
+}
+
+/// The skim of a parsed [`MessageHead`]: transcripts are read with the
+/// message head parsed in the same pass as the line around it.
+pub fn skim_head(head: MessageHead<'_>) -> Skim<'_> {
+    let side = side_of(&head.role);
+    let mut skim = Skim {
+        side,
+        ..Skim::default()
+    };
+    for block in head.content.0 {
+        match block.kind.as_deref() {
+            Some("tool_use") if side == Some(Side::Assistant) => skim
+                .calls
+                .push((block.id.unwrap_or_default(), block.name.unwrap_or_default())),
+            Some("tool_result") if side == Some(Side::User) => {
+                let raw = block.content.map(RawValue::get).unwrap_or("null");
+                let digest =
+                    (!is_replacement_json(raw)).then(|| Digest::of_json_bytes(raw.as_bytes()));
+                skim.results.push(SkimResult {
+                    id: block.tool_use_id.unwrap_or_default(),
+                    digest,
+                });
+            }
+            _ => {}
+        }
+    }
+    skim
+}
+
+fn other(index: usize) -> Item<'static> {
+    Item {
+        kind: ItemKind::Other,
+        index,
+        id: Cow::Borrowed(""),
+        name: Cow::Borrowed(""),
+        misplaced: false,
+    }
+}
+
+/// Whether a result's raw content is a preview toolwire put in: then it is
+/// a replacement, not an original.
+fn is_replacement_json(raw: &str) -> bool {
+    raw.strip_prefix('"')
+        .is_some_and(|s| s.starts_with(OPEN_TAG))
+        || raw
+            .strip_prefix("[{\"type\":\"text\",\"text\":\"")
+            .is_some_and(|s| s.starts_with(OPEN_TAG))
+}
+
+/// A message reduced to its role and the ids, names and raw content of its
+/// tool blocks; everything else is skipped by the parser without copying.
+#[derive(Deserialize)]
+pub struct MessageHead<'a> {
+    #[serde(borrow)]
+    role: Cow<'a, str>,
+    #[serde(borrow, default)]
+    content: ContentHead<'a>,
+}
+
+#[derive(Default)]
+pub struct ContentHead<'a>(Vec<BlockHead<'a>>);
+
+#[derive(Deserialize)]
+pub struct BlockHead<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    tool_use_id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    content: Option<&'a RawValue>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for ContentHead<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Visit<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visit<'a> {
+            type Value = ContentHead<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string or an array of blocks")
+            }
+            fn visit_str<E>(self, _: &str) -> std::result::Result<Self::Value, E> {
+                Ok(ContentHead::default())
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> std::result::Result<Self::Value, A::Error> {
+                let mut blocks = Vec::new();
+                while let Some(block) = seq.next_element::<BlockHead<'a>>()? {
+                    blocks.push(block);
+                }
+                Ok(ContentHead(blocks))
+            }
+        }
+        d.deserialize_any(Visit(std::marker::PhantomData))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn skim_digest_matches_the_digest_of_the_parsed_content() {
+        let msg = json!({"role":"user","content":[
+            {"type":"tool_result","tool_use_id":"a","content":"line\n\"q\" é \u{1F600}"},
+            {"type":"tool_result","tool_use_id":"b","content":[{"type":"text","text":"x"}]},
+            {"type":"tool_result","tool_use_id":"c","content":"<persisted-output>\nkept"},
+        ]});
+        let line = serde_json::to_vec(&msg).unwrap();
+        let skim = Anthropic.skim(&line).unwrap();
+        let digests: Vec<Option<Digest>> = skim.results.iter().map(|r| r.digest).collect();
+        let blocks = msg["content"].as_array().unwrap();
+        assert_eq!(digests[0], Some(Digest::of_value(&blocks[0]["content"])));
+        assert_eq!(digests[1], Some(Digest::of_value(&blocks[1]["content"])));
+        assert_eq!(digests[2], None);
+    }
+}

@@ -1,0 +1,326 @@
+//! The one reading of provider conversations: messages, turns, tool calls,
+//! tool results and how they pair (PROTOCOL.md sections 10.2 and 10.3).
+//!
+//! Every provider names calls and results differently (an Anthropic
+//! `tool_use` block, an OpenAI Chat `tool_calls[i]`, a Responses
+//! `function_call` item, a Gemini `functionCall` part), but the rules are
+//! the same: messages of one side in a row are one turn; a result answers
+//! the nearest call with its id in the assistant turn directly before it;
+//! a result comes before any other content of its turn. A [`Dialect`] says
+//! where a provider keeps those things in one message; everything else here
+//! (pairing, faults, the budget's view of results) is written once, so the
+//! guard, repair, check, reconstruct and the planner never look at provider
+//! field names.
+//!
+//! Messages stay raw `serde_json::Value`s: unknown fields, key order and
+//! numbers go back out exactly as they came in.
+
+pub mod anthropic;
+mod pairing;
+
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::config::SizeUnit;
+use crate::error::Result;
+
+pub use pairing::{Fault, Pairing, ToolVerdict, Turn, pair};
+
+/// Which provider's message shapes a conversation uses.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Format {
+    #[default]
+    Anthropic,
+}
+
+impl Format {
+    pub fn dialect(self) -> &'static dyn Dialect {
+        match self {
+            Format::Anthropic => &anthropic::Anthropic,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Anthropic => "anthropic",
+        }
+    }
+}
+
+/// Who sent a message, as far as turns go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Side {
+    /// The user, tool outputs included.
+    User,
+    /// The model.
+    Assistant,
+}
+
+/// What one item of a message is to the pairing rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ItemKind {
+    /// A client tool call that needs a result in the next user turn.
+    Call,
+    /// A tool result answering a call.
+    Result,
+    /// Anything else (text, images, server-side tool blocks that carry
+    /// their own result, thinking).
+    Other,
+}
+
+/// One item of a message: a content block, a part, a `tool_calls` entry,
+/// or the message itself when the provider has one item per message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Item<'a> {
+    pub kind: ItemKind,
+    /// Index of the item in its message, as the dialect counts them.
+    pub index: usize,
+    /// Call id (calls and results; empty for `Other`).
+    pub id: Cow<'a, str>,
+    /// Tool name, when the item carries one.
+    pub name: Cow<'a, str>,
+    /// A call outside an assistant message or a result outside a user
+    /// message: the provider refuses it, repair drops it.
+    pub misplaced: bool,
+}
+
+/// A message reduced to what state is built from, read from a transcript
+/// line without copying tool output.
+#[derive(Debug, Default)]
+pub struct Skim<'a> {
+    pub side: Option<Side>,
+    /// `(id, name)` of every call, in order.
+    pub calls: Vec<(Cow<'a, str>, Cow<'a, str>)>,
+    /// Every result, in order.
+    pub results: Vec<SkimResult<'a>>,
+}
+
+#[derive(Debug)]
+pub struct SkimResult<'a> {
+    pub id: Cow<'a, str>,
+    /// Digest of the result's original content, `None` when the content is
+    /// itself a replacement (a `<persisted-output>` preview).
+    pub digest: Option<Digest>,
+}
+
+/// Binds a decision to the original it was made from: the first 8 bytes of
+/// the SHA-256 of the result's content as compact JSON (see
+/// [`Dialect::result_value`]), written as 16 lowercase hex digits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Digest(u64);
+
+impl Digest {
+    /// Stands for any original: decisions read from version-1 journals
+    /// (which carry no digest) and results sent as a replacement.
+    pub const ANY: Digest = Digest(0);
+
+    fn from_hash(hash: &[u8]) -> Digest {
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&hash[..8]);
+        // Zero is taken by `ANY`; a real digest is never zero.
+        Digest(u64::from_be_bytes(first).max(1))
+    }
+
+    pub fn of_json_bytes(bytes: &[u8]) -> Digest {
+        use sha2::{Digest as _, Sha256};
+        Digest::from_hash(&Sha256::digest(bytes))
+    }
+
+    /// The digest of a value, as it would be written compactly.
+    pub fn of_value(value: &Value) -> Digest {
+        use sha2::{Digest as _, Sha256};
+        struct Hasher(Sha256);
+        impl std::io::Write for Hasher {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.update(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut hasher = Hasher(Sha256::new());
+        // Writing into a hasher cannot fail; a `Value` always serializes.
+        let _ = serde_json::to_writer(&mut hasher, value);
+        Digest::from_hash(&hasher.0.finalize())
+    }
+
+    /// 16 hex digits; `None` for [`Digest::ANY`] (written as no digest).
+    pub fn hex(self) -> Option<String> {
+        (self != Digest::ANY).then(|| format!("{:016x}", self.0))
+    }
+
+    pub fn parse(hex: &str) -> Option<Digest> {
+        (hex.len() == 16)
+            .then(|| u64::from_str_radix(hex, 16).ok())
+            .flatten()
+            .map(Digest)
+    }
+}
+
+/// A result's content in the shapes the budget knows.
+pub enum ResultContent<'a> {
+    Text(&'a str),
+    /// Content blocks; `text` blocks count, anything else is non-text.
+    Blocks(&'a [Value]),
+    /// Missing or of another shape: counts as empty text, never persisted.
+    Other,
+}
+
+impl<'a> ResultContent<'a> {
+    /// A content value as the budget reads it: a string, or blocks.
+    pub fn of_value(content: Option<&'a Value>) -> Self {
+        match content {
+            Some(Value::String(s)) => ResultContent::Text(s),
+            Some(Value::Array(b)) => ResultContent::Blocks(b),
+            _ => ResultContent::Other,
+        }
+    }
+
+    fn texts(&self) -> impl Iterator<Item = &'a str> {
+        let blocks: &'a [Value] = match self {
+            ResultContent::Blocks(b) => b,
+            _ => &[],
+        };
+        blocks
+            .iter()
+            .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+            .filter_map(|b| b.get("text").and_then(Value::as_str))
+    }
+
+    /// Size in `unit`: the string, or the sum over `text` blocks.
+    pub fn size(&self, unit: SizeUnit) -> u64 {
+        match self {
+            ResultContent::Text(s) => unit.len(s),
+            ResultContent::Blocks(_) => self.texts().map(|t| unit.len(t)).sum(),
+            ResultContent::Other => 0,
+        }
+    }
+
+    /// Whether the content holds anything but text (images, documents…).
+    pub fn has_non_text(&self) -> bool {
+        match self {
+            ResultContent::Blocks(b) => b
+                .iter()
+                .any(|b| b.get("type").and_then(Value::as_str) != Some("text")),
+            ResultContent::Text(_) => false,
+            ResultContent::Other => true,
+        }
+    }
+
+    /// The text a preview is cut from: text blocks are joined by newlines.
+    pub fn preview_text(&self) -> Cow<'a, str> {
+        match self {
+            ResultContent::Text(s) => Cow::Borrowed(s),
+            ResultContent::Blocks(_) => Cow::Owned(self.texts().collect::<Vec<_>>().join("\n")),
+            ResultContent::Other => Cow::Borrowed(""),
+        }
+    }
+
+    pub fn first_text(&self) -> &'a str {
+        match self {
+            ResultContent::Text(s) => s,
+            ResultContent::Blocks(_) => self.texts().next().unwrap_or_default(),
+            ResultContent::Other => "",
+        }
+    }
+
+    /// Whether the original is plain text (persisted as `.txt`) rather than
+    /// structured content (persisted as `.json`).
+    pub fn is_text(&self) -> bool {
+        matches!(self, ResultContent::Text(_))
+    }
+}
+
+/// Where one provider keeps calls, results and content in a message.
+///
+/// Implementations read and edit single messages; turns, pairing and
+/// repair are built on top of them in this module.
+pub trait Dialect: Send + Sync {
+    fn format(&self) -> Format;
+
+    /// Check the parts of a message the contract relies on, naming the
+    /// first offending field (`path` is the message's own, e.g. `message`).
+    /// With `strict_roles`, tool items in the wrong role are refused too.
+    fn validate(&self, message: &Value, path: &str, strict_roles: bool) -> Result<()>;
+
+    /// The side of a message; `None` for messages that belong to no turn
+    /// (they neither split a turn nor answer anything).
+    fn side(&self, message: &Value) -> Option<Side>;
+
+    /// Every item of a message, in order.
+    fn items<'a>(&self, message: &'a Value) -> Vec<Item<'a>>;
+
+    /// The content of the result item at `index`, as the budget sizes it.
+    fn result_content<'a>(&self, message: &'a Value, index: usize) -> ResultContent<'a>;
+
+    /// The value a result's digest and its artifact are made from.
+    fn result_value<'a>(&self, message: &'a Value, index: usize) -> Option<&'a Value>;
+
+    /// Put a preview (or a stored replacement) in place of the result at
+    /// `index`.
+    fn put_replacement(&self, message: &mut Value, index: usize, text: &str);
+
+    /// Messages answering `calls` (`(id, name)`) with error results that
+    /// carry `text`.
+    fn error_results(&self, calls: &[(String, String)], text: &str) -> Vec<Value>;
+
+    /// `message` without the items at `drop` (sorted indexes); `None` when
+    /// nothing of it is left to send.
+    fn without_items(&self, message: &Value, drop: &[usize]) -> Option<Value>;
+
+    /// The items at `take` (sorted indexes) of the user message, as one
+    /// message (or several) holding only them, in order.
+    fn only_items(&self, message: &Value, take: &[usize]) -> Vec<Value>;
+
+    /// Whether the budget's "message" is a run of consecutive result-bearing
+    /// messages (OpenAI Chat's `tool` messages) rather than each message on
+    /// its own (an Anthropic user message, PROTOCOL.md section 4).
+    fn budget_runs(&self) -> bool {
+        false
+    }
+
+    /// Skim a message from a transcript line (`message` is its raw JSON)
+    /// without copying tool output; `None` when it is not a message of this
+    /// format.
+    fn skim<'a>(&self, message: &'a [u8]) -> Option<Skim<'a>>;
+
+    /// The provider's own words for a fault, as its API answers with HTTP
+    /// 400 (`message` is the index the provider would name).
+    fn provider_error(&self, fault: Fault, message: usize, index: usize, ids: &[String]) -> String;
+}
+
+/// Results of `message` with their item index and id.
+pub fn results<'a>(dialect: &dyn Dialect, message: &'a Value) -> Vec<(usize, Cow<'a, str>)> {
+    dialect
+        .items(message)
+        .into_iter()
+        .filter(|i| i.kind == ItemKind::Result && !i.misplaced)
+        .map(|i| (i.index, i.id))
+        .collect()
+}
+
+/// Calls of `message` with their id and tool name.
+pub fn calls<'a>(dialect: &dyn Dialect, message: &'a Value) -> Vec<(Cow<'a, str>, Cow<'a, str>)> {
+    dialect
+        .items(message)
+        .into_iter()
+        .filter(|i| i.kind == ItemKind::Call && !i.misplaced)
+        .map(|i| (i.id, i.name))
+        .collect()
+}
+
+/// Text of a synthetic result closing an interrupted call.
+pub fn interrupted_text(reason: &str) -> String {
+    let reason = if reason.trim().is_empty() {
+        "interrupted"
+    } else {
+        reason
+    };
+    format!("Tool call did not complete: {reason}. No result was produced.")
+}

@@ -1,0 +1,241 @@
+//! Turns and pairs, the same for every provider (PROTOCOL.md 10.2).
+//!
+//! - Consecutive messages of one side are one turn (providers join them).
+//! - A result answers the nearest call with its id in the assistant turn
+//!   directly before its own turn; a second result for that call is a
+//!   duplicate, a result with no such call an orphan.
+//! - Two calls with one id in different turns are two calls.
+//! - In the answering turn, results come before any other content: a result
+//!   after text is not "immediately after" its call.
+//! - A call outside an assistant message, or a result outside a user
+//!   message, is in the wrong role.
+
+use super::{Dialect, ItemKind, Side};
+use serde_json::Value;
+
+/// What is wrong with one call or result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Fault {
+    /// A call with no result in the next turn.
+    Unanswered,
+    /// A result that answers no call of the turn before it.
+    Orphan,
+    /// A second result for one call.
+    Duplicate,
+    /// A call in a user message or a result in an assistant message.
+    WrongRole,
+    /// A result that answers its call but comes after other content of its
+    /// turn (the provider reads its call as unanswered).
+    Late,
+}
+
+impl Fault {
+    /// The stable name used in `transcript/check` violations.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Fault::Unanswered => "missingResult",
+            Fault::Orphan => "unexpectedResult",
+            Fault::Duplicate => "duplicateResult",
+            Fault::WrongRole => "wrongRole",
+            Fault::Late => "resultAfterContent",
+        }
+    }
+}
+
+/// One turn: its side and its messages (indexes into the conversation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Turn {
+    pub side: Side,
+    pub messages: Vec<usize>,
+}
+
+/// The verdict on one call or result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolVerdict {
+    pub message: usize,
+    /// Item index within the message.
+    pub index: usize,
+    pub kind: ItemKind,
+    pub id: String,
+    pub name: String,
+    pub fault: Option<Fault>,
+    /// For a result that answers a call: the call's verdict index.
+    pub answers: Option<usize>,
+}
+
+/// How a conversation's calls and results pair.
+#[derive(Debug, Default)]
+pub struct Pairing {
+    pub turns: Vec<Turn>,
+    /// Every call and result, in conversation order.
+    pub verdicts: Vec<ToolVerdict>,
+}
+
+impl Pairing {
+    pub fn is_valid(&self) -> bool {
+        self.verdicts.iter().all(|v| v.fault.is_none())
+    }
+
+    pub fn faults(&self) -> impl Iterator<Item = &ToolVerdict> {
+        self.verdicts.iter().filter(|v| v.fault.is_some())
+    }
+}
+
+/// Pair the calls and results of `messages` (in order; `None` stands for a
+/// line that is not a message and is skipped).
+pub fn pair<'m>(dialect: &dyn Dialect, messages: impl IntoIterator<Item = &'m Value>) -> Pairing {
+    let mut pairing = Pairing::default();
+    // Per turn, the verdict indexes of its calls (assistant turns).
+    let mut turn_calls: Vec<usize> = Vec::new();
+    let mut prev_calls: Vec<usize> = Vec::new();
+    let mut seen_content = false;
+    for (m, message) in messages.into_iter().enumerate() {
+        let Some(side) = dialect.side(message) else {
+            continue;
+        };
+        let new_turn = pairing.turns.last().is_none_or(|t| t.side != side);
+        if new_turn {
+            close_turn(&mut pairing, &mut turn_calls, &mut prev_calls);
+            pairing.turns.push(Turn {
+                side,
+                messages: Vec::new(),
+            });
+            seen_content = false;
+        }
+        if let Some(turn) = pairing.turns.last_mut() {
+            turn.messages.push(m);
+        }
+        for item in dialect.items(message) {
+            let mut verdict = ToolVerdict {
+                message: m,
+                index: item.index,
+                kind: item.kind,
+                id: item.id.into_owned(),
+                name: item.name.into_owned(),
+                fault: None,
+                answers: None,
+            };
+            match item.kind {
+                ItemKind::Other => {
+                    seen_content = true;
+                    continue;
+                }
+                _ if item.misplaced => verdict.fault = Some(Fault::WrongRole),
+                ItemKind::Call => turn_calls.push(pairing.verdicts.len()),
+                ItemKind::Result => {
+                    // The nearest call with this id in the turn before.
+                    let call = prev_calls
+                        .iter()
+                        .rev()
+                        .copied()
+                        .find(|&c| pairing.verdicts[c].id == verdict.id);
+                    match call {
+                        None => verdict.fault = Some(Fault::Orphan),
+                        Some(c) if pairing.verdicts[c].answers.is_some() => {
+                            verdict.fault = Some(Fault::Duplicate)
+                        }
+                        Some(c) => {
+                            let me = pairing.verdicts.len();
+                            pairing.verdicts[c].answers = Some(me);
+                            verdict.answers = Some(c);
+                            if seen_content {
+                                verdict.fault = Some(Fault::Late);
+                            }
+                        }
+                    }
+                }
+            }
+            pairing.verdicts.push(verdict);
+        }
+    }
+    close_turn(&mut pairing, &mut turn_calls, &mut prev_calls);
+    // Whatever the last assistant turn asked is still unanswered.
+    close_turn(&mut pairing, &mut turn_calls, &mut prev_calls);
+    pairing
+}
+
+/// Move on from a turn: the calls of the turn before it that got no result
+/// are unanswered; its own calls become the ones the next turn answers.
+fn close_turn(pairing: &mut Pairing, turn_calls: &mut Vec<usize>, prev_calls: &mut Vec<usize>) {
+    for &c in prev_calls.iter() {
+        let v = &mut pairing.verdicts[c];
+        if v.answers.is_none() {
+            v.fault = Some(Fault::Unanswered);
+        }
+    }
+    *prev_calls = std::mem::take(turn_calls);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::anthropic::Anthropic;
+    use serde_json::json;
+
+    fn call(id: &str) -> Value {
+        json!({"type":"tool_use","id":id,"name":"t","input":{}})
+    }
+    fn result(id: &str) -> Value {
+        json!({"type":"tool_result","tool_use_id":id,"content":"ok"})
+    }
+    fn faults(messages: &[Value]) -> Vec<(usize, String, Option<Fault>)> {
+        pair(&Anthropic, messages)
+            .verdicts
+            .into_iter()
+            .map(|v| (v.message, v.id, v.fault))
+            .collect()
+    }
+
+    #[test]
+    fn results_over_consecutive_user_messages_answer_one_turn() {
+        let m = [
+            json!({"role":"assistant","content":[call("a"), call("b")]}),
+            json!({"role":"user","content":[result("a")]}),
+            json!({"role":"user","content":[result("b")]}),
+        ];
+        assert!(pair(&Anthropic, &m).is_valid());
+        assert_eq!(pair(&Anthropic, &m).turns.len(), 2);
+    }
+
+    #[test]
+    fn a_call_answered_only_after_another_turn_is_unanswered_and_its_result_an_orphan() {
+        let m = [
+            json!({"role":"assistant","content":[call("a")]}),
+            json!({"role":"user","content":"go on"}),
+            json!({"role":"assistant","content":"ok"}),
+            json!({"role":"user","content":[result("a")]}),
+        ];
+        assert_eq!(
+            faults(&m),
+            vec![
+                (0, "a".into(), Some(Fault::Unanswered)),
+                (3, "a".into(), Some(Fault::Orphan)),
+            ]
+        );
+    }
+
+    #[test]
+    fn reused_ids_across_turns_are_two_calls_and_a_second_result_is_a_duplicate() {
+        let m = [
+            json!({"role":"assistant","content":[call("x")]}),
+            json!({"role":"user","content":[result("x")]}),
+            json!({"role":"assistant","content":[call("x")]}),
+            json!({"role":"user","content":[result("x"), result("x")]}),
+        ];
+        let f = faults(&m);
+        assert_eq!(f[3].2, None);
+        assert_eq!(f[4].2, Some(Fault::Duplicate));
+    }
+
+    #[test]
+    fn wrong_roles_and_late_results_are_faults() {
+        let m = [
+            json!({"role":"assistant","content":[call("a"), result("z")]}),
+            json!({"role":"user","content":[{"type":"text","text":"hi"}, result("a"), call("q")]}),
+        ];
+        let f = faults(&m);
+        assert_eq!(f[1].2, Some(Fault::WrongRole));
+        assert_eq!(f[2].2, Some(Fault::Late));
+        assert_eq!(f[3].2, Some(Fault::WrongRole));
+    }
+}

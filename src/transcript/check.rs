@@ -1,0 +1,80 @@
+//! `transcript/check`: whether the provider would accept a conversation as
+//! far as pairing goes, read through the same pairing as repair and the
+//! guard (PROTOCOL.md 10.4). Changes nothing.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::repair;
+use crate::error::Result;
+use crate::format::{self, Dialect, Fault};
+use crate::protocol::{TranscriptCheckResult, Violation};
+
+/// Check messages in order.
+pub fn check_messages<'m>(
+    dialect: &dyn Dialect,
+    messages: impl IntoIterator<Item = &'m Value>,
+) -> TranscriptCheckResult {
+    let pairing = format::pair(dialect, messages);
+    let mut violations: Vec<Violation> = Vec::new();
+    // Unanswered calls are one fault per assistant turn, as the provider
+    // reports them: all the turn's ids at the turn's first faulty message.
+    for turn in &pairing.turns {
+        let missing: Vec<_> = pairing
+            .verdicts
+            .iter()
+            .filter(|v| v.fault == Some(Fault::Unanswered) && turn.messages.contains(&v.message))
+            .collect();
+        if let Some(first) = missing.first() {
+            let ids: Vec<String> = missing.iter().map(|v| v.id.clone()).collect();
+            violations.push(Violation {
+                index: first.message,
+                kind: Fault::Unanswered.kind().to_owned(),
+                provider_error: dialect.provider_error(
+                    Fault::Unanswered,
+                    first.message,
+                    first.index,
+                    &ids,
+                ),
+                ids,
+            });
+        }
+    }
+    for v in pairing.faults() {
+        let fault = match v.fault {
+            Some(Fault::Unanswered) | None => continue,
+            Some(f) => f,
+        };
+        let ids = vec![v.id.clone()];
+        // A late result makes the provider miss it after its call: named at
+        // the call's message.
+        let (index, at) = match (fault, v.answers) {
+            (Fault::Late, Some(call)) => {
+                (pairing.verdicts[call].message, pairing.verdicts[call].index)
+            }
+            _ => (v.message, v.index),
+        };
+        violations.push(Violation {
+            index,
+            kind: fault.kind().to_owned(),
+            provider_error: dialect.provider_error(fault, index, at, &ids),
+            ids,
+        });
+    }
+    violations.sort_by_key(|v| v.index);
+    TranscriptCheckResult {
+        ok: violations.is_empty(),
+        violations,
+    }
+}
+
+/// Check a transcript file (a regular file of a known format).
+pub fn check_file(dialect: &dyn Dialect, path: &Path) -> Result<TranscriptCheckResult> {
+    let (_file, input, _) = repair::read_regular_shared(path)?;
+    let parsed = repair::parse(&input);
+    if !parsed.recognized && !input.is_empty() {
+        return Err(repair::unrecognized(path, &parsed));
+    }
+    Ok(check_messages(dialect, parsed.messages()))
+}
