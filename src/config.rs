@@ -282,6 +282,12 @@ pub struct Config {
     /// `toolwire proxy`: where it listens and where it forwards.
     #[serde(skip_serializing_if = "ProxyConfig::is_default")]
     pub proxy: ProxyConfig,
+    /// The provider format of new sessions (PROTOCOL.md 10.3):
+    /// `anthropic`, `openai-chat`, `openai-responses` or `gemini`. When
+    /// unset, a session keeps the format it was created with and a new one
+    /// is `anthropic`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub format: Option<crate::format::Format>,
 }
 
 /// `[proxy]` in `toolwire.toml`: the HTTP face (`toolwire proxy`).
@@ -353,6 +359,7 @@ pub struct Effective {
     pub tools: Tools,
     pub retention: Retention,
     pub proxy: ProxyConfig,
+    pub format: Option<crate::format::Format>,
 }
 
 impl Effective {
@@ -527,6 +534,7 @@ pub fn resolve(workspace: &Path, config: Config) -> Effective {
         tools: config.tools,
         retention: config.retention,
         proxy: config.proxy,
+        format: config.format,
     }
 }
 

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::artifact::ArtifactKind;
 pub use crate::artifact::read::ReadResult;
@@ -212,36 +212,118 @@ impl JsonSchema for SessionId {
     }
 }
 
-/// A message in the Anthropic Messages API shape. Every field and block the
-/// server does not know is kept exactly as received.
+/// A message in the shape of the session's provider format (PROTOCOL.md
+/// 10.3): an Anthropic message, an OpenAI Chat message, one OpenAI
+/// Responses input item, or one Gemini content. Every field, block, part
+/// and item the server does not know is kept exactly as received.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Message(pub Value);
+
+/// Open objects: the schemas name what toolwire reads and let everything
+/// else through, because unknown fields round-trip.
+fn object(required: &[&str], properties: Value) -> Value {
+    json!({
+        "type": "object",
+        "required": required,
+        "properties": properties,
+        "additionalProperties": true
+    })
+}
+
+fn message_variants() -> Vec<Value> {
+    let typed = object(&["type"], json!({ "type": { "type": "string" } }));
+    let mut anthropic = object(
+        &["role", "content"],
+        json!({
+            "role": { "type": "string", "enum": ["user", "assistant"] },
+            "content": { "anyOf": [ { "type": "string" }, { "type": "array", "items": typed } ] }
+        }),
+    );
+    anthropic["title"] = json!("AnthropicMessage");
+    anthropic["description"] = json!(
+        "format `anthropic`: a Messages API message; calls are `tool_use` blocks, results `tool_result` blocks."
+    );
+    let mut chat = object(
+        &["role"],
+        json!({
+            "role": { "type": "string", "enum": ["system", "developer", "user", "assistant", "tool", "function"] },
+            "content": { "anyOf": [ { "type": "string" }, { "type": "null" }, { "type": "array", "items": typed } ] },
+            "tool_calls": { "type": "array", "items": object(&["id"], json!({
+                "id": { "type": "string", "minLength": 1 },
+                "type": { "type": "string" },
+                "function": object(&[], json!({ "name": { "type": "string" }, "arguments": { "type": "string" } }))
+            })) },
+            "tool_call_id": { "type": "string", "minLength": 1 }
+        }),
+    );
+    chat["title"] = json!("OpenaiChatMessage");
+    chat["description"] = json!(
+        "format `openai-chat`: a Chat Completions message; calls are `tool_calls` entries, results `tool` messages."
+    );
+    let mut responses = object(
+        &[],
+        json!({
+            "type": { "type": "string", "description": "`message` (or absent, with a `role`), `function_call`, `function_call_output`, `custom_tool_call`, `custom_tool_call_output`, `local_shell_call`, `reasoning`, ..." },
+            "role": { "type": "string" },
+            "call_id": { "type": "string", "minLength": 1 },
+            "name": { "type": "string" },
+            "output": { "anyOf": [ { "type": "string" }, { "type": "array", "items": typed }, { "type": "object" } ] }
+        }),
+    );
+    responses["title"] = json!("OpenaiResponsesItem");
+    responses["description"] = json!("format `openai-responses`: one input item.");
+    responses["anyOf"] = json!([ { "required": ["type"] }, { "required": ["role"] } ]);
+    let mut gemini = object(
+        &["parts"],
+        json!({
+            "role": { "type": "string", "enum": ["user", "model", "function"] },
+            "parts": { "type": "array", "items": object(&[], json!({
+                "functionCall": object(&["name"], json!({ "name": { "type": "string" }, "id": { "type": "string" }, "args": { "type": "object" } })),
+                "functionResponse": object(&["name"], json!({ "name": { "type": "string" }, "id": { "type": "string" }, "response": { "type": "object" } })),
+                "thoughtSignature": { "type": "string" }
+            })) }
+        }),
+    );
+    gemini["title"] = json!("GeminiContent");
+    gemini["description"] = json!(
+        "format `gemini`: one content; calls are `functionCall` parts of a `model` content, results `functionResponse` parts of a `user` content."
+    );
+    vec![anthropic, chat, responses, gemini]
+}
 
 impl JsonSchema for Message {
     fn schema_name() -> Cow<'static, str> {
         "Message".into()
     }
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        // `anyOf`, not `oneOf`: one value can be a valid message of several
+        // formats (`{"role":"user","content":"hi"}`); the request's or the
+        // session's `format` says which it is.
+        let variants = message_variants();
         json_schema!({
-            "description": "A message in the Anthropic Messages API shape; unknown fields and blocks round-trip unchanged.",
-            "type": "object",
-            "required": ["role", "content"],
-            "properties": {
-                "role": { "type": "string", "enum": ["user", "assistant"] },
-                "content": {
-                    "anyOf": [
-                        { "type": "string" },
-                        { "type": "array", "items": {
-                            "type": "object",
-                            "required": ["type"],
-                            "properties": { "type": { "type": "string" } },
-                            "additionalProperties": true
-                        } }
-                    ]
-                }
-            },
-            "additionalProperties": true
+            "description": "A message in the session's provider format (PROTOCOL.md 10.3), one variant per format; unknown fields, blocks, parts and items round-trip unchanged.",
+            "anyOf": variants
+        })
+    }
+}
+
+/// `pair/append`'s message: one [`Message`], or (format `openai-responses`)
+/// an array of input items: one model response or one batch of outputs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct AppendMessage(pub Value);
+
+impl JsonSchema for AppendMessage {
+    fn schema_name() -> Cow<'static, str> {
+        "AppendMessage".into()
+    }
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        let one = generator.subschema_for::<Message>();
+        let items = message_variants().swap_remove(2);
+        json_schema!({
+            "description": "One message, or in `openai-responses` one input item or an array of them.",
+            "anyOf": [ one, { "type": "array", "minItems": 1, "items": items } ]
         })
     }
 }
@@ -382,6 +464,10 @@ pub struct BudgetApplyParams {
     /// Per-tool settings for this request, over the configuration's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools: Option<Tools>,
+    /// The provider format of the messages (PROTOCOL.md 10.3); default: the
+    /// configuration's `format`, else the session's, else `anthropic`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<Format>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -460,6 +546,10 @@ pub struct StateReconstructParams {
     /// Path of a transcript file to read as well.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transcript: Option<String>,
+    /// The provider format of the messages (PROTOCOL.md 10.3); default: the
+    /// configuration's `format`, else the session's, else `anthropic`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<Format>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub work_done_token: Option<ProgressToken>,
 }
@@ -496,7 +586,13 @@ pub struct StateGetResult {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PairAppendParams {
     pub session_id: SessionId,
-    pub message: Message,
+    /// One message; in `openai-responses`, one input item or an array of
+    /// them (one model response, or one batch of outputs).
+    pub message: AppendMessage,
+    /// The provider format of the messages (PROTOCOL.md 10.3); default: the
+    /// configuration's `format`, else the session's, else `anthropic`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<Format>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -550,6 +646,10 @@ pub struct FlushResult {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TranscriptRepairParams {
     pub path: String,
+    /// The transcript's format; default: its `session` line, else what its
+    /// content shows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<Format>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dry_run: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -665,6 +765,10 @@ pub enum TranscriptLine {
     Seen {
         #[serde(flatten)]
         seen: SeenLine,
+    },
+    /// The first line of a transcript in a format other than `anthropic`.
+    Session {
+        format: Format,
     },
 }
 

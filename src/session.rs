@@ -361,6 +361,9 @@ pub struct Loaded {
     pub tool_names: HashTrieMapSync<Arc<str>, Arc<str>>,
     pub transcript: Option<Arc<Mutex<TranscriptWriter>>>,
     pub guard: PairGuard,
+    /// The provider format, fixed when the session came into being
+    /// (PROTOCOL.md 10.3); `None` until then.
+    pub format: Option<Format>,
 }
 
 impl Session {
@@ -461,15 +464,30 @@ impl Session {
             loaded.transcript = Some(Arc::new(Mutex::new(writer)));
             created = true;
         }
-        if lines.is_empty() {
-            return Ok(true);
-        }
+        let format = *loaded.format.get_or_insert_default();
         let Some(transcript) = loaded.transcript.clone() else {
             return Ok(false);
         };
+        let header = crate::transcript::session_line(format).filter(|_| {
+            transcript
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_empty()
+        });
+        if lines.is_empty() && header.is_none() {
+            return Ok(true);
+        }
         let commit = move || {
             let mut writer = transcript.lock().unwrap_or_else(|p| p.into_inner());
-            let outcome = writer.commit(&lines.bytes, fsync);
+            let outcome = match header {
+                // A new transcript starts with the line naming its format,
+                // in the same commit as its first lines.
+                Some(mut bytes) => {
+                    bytes.extend_from_slice(&lines.bytes);
+                    writer.commit(&bytes, fsync)
+                }
+                None => writer.commit(&lines.bytes, fsync),
+            };
             if outcome.is_err() && created && writer.is_empty() {
                 // The first append of a new session was refused: the session
                 // must not come into being as an empty file. Removed while
@@ -491,6 +509,31 @@ impl Session {
             loaded.transcript = None;
         }
         outcome.map(|()| true)
+    }
+
+    /// The format a request in `requested` (else `configured`) runs in: a
+    /// session keeps the format it was created with, and a request naming
+    /// another is refused. Nothing is bound here: a request binds the
+    /// format once it succeeds ([`Loaded::format`]).
+    pub async fn format_for(
+        &mut self,
+        requested: Option<Format>,
+        configured: Option<Format>,
+    ) -> Result<Format> {
+        let loaded = self.load().await?;
+        match (loaded.format, requested) {
+            (Some(own), Some(asked)) if own != asked => Err(Error::invalid_params(
+                "format",
+                format!(
+                    "session {} is in the {} format, not {}",
+                    self.key.id,
+                    own.name(),
+                    asked.name()
+                ),
+            )),
+            (Some(own), _) => Ok(own),
+            (None, asked) => Ok(asked.or(configured).unwrap_or_default()),
+        }
     }
 
     /// Replace the whole loaded contents (fork targets, reconstruct).
@@ -545,10 +588,12 @@ fn load_from_disk(key: &SessionKey, files: &dyn LogFileFactory) -> Result<Loaded
     }
     let file = writer::open_locked(&path, false)?;
     let storage = |err: std::io::Error| Error::storage(&path, &err);
+    let format = reader::detect_format(BufReader::new(File::open(&path).map_err(storage)?))
+        .map_err(storage)?;
     let read = File::open(&path).map_err(storage)?;
     let mut image = SessionImage::default();
     let (complete, torn) = reader::read_lines(
-        Format::Anthropic,
+        format,
         BufReader::new(read),
         reader::ReadLimits::default(),
         || false,
@@ -580,5 +625,6 @@ fn load_from_disk(key: &SessionKey, files: &dyn LogFileFactory) -> Result<Loaded
         keep,
     ))));
     loaded.exists = true;
+    loaded.format = Some(format);
     Ok(loaded)
 }

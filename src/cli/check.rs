@@ -10,27 +10,33 @@ use toolwire::format::Format;
 pub struct Args {
     /// The transcript to check (JSON Lines).
     path: PathBuf,
-    /// The provider format (default: anthropic).
-    #[arg(long, value_enum, default_value = "anthropic")]
-    format: FormatArg,
+    /// The provider format (default: the transcript's `session` line, else
+    /// what its content shows, else anthropic).
+    #[arg(long, value_enum)]
+    format: Option<FormatArg>,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
-enum FormatArg {
+pub enum FormatArg {
     Anthropic,
+    OpenaiChat,
+    OpenaiResponses,
+    Gemini,
 }
 
 impl From<FormatArg> for Format {
     fn from(arg: FormatArg) -> Format {
         match arg {
             FormatArg::Anthropic => Format::Anthropic,
+            FormatArg::OpenaiChat => Format::OpenaiChat,
+            FormatArg::OpenaiResponses => Format::OpenaiResponses,
+            FormatArg::Gemini => Format::Gemini,
         }
     }
 }
 
 pub fn run(Args { path, format }: Args) -> ExitCode {
-    let dialect = Format::from(format).dialect();
-    match toolwire::transcript::check::check_file(dialect, &path) {
+    match toolwire::transcript::check::check_file(format.map(Format::from), &path) {
         Ok(result) if result.ok => {
             super::say!("{}: ok", path.display());
             ExitCode::SUCCESS

@@ -12,11 +12,22 @@ pub struct Args {
     /// Report what would change without writing.
     #[arg(long)]
     dry_run: bool,
+    /// The provider format (default: the transcript's `session` line, else
+    /// what its content shows, else anthropic).
+    #[arg(long, value_enum)]
+    format: Option<super::check::FormatArg>,
 }
 
-pub fn run(Args { path, dry_run }: Args) -> ExitCode {
+pub fn run(
+    Args {
+        path,
+        dry_run,
+        format,
+    }: Args,
+) -> ExitCode {
     let path = path.as_path();
-    match toolwire::transcript::repair::repair_file(path, dry_run) {
+    let format = format.map(toolwire::format::Format::from);
+    match toolwire::transcript::repair::repair_file(path, format, dry_run) {
         Ok(report) if !report.changed => {
             super::say!(
                 "{}: valid, nothing to change ({} lines kept as they are)",

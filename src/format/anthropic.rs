@@ -123,6 +123,7 @@ impl Dialect for Anthropic {
                         id: Cow::Borrowed(str_field(block, "id")),
                         name: Cow::Borrowed(str_field(block, "name")),
                         misplaced: side != Some(Side::Assistant),
+                        positional: false,
                     },
                     Some("tool_result") => Item {
                         kind: ItemKind::Result,
@@ -130,6 +131,7 @@ impl Dialect for Anthropic {
                         id: Cow::Borrowed(str_field(block, "tool_use_id")),
                         name: Cow::Borrowed(""),
                         misplaced: side != Some(Side::User),
+                        positional: false,
                     },
                     _ => other(index),
                 })
@@ -160,7 +162,7 @@ impl Dialect for Anthropic {
         }
     }
 
-    fn error_results(&self, calls: &[(String, String)], text: &str) -> Vec<Value> {
+    fn error_results(&self, calls: &[(String, String)], _turn: &[Value], text: &str) -> Vec<Value> {
         let content: Vec<Value> = calls
             .iter()
             .map(|(id, _)| {
@@ -254,13 +256,14 @@ pub fn skim_head(head: MessageHead<'_>) -> Skim<'_> {
     skim
 }
 
-fn other(index: usize) -> Item<'static> {
+pub(crate) fn other(index: usize) -> Item<'static> {
     Item {
         kind: ItemKind::Other,
         index,
         id: Cow::Borrowed(""),
         name: Cow::Borrowed(""),
         misplaced: false,
+        positional: false,
     }
 }
 

@@ -16,6 +16,9 @@
 //! numbers go back out exactly as they came in.
 
 pub mod anthropic;
+pub mod gemini;
+pub mod openai_chat;
+pub mod openai_responses;
 mod pairing;
 
 use std::borrow::Cow;
@@ -36,19 +39,39 @@ pub use pairing::{Fault, Pairing, ToolVerdict, Turn, pair};
 pub enum Format {
     #[default]
     Anthropic,
+    OpenaiChat,
+    OpenaiResponses,
+    Gemini,
 }
 
 impl Format {
     pub fn dialect(self) -> &'static dyn Dialect {
         match self {
             Format::Anthropic => &anthropic::Anthropic,
+            Format::OpenaiChat => &openai_chat::OpenaiChat,
+            Format::OpenaiResponses => &openai_responses::OpenaiResponses,
+            Format::Gemini => &gemini::Gemini,
         }
     }
 
     pub fn name(self) -> &'static str {
         match self {
             Format::Anthropic => "anthropic",
+            Format::OpenaiChat => "openai-chat",
+            Format::OpenaiResponses => "openai-responses",
+            Format::Gemini => "gemini",
         }
+    }
+
+    pub const ALL: [Format; 4] = [
+        Format::Anthropic,
+        Format::OpenaiChat,
+        Format::OpenaiResponses,
+        Format::Gemini,
+    ];
+
+    pub fn from_name(name: &str) -> Option<Format> {
+        Format::ALL.into_iter().find(|f| f.name() == name)
     }
 }
 
@@ -87,6 +110,10 @@ pub struct Item<'a> {
     /// A call outside an assistant message or a result outside a user
     /// message: the provider refuses it, repair drops it.
     pub misplaced: bool,
+    /// The provider gave the item no id (Gemini calls without `id`): `id`
+    /// is the tool name and the item pairs by order among those of that
+    /// name, so two of them may share it.
+    pub positional: bool,
 }
 
 /// A message reduced to what state is built from, read from a transcript
@@ -168,6 +195,9 @@ pub enum ResultContent<'a> {
     Text(&'a str),
     /// Content blocks; `text` blocks count, anything else is non-text.
     Blocks(&'a [Value]),
+    /// A structured value whose text is its compact JSON (a Gemini
+    /// `functionResponse.response` without a string `output`).
+    Json(&'a Value),
     /// Missing or of another shape: counts as empty text, never persisted.
     Other,
 }
@@ -189,7 +219,7 @@ impl<'a> ResultContent<'a> {
         };
         blocks
             .iter()
-            .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+            .filter(|b| is_text_part(b))
             .filter_map(|b| b.get("text").and_then(Value::as_str))
     }
 
@@ -198,6 +228,7 @@ impl<'a> ResultContent<'a> {
         match self {
             ResultContent::Text(s) => unit.len(s),
             ResultContent::Blocks(_) => self.texts().map(|t| unit.len(t)).sum(),
+            ResultContent::Json(v) => unit.len(&v.to_string()),
             ResultContent::Other => 0,
         }
     }
@@ -205,10 +236,8 @@ impl<'a> ResultContent<'a> {
     /// Whether the content holds anything but text (images, documents…).
     pub fn has_non_text(&self) -> bool {
         match self {
-            ResultContent::Blocks(b) => b
-                .iter()
-                .any(|b| b.get("type").and_then(Value::as_str) != Some("text")),
-            ResultContent::Text(_) => false,
+            ResultContent::Blocks(b) => b.iter().any(|b| !is_text_part(b)),
+            ResultContent::Text(_) | ResultContent::Json(_) => false,
             ResultContent::Other => true,
         }
     }
@@ -218,6 +247,7 @@ impl<'a> ResultContent<'a> {
         match self {
             ResultContent::Text(s) => Cow::Borrowed(s),
             ResultContent::Blocks(_) => Cow::Owned(self.texts().collect::<Vec<_>>().join("\n")),
+            ResultContent::Json(v) => Cow::Owned(v.to_string()),
             ResultContent::Other => Cow::Borrowed(""),
         }
     }
@@ -226,7 +256,7 @@ impl<'a> ResultContent<'a> {
         match self {
             ResultContent::Text(s) => s,
             ResultContent::Blocks(_) => self.texts().next().unwrap_or_default(),
-            ResultContent::Other => "",
+            ResultContent::Json(_) | ResultContent::Other => "",
         }
     }
 
@@ -235,6 +265,15 @@ impl<'a> ResultContent<'a> {
     pub fn is_text(&self) -> bool {
         matches!(self, ResultContent::Text(_))
     }
+}
+
+/// A text part of result content: Anthropic's `text` block, the Responses
+/// API's `input_text`/`output_text` parts.
+fn is_text_part(part: &Value) -> bool {
+    matches!(
+        part.get("type").and_then(Value::as_str),
+        Some("text" | "input_text" | "output_text")
+    )
 }
 
 /// Where one provider keeps calls, results and content in a message.
@@ -266,9 +305,16 @@ pub trait Dialect: Send + Sync {
     /// `index`.
     fn put_replacement(&self, message: &mut Value, index: usize, text: &str);
 
-    /// Messages answering `calls` (`(id, name)`) with error results that
-    /// carry `text`.
-    fn error_results(&self, calls: &[(String, String)], text: &str) -> Vec<Value>;
+    /// Messages answering `calls` (`(id, name)`, made in the messages of
+    /// `turn`) with error results that carry `text`.
+    fn error_results(&self, calls: &[(String, String)], turn: &[Value], text: &str) -> Vec<Value>;
+
+    /// Whether the message belongs with the call items that follow it in
+    /// its turn (a Responses `reasoning` item): repair drops it when it
+    /// drops every item that followed it, and never otherwise.
+    fn leads_calls(&self, _message: &Value) -> bool {
+        false
+    }
 
     /// `message` without the items at `drop` (sorted indexes); `None` when
     /// nothing of it is left to send.
@@ -293,6 +339,69 @@ pub trait Dialect: Send + Sync {
     /// The provider's own words for a fault, as its API answers with HTTP
     /// 400 (`message` is the index the provider would name).
     fn provider_error(&self, fault: Fault, message: usize, index: usize, ids: &[String]) -> String;
+}
+
+/// A skim built from the parsed message, for dialects whose transcripts
+/// are read whole (the digest is that of [`Dialect::result_value`], as the
+/// budget computes it).
+pub fn skim_value<'a>(dialect: &dyn Dialect, message: &'a [u8]) -> Option<Skim<'a>> {
+    let value: Value = serde_json::from_slice(message).ok()?;
+    if !value.is_object() {
+        return None;
+    }
+    let side = dialect.side(&value);
+    let mut skim = Skim {
+        side,
+        ..Skim::default()
+    };
+    for item in dialect.items(&value) {
+        if item.misplaced {
+            continue;
+        }
+        match item.kind {
+            ItemKind::Call => skim.calls.push((
+                Cow::Owned(item.id.into_owned()),
+                Cow::Owned(item.name.into_owned()),
+            )),
+            ItemKind::Result => {
+                let replacement = dialect
+                    .result_content(&value, item.index)
+                    .first_text()
+                    .starts_with(crate::budget::preview::OPEN_TAG);
+                let digest = (!replacement).then(|| {
+                    Digest::of_value(
+                        dialect
+                            .result_value(&value, item.index)
+                            .unwrap_or(&Value::Null),
+                    )
+                });
+                skim.results.push(SkimResult {
+                    id: Cow::Owned(item.id.into_owned()),
+                    digest,
+                });
+            }
+            ItemKind::Other => {}
+        }
+    }
+    Some(skim)
+}
+
+/// [`Dialect::only_items`] of a message that is one item in itself (an
+/// OpenAI Chat `tool` message, a Responses item).
+pub fn whole_message(message: &Value, take: &[usize]) -> Vec<Value> {
+    if take.contains(&0) {
+        vec![message.clone()]
+    } else {
+        Vec::new()
+    }
+}
+
+/// Set the top-level text field `field` of a message (where a preview goes
+/// when the result is the whole message).
+pub fn set_text(message: &mut Value, field: &str, text: &str) {
+    if let Some(obj) = message.as_object_mut() {
+        obj.insert(field.into(), Value::String(text.to_owned()));
+    }
 }
 
 /// Results of `message` with their item index and id.

@@ -123,12 +123,19 @@ pub fn pair<'m>(dialect: &dyn Dialect, messages: impl IntoIterator<Item = &'m Va
                 _ if item.misplaced => verdict.fault = Some(Fault::WrongRole),
                 ItemKind::Call => turn_calls.push(pairing.verdicts.len()),
                 ItemKind::Result => {
-                    // The nearest call with this id in the turn before.
-                    let call = prev_calls
-                        .iter()
-                        .rev()
-                        .copied()
-                        .find(|&c| pairing.verdicts[c].id == verdict.id);
+                    // The nearest call with this id in the turn before;
+                    // without ids, the first of that name still open.
+                    let same = |c: &usize| pairing.verdicts[*c].id == verdict.id;
+                    let call = if item.positional {
+                        let open = |c: &usize| same(c) && pairing.verdicts[*c].answers.is_none();
+                        prev_calls
+                            .iter()
+                            .copied()
+                            .find(open)
+                            .or_else(|| prev_calls.iter().copied().find(same))
+                    } else {
+                        prev_calls.iter().rev().copied().find(same)
+                    };
                     match call {
                         None => verdict.fault = Some(Fault::Orphan),
                         Some(c) if pairing.verdicts[c].answers.is_some() => {

@@ -155,6 +155,8 @@ async fn apply(front: &Front, tool: &str, id: &str, content: Value) -> Result<Bu
         limits: None,
         preview_mode: None,
         tools: None,
+        // The front speaks Anthropic blocks whatever `format` new sessions get.
+        format: Some(crate::format::Format::Anthropic),
     };
     crate::methods::budget_apply_queued(&front.registry, front.config.clone(), params).await
 }

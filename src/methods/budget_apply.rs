@@ -23,7 +23,7 @@ use crate::artifact::ArtifactKind;
 use crate::budget::{self, Chosen, PlanContext};
 use crate::config::{self, Effective, ToolPolicy};
 use crate::error::Result;
-use crate::format::{self, Dialect, Digest, Format};
+use crate::format::{self, Dialect, Digest};
 use crate::protocol::{
     BudgetApply, BudgetApplyParams, BudgetApplyResult, Message, PersistFailure, Persisted,
     RECORD_KIND, ReplacementRecord, SeenLine, SessionId,
@@ -75,7 +75,8 @@ pub async fn apply(
     cancel: &CancellationToken,
     params: BudgetApplyParams,
 ) -> Result<BudgetApplyResult> {
-    let dialect = Format::Anthropic.dialect();
+    let format = session.format_for(params.format, config.format).await?;
+    let dialect = format.dialect();
     for (i, m) in params.messages.iter().enumerate() {
         dialect.validate(&m.0, &format!("messages[{i}]"), false)?;
     }
@@ -203,6 +204,7 @@ pub async fn apply(
     if cancel.is_cancelled() {
         return Err(crate::error::Error::Cancelled);
     }
+    session.load().await?.format.get_or_insert(format);
     if !records.is_empty() || !seen.tool_use_ids.is_empty() {
         // Journaled before the reply, so a restart at any moment resumes
         // with exactly the decisions the client was sent (PROTOCOL.md 10.1),

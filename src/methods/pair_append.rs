@@ -6,7 +6,9 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 
 use super::{Reply, RequestCx, SessionMethod};
-use crate::error::Result;
+use serde_json::Value;
+
+use crate::error::{Error, Result};
 use crate::format::{self, Format};
 use crate::protocol::{PairAppend, PairAppendParams, PairAppendResult, SessionId};
 use crate::session::Session;
@@ -22,20 +24,47 @@ impl SessionMethod for PairAppend {
         params: PairAppendParams,
     ) -> BoxFuture<'a, Result<Reply<PairAppendResult>>> {
         Box::pin(async move {
-            let dialect = Format::Anthropic.dialect();
-            let msg = params.message.0;
+            let format = session.format_for(params.format, cx.config.format).await?;
+            let dialect = format.dialect();
+            let group = match params.message.0 {
+                // One model response or one batch of outputs.
+                Value::Array(items) if format == Format::OpenaiResponses && !items.is_empty() => {
+                    items
+                }
+                Value::Array(_) => {
+                    return Err(Error::invalid_params(
+                        "message",
+                        match format {
+                            Format::OpenaiResponses => "an array of input items must not be empty",
+                            _ => {
+                                "a message must be an object (arrays of items are for openai-responses)"
+                            }
+                        },
+                    ));
+                }
+                msg => vec![msg],
+            };
             // Tool blocks in the wrong role would be orphans in the
             // transcript: refused (PROTOCOL.md 10.2).
-            dialect.validate(&msg, "message", true)?;
-            let names: Vec<(Arc<str>, Arc<str>)> = format::calls(dialect, &msg)
-                .into_iter()
+            for (i, msg) in group.iter().enumerate() {
+                let path = if group.len() == 1 {
+                    "message".to_owned()
+                } else {
+                    format!("message[{i}]")
+                };
+                dialect.validate(msg, &path, true)?;
+            }
+            let names: Vec<(Arc<str>, Arc<str>)> = group
+                .iter()
+                .flat_map(|msg| format::calls(dialect, msg))
                 .map(|(id, name)| (Arc::from(&*id), Arc::from(&*name)))
                 .collect();
             let loaded = session.load().await?;
             let step =
                 loaded
                     .guard
-                    .append(dialect, msg, cx.conn.id, cx.config.abort_mode, "message")?;
+                    .append(dialect, group, cx.conn.id, cx.config.abort_mode, "message")?;
+            loaded.format.get_or_insert(format);
             cx.check_cancelled()?;
             {
                 let slot = cx.slot(&params.session_id);

@@ -58,10 +58,8 @@ async fn flush(
     if !owned {
         return Ok(empty(mode));
     }
-    let (lines, result) =
-        loaded
-            .guard
-            .flush(crate::format::Format::Anthropic.dialect(), mode, reason);
+    let dialect = loaded.format.unwrap_or_default().dialect();
+    let (lines, result) = loaded.guard.flush(dialect, mode, reason);
     session.write(lines, fsync, true).await?;
     let loaded = session.load().await?;
     loaded

@@ -39,6 +39,7 @@ impl SessionMethod for StateFork {
             }
             let state = loaded.state.clone();
             let tool_names = loaded.tool_names.clone();
+            let format = loaded.format;
             // The committed transcript as of now: its path and length.
             let transcript = match (&loaded.transcript, params.copy_transcript.unwrap_or(true)) {
                 (Some(t), true) => {
@@ -86,6 +87,7 @@ impl SessionMethod for StateFork {
                                 tool_names,
                                 transcript: writer.map(|w| Arc::new(Mutex::new(w))),
                                 guard: Default::default(),
+                                format,
                             });
                             Ok(result)
                         })

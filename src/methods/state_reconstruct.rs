@@ -43,7 +43,23 @@ async fn reconstruct(
     cx: &RequestCx,
     params: StateReconstructParams,
 ) -> Result<StateReconstructResult> {
-    let format = Format::Anthropic;
+    // A transcript file says its own format (its session line, else its
+    // content) unless the request names one.
+    let path = params
+        .transcript
+        .as_ref()
+        .map(|p| cx.config.workspace_path(p));
+    let file_format = match (&path, params.format) {
+        (Some(path), None) => {
+            let file = std::fs::File::open(path).map_err(|err| Error::storage(path, &err))?;
+            Some(
+                reader::detect_format(BufReader::new(file))
+                    .map_err(|err| Error::storage(path, &err))?,
+            )
+        }
+        _ => params.format,
+    };
+    let format = session.format_for(file_format, cx.config.format).await?;
     let dialect = format.dialect();
     let mut image = SessionImage::default();
     for (i, m) in params.messages.iter().flatten().enumerate() {
@@ -66,8 +82,7 @@ async fn reconstruct(
             image.add_record(r);
             image
         });
-    if let Some(path) = params.transcript {
-        let path = cx.config.workspace_path(&path);
+    if let Some(path) = path {
         cx.progress(
             params.work_done_token.as_ref(),
             json!({"kind": "begin", "title": "Reconstructing state", "percentage": 0}),
@@ -78,6 +93,7 @@ async fn reconstruct(
         image = tokio::task::spawn_blocking(move || {
             read_transcript(
                 &path,
+                format,
                 image,
                 || cancel.is_cancelled(),
                 |done, total| {
@@ -118,6 +134,7 @@ async fn reconstruct(
     cx.check_cancelled()?;
     let loaded = session.load().await?;
     loaded.exists = true;
+    loaded.format.get_or_insert(format);
     loaded.state = state;
     for (id, name) in image.undecided_names.drain() {
         loaded.tool_names.insert_mut(id, name);
@@ -142,6 +159,7 @@ async fn reconstruct(
 /// `cancelled` is polled between reads.
 fn read_transcript(
     path: &std::path::Path,
+    format: Format,
     mut image: SessionImage,
     cancelled: impl Fn() -> bool,
     progress: impl Fn(u64, u64),
@@ -152,7 +170,7 @@ fn read_transcript(
     let mut next_report = STEP;
     let reader = BufReader::with_capacity(1 << 20, file);
     let read = reader::read_lines(
-        Format::Anthropic,
+        format,
         reader,
         ReadLimits::default(),
         &cancelled,

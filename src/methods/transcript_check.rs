@@ -37,7 +37,8 @@ impl ConcurrentMethod for TranscriptCheck {
                 (Some(path), None) => {
                     let path = cx.config.workspace_path(&path);
                     cx.check_cancelled()?;
-                    tokio::task::spawn_blocking(move || check::check_file(dialect, &path))
+                    let format = params.format;
+                    tokio::task::spawn_blocking(move || check::check_file(format, &path))
                         .await
                         .map_err(|e| Error::Internal(e.to_string()))?
                 }

@@ -24,9 +24,11 @@ impl ConcurrentMethod for TranscriptRepair {
             );
             cx.check_cancelled()?;
             let dry_run = params.dry_run.unwrap_or(false);
-            let result = tokio::task::spawn_blocking(move || repair::repair_file(&path, dry_run))
-                .await
-                .map_err(|e| Error::Internal(e.to_string()))?;
+            let format = params.format;
+            let result =
+                tokio::task::spawn_blocking(move || repair::repair_file(&path, format, dry_run))
+                    .await
+                    .map_err(|e| Error::Internal(e.to_string()))?;
             cx.progress(token, json!({"kind": "end"}));
             result
         })

@@ -256,6 +256,8 @@ impl Proxy {
             limits: None,
             tools: None,
             preview_mode: None,
+            // The proxy budgets its Anthropic route (`/v1/messages`).
+            format: Some(crate::format::Format::Anthropic),
         };
         match crate::methods::budget_apply_queued(&self.registry, self.config.clone(), params).await
         {

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::repair;
 use crate::error::Result;
-use crate::format::{self, Dialect, Fault};
+use crate::format::{self, Dialect, Fault, Format};
 use crate::protocol::{TranscriptCheckResult, Violation};
 
 /// Check messages in order.
@@ -70,11 +70,13 @@ pub fn check_messages<'m>(
 }
 
 /// Check a transcript file (a regular file of a known format).
-pub fn check_file(dialect: &dyn Dialect, path: &Path) -> Result<TranscriptCheckResult> {
+/// Read in `format`, else in the format its lines say.
+pub fn check_file(format: Option<Format>, path: &Path) -> Result<TranscriptCheckResult> {
     let (_file, input, _) = repair::read_regular_shared(path)?;
     let parsed = repair::parse(&input);
     if !parsed.recognized && !input.is_empty() {
         return Err(repair::unrecognized(path, &parsed));
     }
+    let dialect = repair::format_of(format, &input).dialect();
     Ok(check_messages(dialect, parsed.messages()))
 }

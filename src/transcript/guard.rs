@@ -53,11 +53,11 @@ pub enum Transition {
     Buffer(Box<Pending>),
     /// Another assistant message of the pending turn.
     Extend {
-        message: Value,
+        messages: Vec<Value>,
         calls: Vec<(String, String)>,
     },
     Answer {
-        message: Value,
+        messages: Vec<Value>,
         answered: Vec<String>,
     },
 }
@@ -88,60 +88,102 @@ impl PairGuard {
             Transition::Keep => {}
             Transition::Clear => self.pending = None,
             Transition::Buffer(p) => self.pending = Some(*p),
-            Transition::Extend { message, calls } => {
+            Transition::Extend { messages, calls } => {
                 if let Some(p) = self.pending.as_mut() {
                     p.outstanding.extend(calls.iter().map(|(id, _)| id.clone()));
                     p.calls.extend(calls);
-                    p.assistant.push(message);
+                    p.assistant.extend(messages);
                 }
             }
-            Transition::Answer { message, answered } => {
+            Transition::Answer { messages, answered } => {
                 if let Some(p) = self.pending.as_mut() {
-                    p.outstanding.retain(|id| !answered.contains(id));
-                    p.answers.push(message);
+                    // One outstanding entry per answer: ids answered by
+                    // position may occur more than once.
+                    for id in &answered {
+                        if let Some(at) = p.outstanding.iter().position(|o| o == id) {
+                            p.outstanding.remove(at);
+                        }
+                    }
+                    p.answers.extend(messages);
                 }
             }
         }
     }
 
-    /// Plan the append of `msg` (already validated, roles included).
+    /// Plan the append of `group`: one message, or the items of one model
+    /// response or one batch of outputs (the Responses API), appended as
+    /// one (already validated, roles included).
     pub fn append(
         &self,
         dialect: &dyn Dialect,
-        msg: Value,
+        group: Vec<Value>,
         owner: Owner,
         abort: AbortMode,
         path: &str,
     ) -> Result<Step> {
-        let side = dialect.side(&msg);
-        let items = dialect.items(&msg);
-        let calls: Vec<(String, String)> = items
+        let mut side = None;
+        for (i, m) in group.iter().enumerate() {
+            match (side, dialect.side(m)) {
+                (_, None) => {}
+                (None, s) => side = s,
+                (Some(a), Some(b)) if a != b => {
+                    return Err(Error::invalid_params(
+                        format!("{path}[{i}]"),
+                        "one append holds the items of one side: a model response, or a batch of results",
+                    ));
+                }
+                _ => {}
+            }
+        }
+        // Items of messages that belong to no turn (a developer message)
+        // are neither content nor tool items of the pair.
+        let items: Vec<(usize, format::Item)> = group
             .iter()
-            .filter(|i| i.kind == ItemKind::Call && !i.misplaced)
-            .map(|i| (i.id.to_string(), i.name.to_string()))
+            .enumerate()
+            .filter(|(_, m)| dialect.side(m).is_some())
+            .flat_map(|(m, msg)| dialect.items(msg).into_iter().map(move |i| (m, i)))
+            .collect();
+        let item_path = |m: usize, index: usize| {
+            if group.len() == 1 {
+                format!("{path}.content[{index}]")
+            } else {
+                format!("{path}[{m}]")
+            }
+        };
+        let calls: Vec<(String, String, bool)> = items
+            .iter()
+            .filter(|(_, i)| i.kind == ItemKind::Call && !i.misplaced)
+            .map(|(_, i)| (i.id.to_string(), i.name.to_string(), i.positional))
             .collect();
         let results: Vec<&str> = items
             .iter()
-            .filter(|i| i.kind == ItemKind::Result && !i.misplaced)
-            .map(|i| &*i.id)
+            .filter(|(_, i)| i.kind == ItemKind::Result && !i.misplaced)
+            .map(|(_, i)| &*i.id)
             .collect();
 
         let mut unique = HashSet::new();
-        if let Some((dup, _)) = calls.iter().find(|(id, _)| !unique.insert(id.as_str())) {
+        if let Some((dup, _, _)) = calls
+            .iter()
+            .find(|(id, _, positional)| !positional && !unique.insert(id.as_str()))
+        {
             return Err(Error::invalid_params(
                 format!("{path}.content"),
-                format!("two tool_use blocks share the id {dup:?}"),
+                format!("two tool calls share the id {dup:?}"),
             ));
         }
+        let calls: Vec<(String, String)> =
+            calls.into_iter().map(|(id, name, _)| (id, name)).collect();
 
         if !results.is_empty() {
             // Results come first in their turn: after other content the
             // provider reads their calls as unanswered.
-            if let Some(late) = items.iter().position(|i| i.kind == ItemKind::Other)
-                && let Some(result) = items[late..].iter().find(|i| i.kind == ItemKind::Result)
+            if let Some(late) = items.iter().position(|(_, i)| i.kind == ItemKind::Other)
+                && let Some((m, result)) = items[late..]
+                    .iter()
+                    .find(|(_, i)| i.kind == ItemKind::Result)
             {
                 return Err(Error::invalid_params(
-                    format!("{path}.content[{}]", result.index),
+                    item_path(*m, result.index),
                     "tool results must come before any other content of the message",
                 ));
             }
@@ -152,24 +194,23 @@ impl PairGuard {
             };
             let mut answered: Vec<String> = Vec::new();
             for id in &results {
-                if !pending.outstanding.iter().any(|o| o == id) || answered.iter().any(|a| a == id)
-                {
+                // Ids answered by position may recur: as many results as
+                // calls of that name.
+                let open = pending.outstanding.iter().filter(|o| o == id).count();
+                let taken = answered.iter().filter(|a| a == id).count();
+                if taken >= open {
                     return Err(Error::UnknownToolResult {
                         tool_use_id: (*id).to_owned(),
                     });
                 }
                 answered.push((*id).to_owned());
             }
-            let remaining = pending
-                .outstanding
-                .iter()
-                .filter(|o| !answered.contains(o))
-                .count();
+            let remaining = pending.outstanding.len() - answered.len();
             if remaining > 0 {
                 return Ok(Step {
                     lines: Lines::default(),
                     transition: Transition::Answer {
-                        message: msg,
+                        messages: group,
                         answered,
                     },
                     status: AppendStatus::Buffered,
@@ -177,10 +218,14 @@ impl PairGuard {
                 });
             }
             let mut lines = Lines::default();
-            for m in pending.assistant.iter().chain(&pending.answers) {
+            for m in pending
+                .assistant
+                .iter()
+                .chain(&pending.answers)
+                .chain(&group)
+            {
                 lines.push_message(m);
             }
-            lines.push_message(&msg);
             return Ok(Step {
                 lines,
                 transition: Transition::Clear,
@@ -189,29 +234,49 @@ impl PairGuard {
             });
         }
 
-        // An assistant message before any result joins the pending turn.
-        if let Some(pending) = &self.pending
-            && side == Some(Side::Assistant)
-            && pending.answers.is_empty()
-        {
-            if let Some((dup, _)) = calls
-                .iter()
-                .find(|(id, _)| pending.calls.iter().any(|(p, _)| p == id))
-            {
-                return Err(Error::invalid_params(
-                    format!("{path}.content"),
-                    format!("the tool_use id {dup:?} is already used in this assistant turn"),
-                ));
+        if let Some(pending) = &self.pending {
+            // Items the provider accepts between a call and its result
+            // (no side) join the pair where they stand.
+            if side.is_none() {
+                let transition = if pending.answers.is_empty() {
+                    Transition::Extend {
+                        messages: group,
+                        calls: Vec::new(),
+                    }
+                } else {
+                    Transition::Answer {
+                        messages: group,
+                        answered: Vec::new(),
+                    }
+                };
+                return Ok(Step {
+                    lines: Lines::default(),
+                    transition,
+                    status: AppendStatus::Buffered,
+                    flushed: None,
+                });
             }
-            return Ok(Step {
-                lines: Lines::default(),
-                transition: Transition::Extend {
-                    message: msg,
-                    calls,
-                },
-                status: AppendStatus::Buffered,
-                flushed: None,
-            });
+            // An assistant message before any result joins the pending turn.
+            if side == Some(Side::Assistant) && pending.answers.is_empty() {
+                if let Some((dup, _)) = calls.iter().find(|(id, _)| {
+                    pending.calls.iter().any(|(p, _)| p == id)
+                        && !items.iter().any(|(_, i)| i.positional && *i.id == **id)
+                }) {
+                    return Err(Error::invalid_params(
+                        format!("{path}.content"),
+                        format!("the tool call id {dup:?} is already used in this assistant turn"),
+                    ));
+                }
+                return Ok(Step {
+                    lines: Lines::default(),
+                    transition: Transition::Extend {
+                        messages: group,
+                        calls,
+                    },
+                    status: AppendStatus::Buffered,
+                    flushed: None,
+                });
+            }
         }
 
         // Anything else first resolves a pending pair.
@@ -223,7 +288,9 @@ impl PairGuard {
             None => (Lines::default(), None),
         };
         if calls.is_empty() {
-            lines.push_message(&msg);
+            for m in &group {
+                lines.push_message(m);
+            }
             return Ok(Step {
                 lines,
                 transition: Transition::Clear,
@@ -235,7 +302,7 @@ impl PairGuard {
             lines,
             transition: Transition::Buffer(Box::new(Pending {
                 owner,
-                assistant: vec![msg],
+                assistant: group,
                 answers: Vec::new(),
                 outstanding: calls.iter().map(|(id, _)| id.clone()).collect(),
                 calls,
@@ -264,19 +331,33 @@ impl PairGuard {
         };
         match mode {
             AbortMode::Discard => {
-                result.discarded = pending.calls.iter().map(|(id, _)| id.clone()).collect()
+                result.discarded = pending.calls.iter().map(|(id, _)| id.clone()).collect();
+                // Items that were never part of the pair (a developer
+                // message between call and result) are kept.
+                for m in pending.assistant.iter().chain(&pending.answers) {
+                    if dialect.side(m).is_none() {
+                        lines.push_message(m);
+                    }
+                }
+                result.written = lines.count;
             }
             AbortMode::Synthetic => {
                 for m in pending.assistant.iter().chain(&pending.answers) {
                     lines.push_message(m);
                 }
-                let open: Vec<(String, String)> = pending
-                    .calls
-                    .iter()
-                    .filter(|(id, _)| pending.outstanding.contains(id))
-                    .cloned()
-                    .collect();
-                for m in dialect.error_results(&open, &format::interrupted_text(reason)) {
+                // The calls still open: for ids answered by position, the
+                // last ones of that name.
+                let mut left = pending.outstanding.clone();
+                let mut open: Vec<(String, String)> = Vec::new();
+                for call in pending.calls.iter().rev() {
+                    if let Some(at) = left.iter().position(|o| *o == call.0) {
+                        left.remove(at);
+                        open.push(call.clone());
+                    }
+                }
+                open.reverse();
+                let text = format::interrupted_text(reason);
+                for m in dialect.error_results(&open, &pending.assistant, &text) {
                     lines.push_message(&m);
                 }
                 result.synthesized = pending.outstanding.clone();

@@ -69,3 +69,15 @@ impl Lines {
         self.count == 0
     }
 }
+
+/// The first line of a transcript in a format other than `anthropic`
+/// (with its newline); `None` for `anthropic`, whose transcripts have none.
+pub fn session_line(format: crate::format::Format) -> Option<Vec<u8>> {
+    (format != crate::format::Format::Anthropic).then(|| {
+        format!(
+            "{{\"type\":\"session\",\"format\":\"{}\"}}\n",
+            format.name()
+        )
+        .into_bytes()
+    })
+}

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::format::{Digest, Format, Side, Skim, anthropic};
 use crate::protocol::{RECORD_KIND, ReplacementRecord, SeenLine};
@@ -38,9 +39,7 @@ pub fn parse_line(line: &[u8]) -> Option<Entry> {
     };
     match obj.get("type").and_then(Value::as_str) {
         Some("message") => match obj.remove("message") {
-            Some(m @ Value::Object(_)) if m.get("role").and_then(Value::as_str).is_some() => {
-                Some(Entry::Message(m))
-            }
+            Some(m @ Value::Object(_)) => Some(Entry::Message(m)),
             _ => None,
         },
         Some("replacement") => {
@@ -56,6 +55,78 @@ pub fn parse_line(line: &[u8]) -> Option<Entry> {
             .map(Entry::Seen),
         Some(_) => Some(Entry::Ignored),
         None => None,
+    }
+}
+
+/// The format a transcript's lines say it is in: its `session` line, else
+/// the first message whose shape only one format has, else `anthropic`.
+/// Reads at most the first 256 lines.
+pub fn detect_format<R: BufRead>(reader: R) -> io::Result<Format> {
+    for line in reader.split(b'\n').take(256) {
+        let line = line?;
+        let Ok(value) = serde_json::from_slice::<Value>(&line) else {
+            continue;
+        };
+        match value.get("type").and_then(Value::as_str) {
+            Some("session") => {
+                if let Some(f) = value
+                    .get("format")
+                    .and_then(Value::as_str)
+                    .and_then(Format::from_name)
+                {
+                    return Ok(f);
+                }
+            }
+            Some("message") => {
+                if let Some(f) = value.get("message").and_then(format_of_message) {
+                    return Ok(f);
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(Format::Anthropic)
+}
+
+/// The format a message's shape belongs to, when only one format has it.
+pub fn format_of_message(message: &Value) -> Option<Format> {
+    let obj = message.as_object()?;
+    if obj.contains_key("parts") || obj.get("role").and_then(Value::as_str) == Some("model") {
+        return Some(Format::Gemini);
+    }
+    if !obj.contains_key("role")
+        || obj
+            .get("type")
+            .and_then(Value::as_str)
+            .is_some_and(|t| t != "message")
+    {
+        return Some(Format::OpenaiResponses);
+    }
+    if obj.get("type").and_then(Value::as_str) == Some("message") {
+        return Some(Format::OpenaiResponses);
+    }
+    match obj.get("role").and_then(Value::as_str) {
+        Some("tool" | "system" | "developer") => Some(Format::OpenaiChat),
+        _ if obj.contains_key("tool_calls") || obj.contains_key("tool_call_id") => {
+            Some(Format::OpenaiChat)
+        }
+        Some("assistant" | "user") => match obj.get("content") {
+            Some(Value::Array(blocks)) => {
+                blocks
+                    .iter()
+                    .find_map(|b| match b.get("type").and_then(Value::as_str)? {
+                        "tool_use" | "tool_result" | "thinking" | "redacted_thinking" | "image"
+                        | "document" | "server_tool_use" => Some(Format::Anthropic),
+                        "input_text" | "output_text" | "input_image" => {
+                            Some(Format::OpenaiResponses)
+                        }
+                        "image_url" | "input_audio" => Some(Format::OpenaiChat),
+                        _ => None,
+                    })
+            }
+            _ => None,
+        },
+        _ => None,
     }
 }
 
@@ -87,6 +158,12 @@ pub enum Head<'a> {
 pub fn parse_head(format: Format, line: &[u8]) -> Option<Head<'_>> {
     match format {
         Format::Anthropic => head_with::<anthropic::MessageHead>(line, anthropic::skim_head),
+        other => {
+            let dialect = other.dialect();
+            head_with::<&RawValue>(line, |raw| {
+                dialect.skim(raw.get().as_bytes()).unwrap_or_default()
+            })
+        }
     }
 }
 

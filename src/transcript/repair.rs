@@ -74,7 +74,12 @@ pub fn parse(input: &[u8]) -> Parsed {
                     raw: Some(line.to_vec()),
                 });
             }
-            (true, Some(Entry::Ignored)) => parsed.lines.push(Line::Raw(line.to_vec())),
+            (true, Some(Entry::Ignored)) => {
+                // The line naming a transcript's format is toolwire's own.
+                parsed.recognized |=
+                    parsed.lines.is_empty() && parsed.first_type.as_deref() == Some("session");
+                parsed.lines.push(Line::Raw(line.to_vec()))
+            }
             (true, Some(_)) => {
                 parsed.recognized = true;
                 parsed.lines.push(Line::Raw(line.to_vec()));
@@ -181,6 +186,34 @@ fn repair_round(
                 }
             }
             None => {}
+        }
+    }
+    // A reasoning item goes with the call items after it: when every one
+    // of them is dropped, so is it (never otherwise).
+    for (m, &line) in at.iter().enumerate() {
+        let Line::Message { value, .. } = &lines[line] else {
+            continue;
+        };
+        if !drop[m].is_empty() || !dialect.leads_calls(value) {
+            continue;
+        }
+        let mut followers = 0;
+        let mut all_dropped = true;
+        for (k, &next) in at.iter().enumerate().skip(m + 1) {
+            let Line::Message { value: next, .. } = &lines[next] else {
+                continue;
+            };
+            if dialect.side(next) != Some(format::Side::Assistant) || dialect.leads_calls(next) {
+                break;
+            }
+            followers += 1;
+            let mut d = drop[k].clone();
+            d.sort_unstable();
+            d.dedup();
+            all_dropped &= !d.is_empty() && dialect.without_items(next, &d).is_none();
+        }
+        if followers > 0 && all_dropped {
+            drop[m].push(0);
         }
     }
     // Late results, gathered per turn in order, go in a message of their own
@@ -325,13 +358,18 @@ pub fn unrecognized(path: &Path, parsed: &Parsed) -> Error {
 /// transcript is left untouched and gets no `.bak`. Refuses what is not a
 /// regular file, a file that is no transcript, and a transcript another
 /// writer holds locked.
-pub fn repair_file(path: &Path, dry_run: bool) -> Result<TranscriptRepairResult> {
+pub fn repair_file(
+    path: &Path,
+    format: Option<Format>,
+    dry_run: bool,
+) -> Result<TranscriptRepairResult> {
     let (file, input, meta) = read_regular(path)?;
     let parsed = parse(&input);
     if !parsed.recognized && !input.is_empty() {
         return Err(unrecognized(path, &parsed));
     }
-    let (output, mut report, changed) = repair_parsed(Format::Anthropic.dialect(), parsed);
+    let format = format_of(format, &input);
+    let (output, mut report, changed) = repair_parsed(format.dialect(), parsed);
     report.changed = changed;
     if dry_run || !changed {
         drop(file);
@@ -366,6 +404,12 @@ pub fn repair_file(path: &Path, dry_run: bool) -> Result<TranscriptRepairResult>
         .map_err(storage)?;
     drop(file);
     Ok(report)
+}
+
+/// The format a transcript is read in: the one asked for, else what its
+/// lines say ([`super::reader::detect_format`]).
+pub fn format_of(asked: Option<Format>, input: &[u8]) -> Format {
+    asked.unwrap_or_else(|| super::reader::detect_format(input).unwrap_or_default())
 }
 
 pub fn bak_path(path: &Path) -> PathBuf {
