@@ -110,7 +110,7 @@ def test_budget_apply_persists_and_replays(client):
     assert [p.tool_use_id for p in first.persisted] == ["t1"]
     assert first.persisted[0].content_type == m.ArtifactKind.text
     assert Path(first.persisted[0].path).read_text() == "p" * 60_000
-    sent = first.messages[1].content[0].model_extra["content"]
+    sent = first.messages[1].root.content[0].model_extra["content"]
     assert sent.startswith("<persisted-output>\nOutput too large (58.6KB).")
     again = client.budget_apply(params)
     assert again.records == [] and again.messages == first.messages
