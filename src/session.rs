@@ -588,8 +588,7 @@ fn load_from_disk(key: &SessionKey, files: &dyn LogFileFactory) -> Result<Loaded
     }
     let file = writer::open_locked(&path, false)?;
     let storage = |err: std::io::Error| Error::storage(&path, &err);
-    let format = reader::detect_format(BufReader::new(File::open(&path).map_err(storage)?))
-        .map_err(storage)?;
+    let format = reader::detect_format(&reader::read_head(&path).map_err(storage)?);
     let read = File::open(&path).map_err(storage)?;
     let mut image = SessionImage::default();
     let (complete, torn) = reader::read_lines(

@@ -764,3 +764,213 @@ async fn every_kind_round_trips_through_budget_and_the_guard() {
         assert_eq!(written, expected, "{f:?}");
     }
 }
+
+fn toolwire(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_toolwire"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn data(rel: &str) -> String {
+    format!("{}/tests/data/import/{rel}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Each agent's session file, its format, and the call it leaves
+/// unanswered (none for the legacy Gemini CLI file).
+fn agent_files() -> Vec<(String, &'static str, Option<&'static str>)> {
+    vec![
+        (
+            data("claude-code/session.jsonl"),
+            "anthropic",
+            Some("toolu_01E"),
+        ),
+        (
+            data("codex/rollout-2026-11-20T09-57-59-019a8f3e-2b7c-7d10-9c4e-5a1b2c3d4e5f.jsonl"),
+            "openai-responses",
+            Some("call_B1"),
+        ),
+        (
+            data("gemini-cli/session-2026-11-20T11-00-5d1e9f2a.jsonl"),
+            "gemini",
+            Some("run_shell_command-1763636950000-d4"),
+        ),
+        (
+            data("gemini-cli/session-2025-09-02T08-00-0c4f7b21.json"),
+            "gemini",
+            None,
+        ),
+        (
+            data("openclaw/e2b7c4d1-6f3a-4a8e-9b21-3c5d7e9f1a2b.jsonl"),
+            "anthropic",
+            Some("toolu_P4"),
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn other_agents_files_are_checked_repaired_reconstructed_and_replayed_by_content() {
+    let (dir, mut c, _path) = setup(json!({})).await;
+    for (i, (file, format, unanswered)) in agent_files().into_iter().enumerate() {
+        let before = std::fs::read(&file).unwrap();
+        // check: the provider's words for the unanswered call.
+        let check = c.call("transcript/check", json!({"path": file})).await;
+        match unanswered {
+            Some(id) => {
+                assert_eq!(check["ok"], false, "{file}");
+                assert_eq!(check["violations"][0]["ids"], json!([id]), "{file}");
+                assert_eq!(check["violations"][0]["kind"], "missingResult");
+            }
+            None => assert_eq!(check["ok"], true, "{file}: {check}"),
+        }
+        let out = toolwire(&["check", &file]);
+        assert_eq!(
+            out.status.code(),
+            Some(if unanswered.is_some() { 1 } else { 0 })
+        );
+        // repair --dry-run reports it; a real repair refuses to rewrite
+        // another agent's file.
+        let r = c
+            .call("transcript/repair", json!({"path": file, "dryRun": true}))
+            .await;
+        let expected: Vec<&str> = unanswered.into_iter().collect();
+        assert_eq!(r["droppedToolUses"], json!(expected), "{file}");
+        let err = c
+            .fails("transcript/repair", json!({"path": file}), -32602)
+            .await;
+        assert!(
+            err["message"].as_str().unwrap().contains("toolwire import"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read(&file).unwrap(), before, "nothing written");
+        // state/reconstruct reads its calls and results in its format.
+        let sid = format!("agent{i}");
+        let r = c
+            .call(
+                "state/reconstruct",
+                json!({"sessionId": sid, "transcript": file}),
+            )
+            .await;
+        assert!(r["messagesRead"].as_u64().unwrap() > 0, "{file}: {r}");
+        assert!(r["seenCount"].as_u64().unwrap() > 0, "{file}: {r}");
+        c.fails(
+            "budget/apply",
+            json!({"sessionId": sid, "format": if format == "gemini" { "anthropic" } else { "gemini" }, "messages": []}),
+            -32602,
+        )
+        .await;
+        // replay drives it through a real server; an unanswered call ends
+        // as a discarded pair.
+        let data_dir = dir.path().join(format!("replay{i}"));
+        let out = toolwire(&[
+            "replay",
+            &file,
+            "--json",
+            "--data-dir",
+            data_dir.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(summary["pairsCommitted"].as_u64().unwrap() > 0, "{summary}");
+        assert_eq!(
+            summary["pairsDiscarded"],
+            json!(usize::from(unanswered.is_some())),
+            "{file}: {summary}"
+        );
+        let transcript = data_dir.join("sessions/replay.jsonl");
+        if format != "anthropic" {
+            session_line(
+                &transcript,
+                if format == "gemini" {
+                    F::Gemini
+                } else {
+                    F::Responses
+                },
+            );
+        }
+        assert_eq!(
+            c.call("transcript/check", json!({"path": transcript}))
+                .await["ok"],
+            true
+        );
+    }
+    // A file of no known format is an error naming its first line, in
+    // every reader.
+    let odd = dir.path().join("events.jsonl");
+    std::fs::write(&odd, "{\"type\":\"heartbeat\",\"at\":1}\n").unwrap();
+    let odd = odd.to_str().unwrap();
+    for (method, params) in [
+        ("transcript/check", json!({"path": odd})),
+        ("transcript/repair", json!({"path": odd, "dryRun": true})),
+        (
+            "state/reconstruct",
+            json!({"sessionId": "odd", "transcript": odd}),
+        ),
+    ] {
+        let err = c.fails(method, params, -32602).await;
+        assert!(
+            err["message"].as_str().unwrap().contains("\"heartbeat\""),
+            "{method}: {err}"
+        );
+    }
+    let out = toolwire(&["replay", odd]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("heartbeat"));
+}
+
+#[test]
+fn replay_runs_the_demo_and_synthetic_sessions_in_every_format() {
+    let dir = tempfile::tempdir().unwrap();
+    for f in ALL {
+        for extra in [&[][..], &["--synthetic", "12"][..]] {
+            let data_dir = dir.path().join(format!("{}{}", f.name(), extra.len()));
+            let mut args = vec![
+                "replay",
+                "--format",
+                f.name(),
+                "--json",
+                "--data-dir",
+                data_dir.to_str().unwrap(),
+            ];
+            args.extend_from_slice(extra);
+            let out = toolwire(&args);
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert!(
+                summary["resultsPersisted"].as_u64().unwrap() > 0,
+                "{summary}"
+            );
+            assert!(summary["pairsCommitted"].as_u64().unwrap() > 0, "{summary}");
+            let transcript = data_dir.join("sessions/replay.jsonl");
+            session_line(&transcript, f);
+            let check = toolwire(&["check", transcript.to_str().unwrap()]);
+            assert!(
+                check.status.success(),
+                "{}",
+                String::from_utf8_lossy(&check.stdout)
+            );
+            // The same recording gives the same session, byte for byte.
+            if extra.is_empty() {
+                let again_dir = dir.path().join(format!("{}again", f.name()));
+                let mut again = args.clone();
+                again[5] = again_dir.to_str().unwrap();
+                assert!(toolwire(&again).status.success());
+                // Byte for byte, but for the data directory in previews.
+                let text = |d: &Path| {
+                    std::fs::read_to_string(d.join("sessions/replay.jsonl"))
+                        .unwrap()
+                        .replace(d.to_str().unwrap(), "DATA")
+                };
+                assert_eq!(text(&data_dir), text(&again_dir), "{f:?}");
+            }
+        }
+    }
+}

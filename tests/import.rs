@@ -327,11 +327,11 @@ fn every_file_is_recognized_by_its_content() {
         ),
         (
             r#"{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]}"#,
-            Format::OpenAiChat,
+            Format::OpenaiChat,
         ),
         (
             r#"{"type":"function_call","call_id":"c","name":"f","arguments":"{}"}"#,
-            Format::OpenAiResponses,
+            Format::OpenaiResponses,
         ),
         (
             r#"{"role":"model","parts":[{"functionCall":{"name":"f","args":{}}}]}"#,

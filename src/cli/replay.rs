@@ -31,6 +31,10 @@ pub struct Args {
     /// Earlier messages sent along with each `budget/apply`.
     #[arg(long, default_value_t = 8)]
     tail: usize,
+    /// Provider format of the bundled or synthetic session (a recording
+    /// file says its own).
+    #[arg(long, value_enum, conflicts_with = "path")]
+    format: Option<super::check::FormatArg>,
 }
 
 pub fn run(args: Args) -> ExitCode {
@@ -39,17 +43,24 @@ pub fn run(args: Args) -> ExitCode {
         eprintln!("toolwire replay: {msg}");
         ExitCode::FAILURE
     };
-    let steps = match (&args.path, args.synthetic) {
-        (_, Some(turns)) => replay::synthetic::generate(turns, args.seed),
+    let format = args
+        .format
+        .map(toolwire::format::Format::from)
+        .unwrap_or_default();
+    let (format, steps) = match (&args.path, args.synthetic) {
+        (_, Some(turns)) => (
+            format,
+            replay::convert::steps_to(format, replay::synthetic::generate(turns, args.seed)),
+        ),
         (Some(path), None) => {
-            match replay::read_recording(path).and_then(|t| replay::parse_recording(&t)) {
-                Ok(steps) => steps,
+            match replay::read_recording(path).and_then(|t| replay::parse_any(&t)) {
+                Ok(parsed) => parsed,
                 Err(err) => return fail(err),
             }
         }
         (None, None) => match replay::bundled_recording().and_then(|t| replay::parse_recording(&t))
         {
-            Ok(steps) => steps,
+            Ok(steps) => (format, replay::convert::steps_to(format, steps)),
             Err(err) => return fail(err),
         },
     };
@@ -87,6 +98,7 @@ pub fn run(args: Args) -> ExitCode {
         data_dir,
         session_id: args.session,
         tail: args.tail,
+        format,
     };
     let bar = indicatif::ProgressBar::new(steps.len() as u64);
     bar.set_style(

@@ -29,7 +29,7 @@ use serde_json::{Map, Value, json};
 use super::{Conversion, Format, json_lines, str_of};
 
 pub fn convert(input: &[u8]) -> Conversion {
-    let mut out = Conversion::new(Format::OpenAiResponses);
+    let mut out = Conversion::new(Format::OpenaiResponses);
     let lines = json_lines(input, &mut out.report);
     let mut items: Vec<Value> = Vec::new();
     for line in lines {

@@ -57,46 +57,7 @@ use serde_json::{Map, Value, json};
 
 use crate::transcript::Lines;
 
-/// A provider message format (PROTOCOL.md section 10.3), by its wire name.
-///
-/// Kept here until `crate::format` has a variant for each of the four
-/// formats; the two are meant to become one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Format {
-    Anthropic,
-    OpenAiChat,
-    OpenAiResponses,
-    Gemini,
-}
-
-impl Format {
-    pub const ALL: [Format; 4] = [
-        Format::Anthropic,
-        Format::OpenAiChat,
-        Format::OpenAiResponses,
-        Format::Gemini,
-    ];
-
-    /// The name used on the wire, in config and in the session line.
-    pub fn name(self) -> &'static str {
-        match self {
-            Format::Anthropic => "anthropic",
-            Format::OpenAiChat => "openai-chat",
-            Format::OpenAiResponses => "openai-responses",
-            Format::Gemini => "gemini",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<Format> {
-        Format::ALL.into_iter().find(|f| f.name() == name)
-    }
-}
-
-impl fmt::Display for Format {
-    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+pub use crate::format::Format;
 
 /// An agent whose session files toolwire converts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -144,7 +105,7 @@ impl Agent {
     pub fn format(self) -> Format {
         match self {
             Agent::ClaudeCode | Agent::OpenClaw => Format::Anthropic,
-            Agent::Codex => Format::OpenAiResponses,
+            Agent::Codex => Format::OpenaiResponses,
             Agent::GeminiCli => Format::Gemini,
         }
     }
@@ -339,24 +300,42 @@ fn read_head(path: &Path) -> Result<Vec<u8>, ImportError> {
 /// converted session when it is another agent's. With the [`Content`] it
 /// was found to be.
 pub fn transcript_bytes(path: &Path) -> Result<(Content, Vec<u8>), ImportError> {
-    let io = |source| ImportError::Io {
+    let bytes = std::fs::read(path).map_err(|source| ImportError::Io {
         path: path.display().to_string(),
         source,
-    };
-    let bytes = std::fs::read(path).map_err(io)?;
+    })?;
+    as_transcript(path, bytes)
+}
+
+/// [`transcript_bytes`] of a file already read (`path` names it in
+/// errors): a transcript as it is, a list of bare messages wrapped in
+/// transcript lines (a `session` line first unless `anthropic`), an
+/// agent's session converted.
+pub fn as_transcript(path: &Path, bytes: Vec<u8>) -> Result<(Content, Vec<u8>), ImportError> {
     let content = detect(&bytes).map_err(|source| ImportError::Detect {
         path: path.display().to_string(),
         source,
     })?;
-    match content {
-        Content::Agent(agent) => {
-            let conversion = convert(agent, &bytes)?;
-            let mut out = Vec::new();
-            conversion.write_transcript(&mut out).map_err(io)?;
-            Ok((content, out))
-        }
-        _ => Ok((content, bytes)),
-    }
+    let conversion = match content {
+        Content::Transcript { .. } => return Ok((content, bytes)),
+        Content::Agent(agent) => convert(agent, &bytes)?,
+        Content::Messages { format } => Conversion {
+            format,
+            messages: raw_lines(&bytes)
+                .filter_map(|line| serde_json::from_slice::<Value>(line).ok())
+                .filter(Value::is_object)
+                .collect(),
+            report: Report::default(),
+        },
+    };
+    let mut out = Vec::new();
+    conversion
+        .write_transcript(&mut out)
+        .map_err(|source| ImportError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+    Ok((content, out))
 }
 
 /// Convert `agent`'s session file (its bytes) into provider messages.
@@ -541,7 +520,7 @@ fn classify(value: &Value) -> Result<Verdict, DetectError> {
             }
             Some(m) => Ok(Verdict::Transcript(message_format(m))),
             // A bare Responses `message` item.
-            None if has("role") => Ok(Verdict::Messages(Some(Format::OpenAiResponses))),
+            None if has("role") => Ok(Verdict::Messages(Some(Format::OpenaiResponses))),
             None => Ok(Verdict::Unknown),
         },
         "replacement" | "seen" | "interrupt" | "resume" => Ok(Verdict::Transcript(None)),
@@ -579,7 +558,7 @@ fn classify(value: &Value) -> Result<Verdict, DetectError> {
         | "reasoning"
         | "local_shell_call"
         | "web_search_call"
-        | "item_reference" => Ok(Verdict::Messages(Some(Format::OpenAiResponses))),
+        | "item_reference" => Ok(Verdict::Messages(Some(Format::OpenaiResponses))),
         _ => Ok(Verdict::Unknown),
     }
 }
@@ -592,17 +571,17 @@ fn message_format(message: &Value) -> Option<Format> {
     }
     match str_of(obj, "role") {
         Some("model") => return Some(Format::Gemini),
-        Some("tool" | "function") => return Some(Format::OpenAiChat),
+        Some("tool" | "function") => return Some(Format::OpenaiChat),
         _ => {}
     }
     // Responses items carry their own `type`; a `message` item is told from
     // an Anthropic message object (which may say `"type":"message"` too) by
     // its content parts below.
     if str_of(obj, "type").is_some_and(|t| t != "message") {
-        return Some(Format::OpenAiResponses);
+        return Some(Format::OpenaiResponses);
     }
     if obj.contains_key("tool_calls") || obj.contains_key("tool_call_id") {
-        return Some(Format::OpenAiChat);
+        return Some(Format::OpenaiChat);
     }
     let blocks = obj.get("content")?.as_array()?;
     blocks
@@ -616,9 +595,9 @@ fn message_format(message: &Value) -> Option<Format> {
             | "server_tool_use"
             | "web_search_tool_result" => Some(Format::Anthropic),
             "image" if block.get("source").is_some() => Some(Format::Anthropic),
-            "image_url" | "input_audio" | "refusal" | "file" => Some(Format::OpenAiChat),
+            "image_url" | "input_audio" | "refusal" | "file" => Some(Format::OpenaiChat),
             "input_text" | "output_text" | "input_image" | "input_file" => {
-                Some(Format::OpenAiResponses)
+                Some(Format::OpenaiResponses)
             }
             _ => None,
         })

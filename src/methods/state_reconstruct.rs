@@ -17,6 +17,7 @@ use serde_json::json;
 use super::{Reply, RequestCx, SessionMethod};
 use crate::error::{Error, Result};
 use crate::format::Format;
+use crate::import;
 use crate::protocol::{
     RECORD_KIND, SessionId, StateReconstruct, StateReconstructParams, StateReconstructResult,
 };
@@ -44,20 +45,37 @@ async fn reconstruct(
     params: StateReconstructParams,
 ) -> Result<StateReconstructResult> {
     // A transcript file says its own format (its session line, else its
-    // content) unless the request names one.
+    // content) unless the request names one; another agent's session file
+    // is read converted.
     let path = params
         .transcript
         .as_ref()
         .map(|p| cx.config.workspace_path(p));
-    let file_format = match (&path, params.format) {
-        (Some(path), None) => {
-            let file = std::fs::File::open(path).map_err(|err| Error::storage(path, &err))?;
-            Some(
-                reader::detect_format(BufReader::new(file))
-                    .map_err(|err| Error::storage(path, &err))?,
+    let (source, file_format) = match &path {
+        Some(path) => {
+            // Never open a FIFO or a device to look at it.
+            drop(reader::open_regular(path)?);
+            let content = match import::detect_file(path) {
+                // An empty transcript is one with nothing in it yet.
+                Err(import::ImportError::Detect {
+                    source: import::DetectError::Empty,
+                    ..
+                }) => import::Content::Transcript {
+                    format: Format::Anthropic,
+                    declared: false,
+                },
+                other => other?,
+            };
+            let source = match content {
+                import::Content::Transcript { .. } => Source::File(path.clone()),
+                _ => Source::Bytes(import::transcript_bytes(path)?.1),
+            };
+            (
+                Some(source),
+                Some(params.format.unwrap_or(content.format())),
             )
         }
-        _ => params.format,
+        None => (None, params.format),
     };
     let format = session.format_for(file_format, cx.config.format).await?;
     let dialect = format.dialect();
@@ -82,7 +100,7 @@ async fn reconstruct(
             image.add_record(r);
             image
         });
-    if let Some(path) = path {
+    if let Some(source) = source {
         cx.progress(
             params.work_done_token.as_ref(),
             json!({"kind": "begin", "title": "Reconstructing state", "percentage": 0}),
@@ -92,7 +110,7 @@ async fn reconstruct(
         let cancel = cx.cancel.clone();
         image = tokio::task::spawn_blocking(move || {
             read_transcript(
-                &path,
+                &source,
                 format,
                 image,
                 || cancel.is_cancelled(),
@@ -152,23 +170,43 @@ async fn reconstruct(
     Ok(result)
 }
 
+/// Where a transcript is read from: a toolwire transcript file, streamed,
+/// or the converted bytes of another agent's session.
+enum Source {
+    File(std::path::PathBuf),
+    Bytes(Vec<u8>),
+}
+
 /// Stream a transcript into `image`, calling `progress(bytes, total)` every
 /// few megabytes. Nothing is cut: the file may be anyone's. Only a regular
 /// file is read (a FIFO or a device could block or never end), a line
 /// longer than a frame is skipped and counted without being held, and
 /// `cancelled` is polled between reads.
 fn read_transcript(
-    path: &std::path::Path,
+    source: &Source,
     format: Format,
     mut image: SessionImage,
     cancelled: impl Fn() -> bool,
     progress: impl Fn(u64, u64),
 ) -> Result<SessionImage> {
-    let file = reader::open_regular(path)?;
-    let total = file.metadata().map(|m| m.len()).unwrap_or(0);
     const STEP: u64 = 8 << 20;
     let mut next_report = STEP;
-    let reader = BufReader::with_capacity(1 << 20, file);
+    let (reader, total, path): (Box<dyn std::io::BufRead>, u64, &std::path::Path) = match source {
+        Source::File(path) => {
+            let file = reader::open_regular(path)?;
+            let total = file.metadata().map(|m| m.len()).unwrap_or(0);
+            (
+                Box::new(BufReader::with_capacity(1 << 20, file)),
+                total,
+                path,
+            )
+        }
+        Source::Bytes(bytes) => (
+            Box::new(&bytes[..]),
+            bytes.len() as u64,
+            std::path::Path::new("converted session"),
+        ),
+    };
     let read = reader::read_lines(
         format,
         reader,

@@ -13,6 +13,7 @@
 //! lines are skipped), and the two markers `{"type":"interrupt","reason":…}`
 //! and `{"type":"resume"}`.
 
+pub mod convert;
 pub mod synthetic;
 
 use std::collections::HashSet;
@@ -25,7 +26,7 @@ use serde_json::{Value, json};
 use crate::budget;
 use crate::client::{ClientError, RpcClient};
 use crate::config::SizeUnit;
-use crate::format::{self, Dialect, Side, anthropic::Anthropic};
+use crate::format::{self, Dialect, Format, Side};
 
 /// The bundled demo session (see `tests/data/make_demo_session.py`).
 pub const BUNDLED: &[u8] = include_bytes!("../../tests/data/demo-session.jsonl.gz");
@@ -38,8 +39,72 @@ pub enum Step {
     Resume,
 }
 
-/// Parse a recording; an error names the offending line.
+/// Parse a recording in whatever it is: a toolwire transcript or bare
+/// messages of any format (told by its `session` line, else its content),
+/// or another agent's session file (converted). An error names the
+/// offending line.
+pub fn parse_any(text: &str) -> Result<(Format, Vec<Step>), String> {
+    match crate::import::detect(text.as_bytes()) {
+        Ok(crate::import::Content::Agent(agent)) => {
+            let conversion =
+                crate::import::convert(agent, text.as_bytes()).map_err(|e| e.to_string())?;
+            let steps = conversion.messages.into_iter().map(Step::Message).collect();
+            Ok((conversion.format, group(conversion.format, steps)))
+        }
+        Ok(content) => {
+            let format = content.format();
+            parse_recording_in(format, text).map(|steps| (format, group(format, steps)))
+        }
+        // Recording lines (`interrupt`, `resume`) first: read as anthropic,
+        // which names any bad line.
+        Err(_) => parse_recording(text).map(|steps| (Format::Anthropic, steps)),
+    }
+}
+
+/// Responses items of one side in a row go as one append (one model
+/// response, one batch of outputs), as a harness sends them.
+fn group(format: Format, steps: Vec<Step>) -> Vec<Step> {
+    if format != Format::OpenaiResponses {
+        return steps;
+    }
+    let dialect = format.dialect();
+    let mut out: Vec<Step> = Vec::new();
+    let mut batch: Vec<Value> = Vec::new();
+    let flush = |batch: &mut Vec<Value>, out: &mut Vec<Step>| match batch.len() {
+        0 => {}
+        1 => out.push(Step::Message(batch.remove(0))),
+        _ => out.push(Step::Message(Value::Array(std::mem::take(batch)))),
+    };
+    for step in steps {
+        match step {
+            Step::Message(m) => {
+                let side = dialect.side(&m);
+                if side.is_none() || batch.first().is_some_and(|b| dialect.side(b) != side) {
+                    flush(&mut batch, &mut out);
+                }
+                if side.is_none() {
+                    out.push(Step::Message(m));
+                } else {
+                    batch.push(m);
+                }
+            }
+            other => {
+                flush(&mut batch, &mut out);
+                out.push(other);
+            }
+        }
+    }
+    flush(&mut batch, &mut out);
+    out
+}
+
+/// Parse an anthropic recording; an error names the offending line.
 pub fn parse_recording(text: &str) -> Result<Vec<Step>, String> {
+    parse_recording_in(Format::Anthropic, text)
+}
+
+fn parse_recording_in(format: Format, text: &str) -> Result<Vec<Step>, String> {
+    let dialect = format.dialect();
     let mut steps = Vec::new();
     for (n, line) in text.lines().enumerate() {
         let line_no = n + 1;
@@ -49,8 +114,18 @@ pub fn parse_recording(text: &str) -> Result<Vec<Step>, String> {
         let value: Value =
             serde_json::from_str(line).map_err(|e| format!("line {line_no}: not JSON: {e}"))?;
         let step = match value.get("type").and_then(Value::as_str) {
-            Some("message") => Step::Message(value.get("message").cloned().unwrap_or(Value::Null)),
-            Some("replacement") => continue,
+            // A transcript line (a bare Responses `message` item has no
+            // `message` field).
+            Some("message") if value.get("message").is_some() => {
+                Step::Message(value.get("message").cloned().unwrap_or(Value::Null))
+            }
+            Some("replacement" | "seen" | "session") => continue,
+            Some(other)
+                if format == Format::OpenaiResponses
+                    && !matches!(other, "interrupt" | "resume") =>
+            {
+                Step::Message(value)
+            }
             Some("interrupt") => Step::Interrupt(
                 value
                     .get("reason")
@@ -65,7 +140,7 @@ pub fn parse_recording(text: &str) -> Result<Vec<Step>, String> {
             _ => Step::Message(value),
         };
         if let Step::Message(m) = &step {
-            Anthropic
+            dialect
                 .validate(m, "message", false)
                 .map_err(|e| format!("line {line_no}: {e}"))?;
         }
@@ -91,6 +166,8 @@ pub struct Options {
     pub session_id: String,
     /// How many earlier messages go with each `budget/apply`.
     pub tail: usize,
+    /// The recording's provider format.
+    pub format: Format,
 }
 
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
@@ -188,6 +265,7 @@ pub async fn run(
     let mut conversation: Vec<Value> = Vec::new();
     let mut pending: HashSet<String> = HashSet::new();
     let sid = opts.session_id.as_str();
+    let dialect = opts.format.dialect();
 
     macro_rules! call {
         ($method:expr, $params:expr) => {{
@@ -219,10 +297,20 @@ pub async fn run(
                 pending.clear();
             }
             Step::Message(msg) => {
-                summary.messages += 1;
-                let is_user = Anthropic.side(msg) == Some(Side::User);
-                let answers = is_user && !format::results(&Anthropic, msg).is_empty();
-                if !pending.is_empty() && !answers {
+                // One message, or a batch of Responses items.
+                let items: Vec<Value> = match msg {
+                    Value::Array(items) => items.clone(),
+                    one => vec![one.clone()],
+                };
+                summary.messages += items.len();
+                let is_user = items.iter().any(|m| dialect.side(m) == Some(Side::User));
+                let answers = items
+                    .iter()
+                    .any(|m| !format::results(dialect, m).is_empty());
+                if !pending.is_empty()
+                    && !answers
+                    && items.iter().any(|m| dialect.side(m).is_some())
+                {
                     // The recording moved on without the results: the
                     // harness resolves the pair on its exit path.
                     let f = call!(
@@ -234,31 +322,39 @@ pub async fn run(
                 }
                 let mut sent = msg.clone();
                 if is_user {
-                    let received = budget::message_total(
-                        &crate::format::anthropic::Anthropic,
-                        &[msg],
-                        SizeUnit::Chars,
-                    );
-                    summary.chars_received += received;
-                    summary.tool_results += format::results(&Anthropic, msg).len();
-                    conversation.push(msg.clone());
-                    let from = conversation.len().saturating_sub(opts.tail + 1);
+                    let refs: Vec<&Value> = items.iter().collect();
+                    summary.chars_received +=
+                        budget::message_total(dialect, &refs, SizeUnit::Chars);
+                    summary.tool_results += items
+                        .iter()
+                        .map(|m| format::results(dialect, m).len())
+                        .sum::<usize>();
+                    conversation.extend(items.iter().cloned());
+                    let from = conversation.len().saturating_sub(opts.tail + items.len());
                     let tail = &conversation[from..];
-                    let r = call!("budget/apply", json!({"sessionId": sid, "messages": tail}));
-                    count_apply(&mut summary, &r, tail);
-                    if let Some(last) = r["messages"].as_array().and_then(|m| m.last()) {
-                        sent = last.clone();
-                    }
-                    summary.chars_sent += budget::message_total(
-                        &crate::format::anthropic::Anthropic,
-                        &[&sent],
-                        SizeUnit::Chars,
+                    let r = call!(
+                        "budget/apply",
+                        json!({"sessionId": sid, "format": opts.format, "messages": tail})
                     );
+                    count_apply(dialect, &mut summary, &r, tail);
+                    if let Some(out) = r["messages"].as_array() {
+                        let budgeted = out[out.len().saturating_sub(items.len())..].to_vec();
+                        let refs: Vec<&Value> = budgeted.iter().collect();
+                        summary.chars_sent +=
+                            budget::message_total(dialect, &refs, SizeUnit::Chars);
+                        sent = match msg {
+                            Value::Array(_) => Value::Array(budgeted),
+                            _ => budgeted.into_iter().next().unwrap_or(sent),
+                        };
+                    }
                 } else {
-                    conversation.push(msg.clone());
+                    conversation.extend(items.iter().cloned());
                     summary.turns += 1;
                 }
-                let r = call!("pair/append", json!({"sessionId": sid, "message": sent}));
+                let r = call!(
+                    "pair/append",
+                    json!({"sessionId": sid, "format": opts.format, "message": sent})
+                );
                 if let Some(f) = r.get("flushed") {
                     count_flush(&mut summary, f);
                 }
@@ -304,7 +400,7 @@ fn count_flush(summary: &mut Summary, f: &Value) {
     }
 }
 
-fn count_apply(summary: &mut Summary, r: &Value, sent: &[Value]) {
+fn count_apply(dialect: &dyn Dialect, summary: &mut Summary, r: &Value, sent: &[Value]) {
     let persisted = r["persisted"].as_array().cloned().unwrap_or_default();
     summary.results_persisted += persisted.len();
     for p in &persisted {
@@ -320,8 +416,8 @@ fn count_apply(summary: &mut Summary, r: &Value, sent: &[Value]) {
         .collect();
     let out = r["messages"].as_array().cloned().unwrap_or_default();
     for (before, after) in sent.iter().zip(&out) {
-        for (i, id) in format::results(&Anthropic, after) {
-            let changed = Anthropic.result_value(before, i) != Anthropic.result_value(after, i);
+        for (i, id) in format::results(dialect, after) {
+            let changed = dialect.result_value(before, i) != dialect.result_value(after, i);
             if changed && !fresh.contains(&*id) {
                 summary.decisions_reapplied += 1;
             }

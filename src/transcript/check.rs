@@ -73,10 +73,14 @@ pub fn check_messages<'m>(
 /// Read in `format`, else in the format its lines say.
 pub fn check_file(format: Option<Format>, path: &Path) -> Result<TranscriptCheckResult> {
     let (_file, input, _) = repair::read_regular_shared(path)?;
+    let (content, input) = repair::transcript_of(path, input)?;
     let parsed = repair::parse(&input);
     if !parsed.recognized && !input.is_empty() {
         return Err(repair::unrecognized(path, &parsed));
     }
-    let dialect = repair::format_of(format, &input).dialect();
+    let dialect = format
+        .or(content.map(|c| c.format()))
+        .unwrap_or_default()
+        .dialect();
     Ok(check_messages(dialect, parsed.messages()))
 }

@@ -59,75 +59,25 @@ pub fn parse_line(line: &[u8]) -> Option<Entry> {
 }
 
 /// The format a transcript's lines say it is in: its `session` line, else
-/// the first message whose shape only one format has, else `anthropic`.
-/// Reads at most the first 256 lines.
-pub fn detect_format<R: BufRead>(reader: R) -> io::Result<Format> {
-    for line in reader.split(b'\n').take(256) {
-        let line = line?;
-        let Ok(value) = serde_json::from_slice::<Value>(&line) else {
-            continue;
-        };
-        match value.get("type").and_then(Value::as_str) {
-            Some("session") => {
-                if let Some(f) = value
-                    .get("format")
-                    .and_then(Value::as_str)
-                    .and_then(Format::from_name)
-                {
-                    return Ok(f);
-                }
-            }
-            Some("message") => {
-                if let Some(f) = value.get("message").and_then(format_of_message) {
-                    return Ok(f);
-                }
-            }
-            _ => {}
-        }
-    }
-    Ok(Format::Anthropic)
+/// the shape of its messages ([`crate::import::detect`] on the first
+/// bytes), else `anthropic`.
+pub fn detect_format(head: &[u8]) -> Format {
+    crate::import::detect(head)
+        .map(|c| c.format())
+        .unwrap_or_default()
 }
 
-/// The format a message's shape belongs to, when only one format has it.
-pub fn format_of_message(message: &Value) -> Option<Format> {
-    let obj = message.as_object()?;
-    if obj.contains_key("parts") || obj.get("role").and_then(Value::as_str) == Some("model") {
-        return Some(Format::Gemini);
-    }
-    if !obj.contains_key("role")
-        || obj
-            .get("type")
-            .and_then(Value::as_str)
-            .is_some_and(|t| t != "message")
-    {
-        return Some(Format::OpenaiResponses);
-    }
-    if obj.get("type").and_then(Value::as_str) == Some("message") {
-        return Some(Format::OpenaiResponses);
-    }
-    match obj.get("role").and_then(Value::as_str) {
-        Some("tool" | "system" | "developer") => Some(Format::OpenaiChat),
-        _ if obj.contains_key("tool_calls") || obj.contains_key("tool_call_id") => {
-            Some(Format::OpenaiChat)
-        }
-        Some("assistant" | "user") => match obj.get("content") {
-            Some(Value::Array(blocks)) => {
-                blocks
-                    .iter()
-                    .find_map(|b| match b.get("type").and_then(Value::as_str)? {
-                        "tool_use" | "tool_result" | "thinking" | "redacted_thinking" | "image"
-                        | "document" | "server_tool_use" => Some(Format::Anthropic),
-                        "input_text" | "output_text" | "input_image" => {
-                            Some(Format::OpenaiResponses)
-                        }
-                        "image_url" | "input_audio" => Some(Format::OpenaiChat),
-                        _ => None,
-                    })
-            }
-            _ => None,
-        },
-        _ => None,
-    }
+/// How much of a transcript [`detect_format`] needs at most.
+pub const DETECT_HEAD: u64 = 8 << 20;
+
+/// The first [`DETECT_HEAD`] bytes of a file.
+pub fn read_head(path: &std::path::Path) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut head = Vec::new();
+    std::fs::File::open(path)?
+        .take(DETECT_HEAD)
+        .read_to_end(&mut head)?;
+    Ok(head)
 }
 
 /// The parts of a transcript line that state is built from; the message is

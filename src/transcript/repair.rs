@@ -364,11 +364,24 @@ pub fn repair_file(
     dry_run: bool,
 ) -> Result<TranscriptRepairResult> {
     let (file, input, meta) = read_regular(path)?;
+    let (content, input) = transcript_of(path, input)?;
+    let foreign = content.filter(|c| !matches!(c, crate::import::Content::Transcript { .. }));
+    if let (Some(found), false) = (foreign, dry_run) {
+        // Rewriting another agent's file as a toolwire transcript would
+        // lose what that agent keeps in it: say how to get one.
+        return Err(Error::invalid_params(
+            "path",
+            format!(
+                "{} is {found}, not a toolwire transcript; nothing was written. `toolwire import` converts it (then repair the result), and `--dry-run` reports what repair would drop",
+                path.display()
+            ),
+        ));
+    }
     let parsed = parse(&input);
     if !parsed.recognized && !input.is_empty() {
         return Err(unrecognized(path, &parsed));
     }
-    let format = format_of(format, &input);
+    let format = format.or(content.map(|c| c.format())).unwrap_or_default();
     let (output, mut report, changed) = repair_parsed(format.dialect(), parsed);
     report.changed = changed;
     if dry_run || !changed {
@@ -406,10 +419,19 @@ pub fn repair_file(
     Ok(report)
 }
 
-/// The format a transcript is read in: the one asked for, else what its
-/// lines say ([`super::reader::detect_format`]).
-pub fn format_of(asked: Option<Format>, input: &[u8]) -> Format {
-    asked.unwrap_or_else(|| super::reader::detect_format(input).unwrap_or_default())
+/// The transcript to check or repair in a file: a toolwire transcript as
+/// it is; another agent's session or a bare message list converted
+/// ([`crate::import::as_transcript`]), with what it was. A file in none of
+/// the known formats is an error naming its first line's type.
+pub fn transcript_of(
+    path: &Path,
+    input: Vec<u8>,
+) -> Result<(Option<crate::import::Content>, Vec<u8>)> {
+    if input.is_empty() {
+        return Ok((None, input));
+    }
+    let (content, bytes) = crate::import::as_transcript(path, input)?;
+    Ok((Some(content), bytes))
 }
 
 pub fn bak_path(path: &Path) -> PathBuf {
