@@ -251,12 +251,17 @@ async fn reconstruct_reads_only_regular_files_bounds_lines_and_can_be_cancelled(
     let bound = toolwire::transport::codec::MAX_FRAME as u64 + (256 << 20);
     assert!(peak < bound, "peak resident memory {peak} bytes");
 
-    // A regular file of 64 GiB (sparse) with no newline: cancelled.
+    // A transcript whose second line is 64 GiB (sparse) with no newline:
+    // cancelled. (A file whose first line is no transcript line at all is
+    // refused up front, PROTOCOL.md 10.5.)
     let endless = dir.path().join("endless.jsonl");
-    std::fs::File::create(&endless)
-        .unwrap()
-        .set_len(64 << 30)
-        .unwrap();
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&endless).unwrap();
+        let first = json!({"type": "message", "message": assistant_calls(&["toolu_c"])});
+        writeln!(f, "{first}").unwrap();
+        f.set_len(64 << 30).unwrap();
+    }
     let id = c
         .start(
             "state/reconstruct",
