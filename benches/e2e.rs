@@ -116,6 +116,25 @@ fn pair(id: &str, body: &str) -> [Value; 2] {
     ]
 }
 
+/// One call and its result in a provider format other than Anthropic's.
+fn pair_in(format: &str, id: &str, body: &str) -> [Value; 2] {
+    match format {
+        "openai-chat" => [
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": id, "type": "function", "function": {"name": "Bash", "arguments": "{\"command\":\"make\"}"}}]}),
+            json!({"role": "tool", "tool_call_id": id, "content": body}),
+        ],
+        "openai-responses" => [
+            json!({"type": "function_call", "call_id": id, "name": "Bash", "arguments": "{\"command\":\"make\"}"}),
+            json!({"type": "function_call_output", "call_id": id, "output": body}),
+        ],
+        "gemini" => [
+            json!({"role": "model", "parts": [{"functionCall": {"id": id, "name": "Bash", "args": {"command": "make"}}}]}),
+            json!({"role": "user", "parts": [{"functionResponse": {"id": id, "name": "Bash", "response": {"output": body}}}]}),
+        ],
+        _ => pair(id, body),
+    }
+}
+
 /// One measured figure and its same-run baseline.
 struct Figure {
     name: String,
@@ -169,8 +188,10 @@ async fn main() {
     let want = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
     let dir = root.path();
     if want("reapply") {
-        settle();
-        reapply_20mb(dir, &mut report).await;
+        for format in ["anthropic", "openai-chat", "openai-responses", "gemini"] {
+            settle();
+            reapply_20mb(dir, &mut report, format).await;
+        }
     }
     if want("turn") {
         settle();
@@ -221,15 +242,19 @@ async fn main() {
 
 /// Reapply-only `budget/apply` over a 20 MB conversation vs parsing and
 /// serializing the same request bytes with serde_json.
-async fn reapply_20mb(root: &Path, report: &mut Report) {
-    let dir = root.join("reapply");
+async fn reapply_20mb(root: &Path, report: &mut Report, format: &str) {
+    let dir = root.join(format!("reapply-{format}"));
     let mut c = start(&dir, json!({"durability": "none"})).await;
     let mut rng = fastrand::Rng::with_seed(1);
     let mut messages = Vec::new();
     for i in 0..200 {
-        messages.extend(pair(&format!("toolu_{i:04}"), &text(&mut rng, 100_000)));
+        messages.extend(pair_in(
+            format,
+            &format!("toolu_{i:04}"),
+            &text(&mut rng, 100_000),
+        ));
     }
-    let params = json!({"sessionId": "r", "messages": messages});
+    let params = json!({"sessionId": "r", "format": format, "messages": messages});
     c.call("budget/apply", params.clone()).await; // decide once
     let body = c.frame("budget/apply", &params);
     let mb = body.len() as f64 / 1e6;
@@ -250,7 +275,11 @@ async fn reapply_20mb(root: &Path, report: &mut Report) {
     let (o, b) = (median(ours), median(base));
     let ratio = o.as_secs_f64() / b.as_secs_f64();
     report.add(Figure {
-        name: "budget/apply reapply-only, 20 MB conversation".into(),
+        name: if format == "anthropic" {
+            "budget/apply reapply-only, 20 MB conversation".into()
+        } else {
+            format!("budget/apply reapply-only, 20 MB conversation, {format}")
+        },
         value: ms(o),
         unit: "ms",
         baseline: ms(b),
