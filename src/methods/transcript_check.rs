@@ -15,7 +15,11 @@ impl ConcurrentMethod for TranscriptCheck {
         params: TranscriptCheckParams,
     ) -> BoxFuture<'static, Result<TranscriptCheckResult>> {
         Box::pin(async move {
-            let dialect = params.format.or(cx.config.format).unwrap_or_default().dialect();
+            let dialect = params
+                .format
+                .or(cx.config.format)
+                .unwrap_or_default()
+                .dialect();
             match (params.path, params.messages) {
                 (Some(_), Some(_)) => Err(Error::invalid_params(
                     "messages",
