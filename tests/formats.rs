@@ -406,7 +406,8 @@ fn conversation(f: F, turns: usize, size: usize) -> Vec<Value> {
 async fn budget_reapply_is_byte_identical_across_turns_and_restarts() {
     for f in ALL {
         let dir = tempfile::tempdir().unwrap();
-        let (mut c, _t) = connect(new_server());
+        let server = new_server();
+        let (mut c, task) = connect(server.clone());
         c.initialize(dir.path(), json!({})).await;
         let apply = |messages: Vec<Value>| json!({"sessionId": "s", "format": f.name(), "messages": messages});
         let first = c
@@ -432,6 +433,9 @@ async fn budget_reapply_is_byte_identical_across_turns_and_restarts() {
         let session_file = dir.path().join(".toolwire/sessions/s.jsonl");
         session_line(&session_file, f);
         c.close().await;
+        task.await.unwrap();
+        // The old server lets go of its transcripts, as on exit.
+        server.registry.close_all().await;
         // A restarted server resumes the decisions from the journal.
         let (mut c, _t) = connect(new_server());
         c.initialize(dir.path(), json!({})).await;
