@@ -61,9 +61,9 @@ class ContentItem(BaseModel):
     type: str
 
 
-class Message(BaseModel):
+class Message1(BaseModel):
     """
-    A message in the Anthropic Messages API shape; unknown fields and blocks round-trip unchanged.
+    format `anthropic`: a Messages API message; calls are `tool_use` blocks, results `tool_result` blocks.
     """
 
     model_config = ConfigDict(
@@ -72,6 +72,151 @@ class Message(BaseModel):
     )
     role: Role
     content: str | list[ContentItem]
+
+
+class Role1(StrEnum):
+    system = 'system'
+    developer = 'developer'
+    user = 'user'
+    assistant = 'assistant'
+    tool = 'tool'
+    function = 'function'
+
+
+class Function(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+        populate_by_name=True,
+    )
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+        populate_by_name=True,
+    )
+    id: constr(min_length=1)
+    type: str | None = None
+    function: Function | None = None
+
+
+class Message2(BaseModel):
+    """
+    format `openai-chat`: a Chat Completions message; calls are `tool_calls` entries, results `tool` messages.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+        populate_by_name=True,
+    )
+    role: Role1
+    content: str | list[ContentItem] | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: constr(min_length=1) | None = None
+
+
+class OutputItem(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+        populate_by_name=True,
+    )
+    type: str
+
+
+class Message3(BaseModel):
+    """
+    format `openai-responses`: one input item.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+        populate_by_name=True,
+    )
+    type: str
+    """
+    `message` (or absent, with a `role`), `function_call`, `function_call_output`, `custom_tool_call`, `custom_tool_call_output`, `local_shell_call`, `reasoning`, ...
+    """
+    role: str | None = None
+    call_id: constr(min_length=1) | None = None
+    name: str | None = None
+    output: str | list[OutputItem] | dict[str, Any] | None = None
+
+
+class Message4(BaseModel):
+    """
+    format `openai-responses`: one input item.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+        populate_by_name=True,
+    )
+    type: str | None = None
+    """
+    `message` (or absent, with a `role`), `function_call`, `function_call_output`, `custom_tool_call`, `custom_tool_call_output`, `local_shell_call`, `reasoning`, ...
+    """
+    role: str
+    call_id: constr(min_length=1) | None = None
+    name: str | None = None
+    output: str | list[OutputItem] | dict[str, Any] | None = None
+
+
+class Role2(StrEnum):
+    user = 'user'
+    model = 'model'
+    function = 'function'
+
+
+class FunctionCall(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+        populate_by_name=True,
+    )
+    name: str
+    id: str | None = None
+    args: dict[str, Any] | None = None
+
+
+class FunctionResponse(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+        populate_by_name=True,
+    )
+    name: str
+    id: str | None = None
+    response: dict[str, Any] | None = None
+
+
+class Part(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+        populate_by_name=True,
+    )
+    function_call: FunctionCall | None = Field(None, alias='functionCall')
+    function_response: FunctionResponse | None = Field(None, alias='functionResponse')
+    thought_signature: str | None = Field(None, alias='thoughtSignature')
+
+
+class Message5(BaseModel):
+    """
+    format `gemini`: one content; calls are `functionCall` parts of a `model` content, results `functionResponse` parts of a `user` content.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+        populate_by_name=True,
+    )
+    role: Role2 | None = None
+    parts: list[Part]
+
+
+class Message(RootModel[Message1 | Message2 | Message3 | Message4 | Message5]):
+    root: Message1 | Message2 | Message3 | Message4 | Message5
+    """
+    A message in the session's provider format (PROTOCOL.md 10.3), one variant per format; unknown fields, blocks, parts and items round-trip unchanged.
+    """
 
 
 class LimitsOverride(BaseModel):
@@ -106,6 +251,17 @@ class PreviewMode(StrEnum):
 
 class Never(StrEnum):
     never = 'never'
+
+
+class Format(StrEnum):
+    """
+    Which provider's message shapes a conversation uses.
+    """
+
+    anthropic = 'anthropic'
+    openai_chat = 'openai-chat'
+    openai_responses = 'openai-responses'
+    gemini = 'gemini'
 
 
 class StateForkParams(BaseModel):
@@ -164,13 +320,49 @@ class StateGetParams(BaseModel):
     session_id: SessionId = Field(..., alias='sessionId')
 
 
-class PairAppendParams(BaseModel):
+class AppendMessage1(BaseModel):
+    """
+    format `openai-responses`: one input item.
+    """
+
     model_config = ConfigDict(
-        extra='forbid',
+        extra='allow',
         populate_by_name=True,
     )
-    session_id: SessionId = Field(..., alias='sessionId')
-    message: Message
+    type: str
+    """
+    `message` (or absent, with a `role`), `function_call`, `function_call_output`, `custom_tool_call`, `custom_tool_call_output`, `local_shell_call`, `reasoning`, ...
+    """
+    role: str | None = None
+    call_id: constr(min_length=1) | None = None
+    name: str | None = None
+    output: str | list[OutputItem] | dict[str, Any] | None = None
+
+
+class AppendMessage2(BaseModel):
+    """
+    format `openai-responses`: one input item.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+        populate_by_name=True,
+    )
+    type: str | None = None
+    """
+    `message` (or absent, with a `role`), `function_call`, `function_call_output`, `custom_tool_call`, `custom_tool_call_output`, `local_shell_call`, `reasoning`, ...
+    """
+    role: str
+    call_id: constr(min_length=1) | None = None
+    name: str | None = None
+    output: str | list[OutputItem] | dict[str, Any] | None = None
+
+
+class AppendMessage(RootModel[Message | list[AppendMessage1 | AppendMessage2]]):
+    root: Message | list[AppendMessage1 | AppendMessage2]
+    """
+    One message, or in `openai-responses` one input item or an array of them.
+    """
 
 
 class AbortMode(StrEnum):
@@ -194,6 +386,11 @@ class TranscriptRepairParams(BaseModel):
         populate_by_name=True,
     )
     path: str
+    format: Format | None = None
+    """
+    The transcript's format; default: its `session` line, else what its
+    content shows.
+    """
     dry_run: bool | None = Field(None, alias='dryRun')
     work_done_token: ProgressToken | None = Field(None, alias='workDoneToken')
 
@@ -239,12 +436,23 @@ class StorageGcParams(BaseModel):
     work_done_token: ProgressToken | None = Field(None, alias='workDoneToken')
 
 
-class Format(StrEnum):
+class TranscriptCheckParams(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    path: str | None = None
     """
-    Which provider's message shapes a conversation uses.
+    A transcript file (relative paths are resolved against the workspace).
     """
-
-    anthropic = 'anthropic'
+    messages: list[Message] | None = None
+    """
+    Messages to check instead of a file.
+    """
+    format: Format | None = None
+    """
+    Default `anthropic`.
+    """
 
 
 class Limits(BaseModel):
@@ -396,8 +604,22 @@ class TranscriptLine3(BaseModel):
     """
 
 
-class TranscriptLine(RootModel[TranscriptLine1 | TranscriptLine2 | TranscriptLine3]):
-    root: TranscriptLine1 | TranscriptLine2 | TranscriptLine3
+class TranscriptLine4(BaseModel):
+    """
+    The first line of a transcript in a format other than `anthropic`.
+    """
+
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    type: Literal['session']
+    format: Format
+
+
+class TranscriptLine(
+    RootModel[TranscriptLine1 | TranscriptLine2 | TranscriptLine3 | TranscriptLine4]
+):
+    root: TranscriptLine1 | TranscriptLine2 | TranscriptLine3 | TranscriptLine4
     """
     One line of a session transcript.
     """
@@ -692,6 +914,11 @@ class BudgetApplyParams(BaseModel):
     """
     Per-tool settings for this request, over the configuration's.
     """
+    format: Format | None = None
+    """
+    The provider format of the messages (PROTOCOL.md 10.3); default: the
+    configuration's `format`, else the session's, else `anthropic`.
+    """
 
 
 class MaxOrNever(RootModel[conint(ge=0) | Never]):
@@ -719,7 +946,30 @@ class StateReconstructParams(BaseModel):
     """
     Path of a transcript file to read as well.
     """
+    format: Format | None = None
+    """
+    The provider format of the messages (PROTOCOL.md 10.3); default: the
+    configuration's `format`, else the session's, else `anthropic`.
+    """
     work_done_token: ProgressToken | None = Field(None, alias='workDoneToken')
+
+
+class PairAppendParams(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    session_id: SessionId = Field(..., alias='sessionId')
+    message: AppendMessage
+    """
+    One message; in `openai-responses`, one input item or an array of
+    them (one model response, or one batch of outputs).
+    """
+    format: Format | None = None
+    """
+    The provider format of the messages (PROTOCOL.md 10.3); default: the
+    configuration's `format`, else the session's, else `anthropic`.
+    """
 
 
 class PairFlushParams(BaseModel):
@@ -735,25 +985,6 @@ class PairFlushParams(BaseModel):
     reason: str | None = None
     """
     Named in synthetic error results.
-    """
-
-
-class TranscriptCheckParams(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-        populate_by_name=True,
-    )
-    path: str | None = None
-    """
-    A transcript file (relative paths are resolved against the workspace).
-    """
-    messages: list[Message] | None = None
-    """
-    Messages to check instead of a file.
-    """
-    format: Format | None = None
-    """
-    Default `anthropic`.
     """
 
 
@@ -911,6 +1142,13 @@ class Config(BaseModel):
     proxy: ProxyConfig | None = None
     """
     `toolwire proxy`: where it listens and where it forwards.
+    """
+    format: Format | None = None
+    """
+    The provider format of new sessions (PROTOCOL.md 10.3):
+    `anthropic`, `openai-chat`, `openai-responses` or `gemini`. When
+    unset, a session keeps the format it was created with and a new one
+    is `anthropic`.
     """
 
 

@@ -9,6 +9,19 @@
  */
 export type SessionId = string
 /**
+ * A message in the session's provider format (PROTOCOL.md 10.3), one variant per format; unknown fields, blocks, parts and items round-trip unchanged.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "Message".
+ */
+export type Message = (AnthropicMessage | OpenaiChatMessage | OpenaiResponsesItem | GeminiContent)
+/**
+ * format `openai-responses`: one input item.
+ */
+export type OpenaiResponsesItem = {
+[k: string]: unknown | undefined
+}
+/**
  * How the preview of a persisted result is cut.
  * 
  * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
@@ -28,6 +41,13 @@ export type MaxOrNever = (number | Never)
  */
 export type Never = "never"
 /**
+ * Which provider's message shapes a conversation uses.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "Format".
+ */
+export type Format = ("anthropic" | "openai-chat" | "openai-responses" | "gemini")
+/**
  * An LSP progress token (`workDoneToken`): `$/progress` notifications for
  * long work carry it.
  * 
@@ -36,19 +56,27 @@ export type Never = "never"
  */
 export type ProgressToken = (number | string)
 /**
+ * format `openai-responses`: one input item.
+ */
+export type OpenaiResponsesItem1 = ({
+[k: string]: unknown | undefined
+} | {
+[k: string]: unknown | undefined
+})
+/**
+ * One message, or in `openai-responses` one input item or an array of them.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "AppendMessage".
+ */
+export type AppendMessage = (Message | [OpenaiResponsesItem1, ...(OpenaiResponsesItem1)[]])
+/**
  * What an interrupted tool pair becomes.
  * 
  * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
  * via the `definition` "AbortMode".
  */
 export type AbortMode = ("discard" | "synthetic")
-/**
- * Which provider's message shapes a conversation uses.
- * 
- * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
- * via the `definition` "Format".
- */
-export type Format = "anthropic"
 /**
  * Whether each commit reaches the disk before its reply.
  * 
@@ -84,6 +112,9 @@ toolUseIds: string[]
  * an id without a digest then applies to any original.
  */
 digests?: string[]
+} | {
+type: "session"
+format: Format
 })
 /**
  * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
@@ -170,19 +201,70 @@ previewMode?: (PreviewMode | null)
 tools?: ({
 [k: string]: ToolSettings | undefined
 } | null)
+/**
+ * The provider format of the messages (PROTOCOL.md 10.3); default: the
+ * configuration's `format`, else the session's, else `anthropic`.
+ */
+format?: (Format | null)
 }
 /**
- * A message in the Anthropic Messages API shape; unknown fields and blocks round-trip unchanged.
- * 
- * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
- * via the `definition` "Message".
+ * format `anthropic`: a Messages API message; calls are `tool_use` blocks, results `tool_result` blocks.
  */
-export interface Message {
+export interface AnthropicMessage {
 role: ("user" | "assistant")
 content: (string | {
 type: string
 [k: string]: unknown | undefined
 }[])
+[k: string]: unknown | undefined
+}
+/**
+ * format `openai-chat`: a Chat Completions message; calls are `tool_calls` entries, results `tool` messages.
+ */
+export interface OpenaiChatMessage {
+role: ("system" | "developer" | "user" | "assistant" | "tool" | "function")
+content?: (string | null | {
+type: string
+[k: string]: unknown | undefined
+}[])
+tool_calls?: {
+id: string
+type?: string
+function?: {
+name?: string
+arguments?: string
+[k: string]: unknown | undefined
+}
+[k: string]: unknown | undefined
+}[]
+tool_call_id?: string
+[k: string]: unknown | undefined
+}
+/**
+ * format `gemini`: one content; calls are `functionCall` parts of a `model` content, results `functionResponse` parts of a `user` content.
+ */
+export interface GeminiContent {
+role?: ("user" | "model" | "function")
+parts: {
+functionCall?: {
+name: string
+id?: string
+args?: {
+
+}
+[k: string]: unknown | undefined
+}
+functionResponse?: {
+name: string
+id?: string
+response?: {
+
+}
+[k: string]: unknown | undefined
+}
+thoughtSignature?: string
+[k: string]: unknown | undefined
+}[]
 [k: string]: unknown | undefined
 }
 /**
@@ -244,6 +326,11 @@ inheritedReplacements?: ({
  * Path of a transcript file to read as well.
  */
 transcript?: (string | null)
+/**
+ * The provider format of the messages (PROTOCOL.md 10.3); default: the
+ * configuration's `format`, else the session's, else `anthropic`.
+ */
+format?: (Format | null)
 workDoneToken?: (ProgressToken | null)
 }
 /**
@@ -281,7 +368,16 @@ sessionId: SessionId
  */
 export interface PairAppendParams {
 sessionId: SessionId
-message: Message
+/**
+ * One message; in `openai-responses`, one input item or an array of
+ * them (one model response, or one batch of outputs).
+ */
+message: (Message | [OpenaiResponsesItem1, ...(OpenaiResponsesItem1)[]])
+/**
+ * The provider format of the messages (PROTOCOL.md 10.3); default: the
+ * configuration's `format`, else the session's, else `anthropic`.
+ */
+format?: (Format | null)
 }
 /**
  * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
@@ -304,6 +400,11 @@ reason?: (string | null)
  */
 export interface TranscriptRepairParams {
 path: string
+/**
+ * The transcript's format; default: its `session` line, else what its
+ * content shows.
+ */
+format?: (Format | null)
 dryRun?: (boolean | null)
 workDoneToken?: (ProgressToken | null)
 }
@@ -407,6 +508,13 @@ tools?: {
 }
 retention?: Retention
 proxy?: ProxyConfig
+/**
+ * The provider format of new sessions (PROTOCOL.md 10.3):
+ * `anthropic`, `openai-chat`, `openai-responses` or `gemini`. When
+ * unset, a session keeps the format it was created with and a new one
+ * is `anthropic`.
+ */
+format?: (Format | null)
 }
 /**
  * Size limits, all counted in `sizeUnit`.
