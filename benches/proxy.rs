@@ -1,0 +1,342 @@
+//! `toolwire proxy` benchmarks, each figure next to a baseline measured in
+//! the same run against the same fake provider (tests/fake_provider):
+//!
+//!     cargo bench --bench proxy
+//!
+//! - added latency: time to first byte and total time of a streamed
+//!   Anthropic response for a 200 KB conversation, through the proxy vs
+//!   straight to the fake provider (interleaved, ≥ 1000 requests each);
+//! - throughput: requests/s with 16 concurrent clients, proxy vs direct;
+//! - prompt cache hit rate over a 30-turn loop: through toolwire vs a
+//!   simulated proxy that truncates results afresh every turn.
+//!
+//! The proxy runs in process on the same runtime as the client and the
+//! fake provider, over real loopback TCP.
+
+#[path = "../tests/fake_provider/mod.rs"]
+mod fake_provider;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fake_provider::FakeProvider;
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use toolwire::config::{Config, Durability, ProxyConfig, Upstreams};
+use toolwire::proxy::Proxy;
+use toolwire::session::{DEFAULT_SESSION_IDLE, Registry, Storage};
+
+const REQUESTS: usize = 1000;
+const CONCURRENCY: usize = 16;
+const THROUGHPUT_REQUESTS: usize = 2000;
+const TURNS: usize = 30;
+
+async fn start_proxy(upstream: &str, dir: &std::path::Path) -> String {
+    let config = Config {
+        durability: Durability::None,
+        proxy: ProxyConfig {
+            upstreams: Upstreams {
+                anthropic: upstream.into(),
+                openai: upstream.into(),
+                gemini: upstream.into(),
+            },
+            ..ProxyConfig::default()
+        },
+        ..Config::default()
+    };
+    let effective = toolwire::config::resolve(dir, config);
+    let proxy = Proxy::new(
+        Registry::new(Storage::default(), DEFAULT_SESSION_IDLE),
+        effective,
+    )
+    .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(proxy.serve(listener));
+    url
+}
+
+fn result_text(turn: usize, size: usize) -> String {
+    let line = format!("turn {turn}: compiling crate {turn} ... warning: unused variable `x`\n");
+    line.repeat(size / line.len() + 1)[..size].to_owned()
+}
+
+/// An Anthropic conversation of `turns` tool rounds with results of the
+/// given sizes (cycled).
+fn conversation(turns: usize, sizes: &[usize]) -> Vec<Value> {
+    let mut messages = vec![json!({"role": "user", "content": "The build fails; find out why."})];
+    for t in 0..turns {
+        let id = format!("toolu_{t:04}");
+        messages.push(json!({"role": "assistant", "content": [
+            {"type": "text", "text": "Looking."},
+            {"type": "tool_use", "id": id, "name": "bash", "input": {"command": format!("cat part-{t}.log")}}]}));
+        messages.push(json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": id, "content": result_text(t, sizes[t % sizes.len()])}]}));
+    }
+    messages
+}
+
+fn body(messages: &[Value], stream: bool) -> Vec<u8> {
+    serde_json::to_vec(
+        &json!({"model": "claude-fake", "max_tokens": 1024, "stream": stream,
+        "system": "You are a coding agent.", "messages": messages}),
+    )
+    .unwrap()
+}
+
+/// Time to first body byte and total time of one streamed request.
+async fn timed(client: &reqwest::Client, url: &str, body: &[u8]) -> (Duration, Duration) {
+    let start = Instant::now();
+    let response = client
+        .post(format!("{url}/v1/messages"))
+        .header("content-type", "application/json")
+        .header("x-toolwire-session", "bench")
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut stream = response.bytes_stream();
+    let mut first = None;
+    while let Some(chunk) = stream.next().await {
+        chunk.unwrap();
+        first.get_or_insert_with(|| start.elapsed());
+    }
+    (first.unwrap_or_default(), start.elapsed())
+}
+
+/// Where element `index` of the body's `messages` ends.
+fn element_end(body: &[u8], index: usize) -> usize {
+    use serde_json::value::RawValue;
+    let text = std::str::from_utf8(body).unwrap();
+    let top: std::collections::HashMap<String, &RawValue> = serde_json::from_str(text).unwrap();
+    let items: Vec<&RawValue> = serde_json::from_str(top["messages"].get()).unwrap();
+    let raw = items[index].get();
+    raw.as_ptr() as usize - text.as_ptr() as usize + raw.len()
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+async fn latency(fake: &FakeProvider, proxy: &str) {
+    // 200 KB: 20 rounds of ~9 KB results and one 60 KB result (persisted
+    // on the first request, its preview reapplied on every later one).
+    let mut sizes = vec![7_000; 20];
+    sizes[3] = 60_000;
+    let messages = conversation(20, &sizes);
+    let body = body(&messages, true);
+    let client = reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .build()
+        .unwrap();
+    // Warm up both paths (connections, the session's first decisions).
+    for _ in 0..20 {
+        timed(&client, &fake.url(), &body).await;
+        timed(&client, proxy, &body).await;
+    }
+    let (mut direct_first, mut direct_total, mut proxy_first, mut proxy_total) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..REQUESTS {
+        let (f, t) = timed(&client, &fake.url(), &body).await;
+        direct_first.push(f);
+        direct_total.push(t);
+        let (f, t) = timed(&client, proxy, &body).await;
+        proxy_first.push(f);
+        proxy_total.push(t);
+    }
+    for v in [
+        &mut direct_first,
+        &mut direct_total,
+        &mut proxy_first,
+        &mut proxy_total,
+    ] {
+        v.sort();
+    }
+    println!(
+        "streamed response, {} KB conversation, {REQUESTS} requests each (interleaved)",
+        body.len() / 1024
+    );
+    println!("| figure | through toolwire | direct (baseline) | added | ratio |");
+    println!("|---|---|---|---|---|");
+    for (name, proxied, direct) in [
+        ("time to first byte", &proxy_first, &direct_first),
+        ("total time", &proxy_total, &direct_total),
+    ] {
+        for p in [0.5, 0.99] {
+            let (a, b) = (percentile(proxied, p), percentile(direct, p));
+            println!(
+                "| {name} p{} | {:.3} ms | {:.3} ms | {:+.3} ms | {:.2}× |",
+                (p * 100.0) as u32,
+                ms(a),
+                ms(b),
+                ms(a) - ms(b),
+                ms(a) / ms(b)
+            );
+        }
+    }
+    println!();
+}
+
+async fn throughput(fake: &FakeProvider, proxy: &str) {
+    let mut sizes = vec![7_000; 20];
+    sizes[3] = 60_000;
+    let body = Arc::new(body(&conversation(20, &sizes), true));
+    let client = reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .build()
+        .unwrap();
+    let run = |url: String| {
+        let client = client.clone();
+        let body = body.clone();
+        async move {
+            let start = Instant::now();
+            let per = THROUGHPUT_REQUESTS / CONCURRENCY;
+            let tasks: Vec<_> = (0..CONCURRENCY)
+                .map(|_| {
+                    let (client, body, url) = (client.clone(), body.clone(), url.clone());
+                    tokio::spawn(async move {
+                        for _ in 0..per {
+                            timed(&client, &url, &body).await;
+                        }
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await.unwrap();
+            }
+            (per * CONCURRENCY) as f64 / start.elapsed().as_secs_f64()
+        }
+    };
+    let direct = run(fake.url()).await;
+    let proxied = run(proxy.to_owned()).await;
+    println!(
+        "throughput, {CONCURRENCY} concurrent clients, {THROUGHPUT_REQUESTS} requests, {} KB each",
+        body.len() / 1024
+    );
+    println!("| through toolwire | direct (baseline) | ratio |");
+    println!("|---|---|---|");
+    println!(
+        "| {proxied:.0} req/s | {direct:.0} req/s | {:.2}× |\n",
+        proxied / direct
+    );
+}
+
+/// A compressing proxy that truncates every large result to its share of a
+/// fixed context budget, recomputed from the whole conversation each turn
+/// (as proxies that rewrite history to fit a window do): as the
+/// conversation grows, earlier results are cut shorter, so earlier bytes
+/// change from one request to the next.
+fn truncate_afresh(messages: &[Value]) -> Vec<Value> {
+    const BUDGET: usize = 100_000;
+    let results: Vec<usize> = messages
+        .iter()
+        .flat_map(|m| m["content"].as_array().into_iter().flatten())
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| b["content"].as_str().map_or(0, str::len))
+        .collect();
+    let share = (BUDGET / results.len().max(1)).max(200);
+    let mut out = messages.to_vec();
+    for m in &mut out {
+        for b in m["content"].as_array_mut().into_iter().flatten() {
+            if b["type"] == "tool_result"
+                && let Some(text) = b["content"].as_str()
+                && text.len() > share
+            {
+                let cut = format!(
+                    "{}\n[truncated {} chars]",
+                    &text[..share],
+                    text.len() - share
+                );
+                b["content"] = json!(cut);
+            }
+        }
+    }
+    out
+}
+
+async fn cache_rate(dir: &std::path::Path) {
+    let sizes = [120_000, 4_000, 60_000, 30_000, 45_000, 2_000];
+    let client = reqwest::Client::new();
+    let mut rates = Vec::new();
+    for simulated in [false, true] {
+        let fake = FakeProvider::start().await;
+        let url = if simulated {
+            fake.url()
+        } else {
+            start_proxy(&fake.url(), &dir.join("cache")).await
+        };
+        for turn in 1..=TURNS {
+            let messages = conversation(turn, &sizes);
+            let messages = if simulated {
+                truncate_afresh(&messages)
+            } else {
+                messages
+            };
+            timed(&client, &url, &body(&messages, false)).await;
+        }
+        let received = fake.received();
+        let read: u64 = received.iter().map(|r| r.cache_read).sum();
+        let total: u64 = received.iter().map(|r| r.body.len() as u64).sum();
+        // A full hit: everything before the turn's new messages was cached.
+        let hits = (1..received.len())
+            .filter(|&k| {
+                let before = received[k - 1].json()["messages"]
+                    .as_array()
+                    .map_or(0, Vec::len);
+                received[k].cache_read as usize >= element_end(&received[k].body, before - 1)
+            })
+            .count();
+        rates.push((read as f64 / total as f64, hits, total));
+    }
+    println!(
+        "prompt cache over a {TURNS}-turn loop (tokens = bytes, cached = longest shared prefix)"
+    );
+    println!(
+        "| | hit rate by tokens | turns 2–{TURNS} whose earlier conversation was all cached | bytes sent |"
+    );
+    println!("|---|---|---|---|");
+    println!(
+        "| through toolwire | {:.1}% | {}/{} | {} |",
+        rates[0].0 * 100.0,
+        rates[0].1,
+        TURNS - 1,
+        rates[0].2
+    );
+    println!(
+        "| truncating afresh each turn (simulated) | {:.1}% | {}/{} | {} |\n",
+        rates[1].0 * 100.0,
+        rates[1].1,
+        TURNS - 1,
+        rates[1].2
+    );
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let only: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let want = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
+    let dir = tempfile::tempdir().unwrap();
+    println!(
+        "toolwire proxy benchmarks ({} cores)\n",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    let fake = FakeProvider::start().await;
+    let proxy = start_proxy(&fake.url(), dir.path()).await;
+    if want("latency") {
+        latency(&fake, &proxy).await;
+    }
+    if want("throughput") {
+        throughput(&fake, &proxy).await;
+    }
+    if want("cache") {
+        cache_rate(dir.path()).await;
+    }
+}
