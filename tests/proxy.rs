@@ -216,65 +216,113 @@ async fn loop_through_proxy(provider: &str, key: &str, stream: bool) -> (Vec<Rec
     (received, s.clone())
 }
 
-fn assert_results_within_budget(received: &[Received]) {
-    let mut replaced = 0;
-    for r in received {
-        for m in r.json()["messages"].as_array().unwrap() {
-            for b in m["content"].as_array().into_iter().flatten() {
-                if b["type"] == "tool_result" {
-                    let text = b["content"].as_str().unwrap();
-                    assert!(
-                        text.chars().count() <= 50_000,
-                        "a result over maxResultChars went out"
-                    );
-                    replaced += usize::from(text.starts_with("<persisted-output>"));
+/// The text of every tool result in a request body, read the way each
+/// provider's API defines it.
+fn result_texts(provider: &str, body: &Value) -> Vec<String> {
+    let list = |v: &Value| v.as_array().cloned().unwrap_or_default();
+    let text = |v: &Value| v.as_str().unwrap().to_owned();
+    let mut out = Vec::new();
+    match provider {
+        "anthropic" => {
+            for m in list(&body["messages"]) {
+                for b in list(&m["content"]) {
+                    if b["type"] == "tool_result" {
+                        out.push(text(&b["content"]));
+                    }
                 }
             }
         }
+        "openai-chat" => {
+            for m in list(&body["messages"]) {
+                if m["role"] == "tool" {
+                    out.push(text(&m["content"]));
+                }
+            }
+        }
+        "openai-responses" => {
+            for item in list(&body["input"]) {
+                if item["type"] == "function_call_output" {
+                    out.push(text(&item["output"]));
+                }
+            }
+        }
+        "gemini" => {
+            for c in list(&body["contents"]) {
+                for p in list(&c["parts"]) {
+                    if let Some(r) = p.get("functionResponse") {
+                        out.push(text(&r["response"]["output"]));
+                    }
+                }
+            }
+        }
+        _ => panic!("unknown provider {provider}"),
     }
-    assert!(replaced > 0);
+    out
+}
+
+/// What the Anthropic loop and every other route's loop must show: no
+/// result over maxResultChars went upstream, the large ones were replaced
+/// by previews, and fewer characters left than came in.
+fn assert_budgeted(provider: &str, received: &[Received], stats: &Value) {
+    let mut replaced = 0;
+    for r in received {
+        for text in result_texts(provider, &r.json()) {
+            assert!(
+                text.chars().count() <= 50_000,
+                "{provider}: a result over maxResultChars went out"
+            );
+            replaced += usize::from(text.starts_with("<persisted-output>"));
+        }
+    }
+    assert!(replaced > 0, "{provider}: no result was replaced");
+    assert!(
+        stats["charsSent"].as_u64() < stats["charsReceived"].as_u64(),
+        "{provider}: {stats}"
+    );
+    // 120 KB and 60 KB results, five of each in 30 turns.
+    assert_eq!(stats["resultsPersisted"], 10, "{provider}");
+    assert_eq!(
+        received[29].header("x-toolwire-session"),
+        None,
+        "toolwire's header stays local"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn anthropic_sdk_30_turns_budgeted_and_byte_stable() {
     for stream in [false, true] {
         let (received, stats) = loop_through_proxy("anthropic", "messages", stream).await;
-        assert_results_within_budget(&received);
-        assert_eq!(
-            received[29].header("x-toolwire-session"),
-            None,
-            "toolwire's header stays local"
-        );
+        assert_budgeted("anthropic", &received, &stats);
         // The credential goes upstream untouched (this SDK version sends it
         // as a bearer token; older ones as x-api-key).
         let credential = received[29]
             .header("x-api-key")
             .or(received[29].header("authorization"));
         assert!(credential.is_some_and(|c| c.ends_with("sk-ant-test")));
-        assert!(stats["charsSent"].as_u64() < stats["charsReceived"].as_u64());
-        // 120 KB and 60 KB results, five of each in 30 turns.
-        assert_eq!(stats["resultsPersisted"], 10);
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn openai_chat_sdk_30_turns_pass_through() {
+async fn openai_chat_sdk_30_turns_budgeted_and_byte_stable() {
     for stream in [false, true] {
-        loop_through_proxy("openai-chat", "messages", stream).await;
+        let (received, stats) = loop_through_proxy("openai-chat", "messages", stream).await;
+        assert_budgeted("openai-chat", &received, &stats);
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn openai_responses_sdk_30_turns_pass_through() {
+async fn openai_responses_sdk_30_turns_budgeted_and_byte_stable() {
     for stream in [false, true] {
-        loop_through_proxy("openai-responses", "input", stream).await;
+        let (received, stats) = loop_through_proxy("openai-responses", "input", stream).await;
+        assert_budgeted("openai-responses", &received, &stats);
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gemini_sdk_30_turns_pass_through() {
+async fn gemini_sdk_30_turns_budgeted_and_byte_stable() {
     for stream in [false, true] {
-        loop_through_proxy("gemini", "contents", stream).await;
+        let (received, stats) = loop_through_proxy("gemini", "contents", stream).await;
+        assert_budgeted("gemini", &received, &stats);
     }
 }
 
@@ -312,11 +360,16 @@ async fn an_orphaned_call_is_repaired_through_the_proxy_and_refused_directly() {
         "droppedToolUses=toolu_lost; droppedToolResults="
     );
 
-    // A format not budgeted yet passes through: the provider's 400, unchanged.
-    let chat = agent("openai-chat", &proxy.url, "orphan", false).await;
-    assert_eq!(chat["status"], 400);
+    // The same through OpenAI Chat: the provider refuses the orphaned
+    // call, the proxy's repaired request is accepted.
     let direct = agent("openai-chat", &fake.url(), "orphan", false).await;
-    assert_eq!(chat["body"], direct["body"]);
+    assert_eq!(direct["ok"], false, "{direct}");
+    assert_eq!(direct["status"], 400);
+    let through = agent("openai-chat", &proxy.url, "orphan", false).await;
+    assert_eq!(through["ok"], true, "{through}");
+    let last = fake.received().pop().unwrap();
+    assert_eq!(last.status, 200);
+    assert!(!String::from_utf8_lossy(&last.body).contains("call_lost"));
     proxy.stop().await;
 }
 
@@ -422,12 +475,18 @@ async fn bytes_headers_and_errors_pass_unchanged() {
         .unwrap();
     assert_eq!(r.version(), reqwest::Version::HTTP_2);
     assert_eq!(r.status(), 200);
-    assert!(
-        r.headers()["x-toolwire-budget"]
-            .to_str()
-            .unwrap()
-            .starts_with("unavailable; format gemini")
-    );
+    assert_eq!(r.headers()["x-toolwire-budget"], "applied; persisted=0");
+
+    // A Responses request whose input is a string has nothing to budget.
+    let r = client
+        .post(format!("{}/v1/responses", proxy.url))
+        .header("authorization", "Bearer sk-secret")
+        .body(r#"{"model":"gpt-5","input":"hi"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-toolwire-budget"], "none; no conversation");
 
     // Unknown paths are not forwarded anywhere.
     let r = client

@@ -36,7 +36,7 @@ pub fn derive_session(route: Route, body: &Value) -> Option<SessionId> {
     let mut first = first.clone();
     strip_cache_control(&mut first);
     let mut hash = Sha256::new();
-    hash.update(route.format().as_bytes());
+    hash.update(route.format().name().as_bytes());
     hash.update([0]);
     hash.update(serde_json::to_vec(&first).ok()?);
     let hex: String = hash.finalize()[..16]

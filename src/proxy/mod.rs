@@ -38,7 +38,7 @@ use stats::Record;
 use upstream::{ProxyBody, Upstream};
 
 /// Response header: what budgeting did (`applied; persisted=N`), or why it
-/// did not run (`unavailable; …`, `failed; …`, `none; …`).
+/// did not run (`failed; …`, `none; …`).
 pub const BUDGET_HEADER: &str = "x-toolwire-budget";
 /// Response header, present only when the pairing was repaired:
 /// `droppedToolUses=<ids>; droppedToolResults=<ids>` (ids comma-separated,
@@ -221,22 +221,10 @@ impl Proxy {
             );
             return Ok((session, body));
         };
-        if route != Route::AnthropicMessages {
-            // Budgeting reads conversations only through the format layer,
-            // which does not read this format yet: pass it through as sent.
-            notes.insert(
-                BUDGET_HEADER,
-                note(&format!(
-                    "unavailable; format {} is not supported by this build yet",
-                    route.format()
-                )),
-            );
-            return Ok((Some(session), body));
-        }
-
+        let format = route.format();
         let mut messages = original.clone();
         if let Some((repaired, report)) =
-            crate::transcript::repair::repair_messages(crate::format::Format::Anthropic, &messages)
+            crate::transcript::repair::repair_messages(format, &messages)
         {
             tracing::info!(session = %session, dropped_tool_uses = ?report.dropped_tool_uses, dropped_tool_results = ?report.dropped_tool_results, "repaired the pairing of a request");
             notes.insert(
@@ -256,8 +244,7 @@ impl Proxy {
             limits: None,
             tools: None,
             preview_mode: None,
-            // The proxy budgets its Anthropic route (`/v1/messages`).
-            format: Some(crate::format::Format::Anthropic),
+            format: Some(format),
         };
         match crate::methods::budget_apply_queued(&self.registry, self.config.clone(), params).await
         {
@@ -328,7 +315,7 @@ impl Target {
 
     fn format(self) -> &'static str {
         match self {
-            Target::Route(route) => route.format(),
+            Target::Route(route) => route.format().name(),
             Target::Other(_) => "other",
         }
     }

@@ -5,6 +5,7 @@
 use serde_json::{Value, json};
 
 use crate::config::Upstreams;
+use crate::format::Format;
 
 /// The endpoints the proxy serves (PROTOCOL.md 10.7). Anything else is 404:
 /// the proxy never forwards a path it does not know.
@@ -63,12 +64,12 @@ impl Route {
     }
 
     /// The conversation format (PROTOCOL.md 10.3) of the route's requests.
-    pub fn format(self) -> &'static str {
+    pub fn format(self) -> Format {
         match self {
-            Route::AnthropicMessages => "anthropic",
-            Route::OpenAiChat => "openai-chat",
-            Route::OpenAiResponses => "openai-responses",
-            Route::Gemini { .. } => "gemini",
+            Route::AnthropicMessages => Format::Anthropic,
+            Route::OpenAiChat => Format::OpenaiChat,
+            Route::OpenAiResponses => Format::OpenaiResponses,
+            Route::Gemini { .. } => Format::Gemini,
         }
     }
 

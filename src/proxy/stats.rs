@@ -33,8 +33,8 @@ pub struct Record {
     pub chars_sent: u64,
     /// Tool results newly persisted (and replaced) for this request.
     pub results_persisted: u64,
-    /// Whether the conversation was budgeted (false: its format is not
-    /// supported yet, or budgeting failed and it went as sent).
+    /// Whether the conversation was budgeted (false: it had none, or
+    /// budgeting failed and it went as sent).
     pub budgeted: bool,
     /// Whether the pairing was repaired before forwarding.
     pub repaired: bool,
