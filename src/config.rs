@@ -515,13 +515,35 @@ fn line_of(text: &str, offset: usize) -> usize {
         + 1
 }
 
+/// `path` with its longest existing ancestor canonicalized (links and `..`
+/// resolved) and the rest, not created yet, appended as written: sessions
+/// are keyed by data directory, so two spellings of one directory must give
+/// one key (10.1).
+pub fn canonical(path: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut base = path;
+    loop {
+        if let Ok(found) = std::fs::canonicalize(base) {
+            return rest.iter().rev().fold(found, |acc, part| acc.join(part));
+        }
+        match (base.parent(), base.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                base = parent;
+            }
+            // Nothing of it exists (or it ends in `..`): keep it as given.
+            _ => return path.to_path_buf(),
+        }
+    }
+}
+
 /// Resolve a parsed [`Config`] against its workspace root.
 pub fn resolve(workspace: &Path, config: Config) -> Effective {
-    let data_dir = match config.data_dir {
+    let data_dir = canonical(&match config.data_dir {
         Some(dir) if dir.is_absolute() => dir,
         Some(dir) => workspace.join(dir),
         None => workspace.join(".toolwire"),
-    };
+    });
     Effective {
         workspace: workspace.to_path_buf(),
         data_dir,

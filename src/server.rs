@@ -31,7 +31,7 @@ use crate::session::{Registry, Storage};
 use crate::transport::codec::{Frame, LspCodec};
 use crate::transport::{self, Incoming, Outbox};
 
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 pub struct Server {
     pub registry: Registry,
@@ -376,9 +376,25 @@ fn workspace_root(params: &InitializeParams) -> Result<PathBuf> {
                 .map_err(|err| Error::Internal(format!("no current directory: {err}")));
         }
     };
-    url::Url::parse(uri)
+    let root = url::Url::parse(uri)
         .ok()
         .filter(|u| u.scheme() == "file")
         .and_then(|u| u.to_file_path().ok())
-        .ok_or_else(|| Error::invalid_params(path, format!("expected a file:// URI, got {uri:?}")))
+        .ok_or_else(|| {
+            Error::invalid_params(path, format!("expected a file:// URI, got {uri:?}"))
+        })?;
+    // A workspace that does not exist is a mistake to report, never a
+    // directory to create (10.1); an existing one is named canonically so
+    // two spellings of it share their sessions.
+    match std::fs::canonicalize(&root) {
+        Ok(dir) if dir.is_dir() => Ok(dir),
+        Ok(_) => Err(Error::invalid_params(
+            path,
+            format!("{} is not a directory", root.display()),
+        )),
+        Err(err) => Err(Error::invalid_params(
+            path,
+            format!("{}: {err}", root.display()),
+        )),
+    }
 }

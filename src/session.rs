@@ -283,6 +283,21 @@ impl Registry {
         slot
     }
 
+    /// The slot of a session this process already has, creating nothing.
+    pub fn existing(&self, data_dir: &Path, id: &SessionId) -> Option<Arc<Slot>> {
+        let key = SessionKey {
+            data_dir: data_dir.to_path_buf(),
+            id: id.clone(),
+        };
+        let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        slots.get(&key).cloned()
+    }
+
+    /// How many sessions this process keeps a slot (and a worker) for.
+    pub fn session_count(&self) -> usize {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
     /// Ids of the sessions of `data_dir` this process has loaded: clients
     /// hold them open, so retention leaves them alone.
     pub fn open_sessions(&self, data_dir: &Path) -> std::collections::HashSet<String> {

@@ -287,3 +287,85 @@ async fn concurrent_apply_and_fork_storms_keep_the_invariant() {
         }
     }
 }
+
+/// 10.1: `state/get` of an unknown session keeps nothing, not even a slot in
+/// memory, while a session known only from disk is still read.
+#[tokio::test]
+async fn state_get_of_an_unknown_session_keeps_no_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = new_server();
+    let (mut c, _t) = connect(server.clone());
+    c.initialize(dir.path(), json!({"durability": "none"}))
+        .await;
+    for k in 0..50 {
+        let s = c
+            .call("state/get", json!({"sessionId": format!("probe-{k}")}))
+            .await;
+        assert_eq!(s["seenIds"], json!([]));
+    }
+    assert_eq!(server.registry.session_count(), 0);
+
+    // A session another server wrote is found on disk.
+    let other = new_server();
+    let (mut w, _t2) = connect(other.clone());
+    w.initialize(
+        dir.path(),
+        json!({"durability": "none", "limits": {"maxResultChars": 100}}),
+    )
+    .await;
+    w.call(
+        "budget/apply",
+        json!({"sessionId": "written", "messages": [big("toolu_w", 500)]}),
+    )
+    .await;
+    other.registry.close_all().await;
+    let s = c.call("state/get", json!({"sessionId": "written"})).await;
+    assert_eq!(s["seenIds"], json!(["toolu_w"]));
+}
+
+/// 10.1: a `rootUri` that does not exist is refused and never created.
+#[tokio::test]
+async fn a_root_that_does_not_exist_is_refused_not_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-workspace");
+    let (mut c, _t) = connect(new_server());
+    let e = c
+        .fails("initialize", json!({"rootUri": file_uri(&missing)}), -32602)
+        .await;
+    assert_eq!(e["data"]["path"], json!("rootUri"), "{e}");
+    assert!(!missing.exists());
+}
+
+/// 10.1: two spellings of one workspace (a link, a `..`) are one data
+/// directory, so their clients share sessions.
+#[tokio::test]
+async fn two_spellings_of_one_workspace_share_their_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("ws");
+    std::fs::create_dir_all(root.join("sub")).unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&root, &link).unwrap();
+    let server = new_server();
+    let (mut a, _ta) = connect(server.clone());
+    a.initialize(
+        &root,
+        json!({"durability": "none", "limits": {"maxResultChars": 100, "previewChars": 50}}),
+    )
+    .await;
+    let (mut b, _tb) = connect(server.clone());
+    b.initialize(&link.join("sub").join(".."), json!({"durability": "none"}))
+        .await;
+    let r = a
+        .call(
+            "budget/apply",
+            json!({"sessionId": "s", "messages": [big("toolu_1", 5000)]}),
+        )
+        .await;
+    let s = b.call("state/get", json!({"sessionId": "s"})).await;
+    assert_eq!(s["seenIds"], json!(["toolu_1"]));
+    assert_eq!(
+        s["replacements"]["toolu_1"], r["messages"][0]["content"][0]["content"],
+        "one session, one decision"
+    );
+    assert_eq!(server.registry.session_count(), 1);
+}

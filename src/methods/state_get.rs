@@ -3,7 +3,8 @@
 //! Reads the last published snapshot without queueing behind the session's
 //! work; a snapshot only ever shows completed decisions. A session not yet
 //! loaded is loaded (in queue order) first; one that does not exist answers
-//! an empty state.
+//! an empty state and is
+//! not created.
 
 use futures_util::future::BoxFuture;
 
@@ -15,7 +16,17 @@ use crate::session::Published;
 impl ConcurrentMethod for StateGet {
     fn run(cx: RequestCx, params: StateGetParams) -> BoxFuture<'static, Result<StateGetResult>> {
         Box::pin(async move {
-            let slot = cx.slot(&params.session_id);
+            // A session that neither this process holds nor the disk knows
+            // does not exist: answer empty without making a slot (and a
+            // worker) for it, so probing ids costs no memory (10.1).
+            let data_dir = &cx.config.data_dir;
+            let slot = match cx.server.registry.existing(data_dir, &params.session_id) {
+                Some(slot) => slot,
+                None if session_on_disk(data_dir, &params.session_id) => {
+                    cx.slot(&params.session_id)
+                }
+                None => return Ok(StateGetResult::default()),
+            };
             let published = match slot.published() {
                 Some(p) => p,
                 None => {
@@ -32,6 +43,16 @@ impl ConcurrentMethod for StateGet {
             Ok(describe(&published))
         })
     }
+}
+
+/// Whether the data directory holds anything of the session: its
+/// transcript or its folder of saved outputs.
+fn session_on_disk(data_dir: &std::path::Path, id: &crate::protocol::SessionId) -> bool {
+    let key = crate::session::SessionKey {
+        data_dir: data_dir.to_path_buf(),
+        id: id.clone(),
+    };
+    key.transcript_path().symlink_metadata().is_ok() || key.session_dir().symlink_metadata().is_ok()
 }
 
 fn describe(p: &Published) -> StateGetResult {
