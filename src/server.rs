@@ -40,7 +40,7 @@ pub struct Server {
 
 impl Server {
     pub fn new(storage: Storage) -> Arc<Server> {
-        Server::with_session_idle(storage, crate::session::DEFAULT_SESSION_IDLE)
+        Server::with_session_idle(storage, crate::session::session_idle())
     }
 
     /// A server whose idle sessions close their transcripts after `idle`.

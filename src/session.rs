@@ -12,6 +12,13 @@
 //! snapshot ([`Published`]) that readers such as `state/get` take without
 //! queueing; a snapshot is only ever replaced whole, after the work it
 //! reflects has completed.
+//!
+//! A session idle for a while is evicted: its worker ends and its slot
+//! leaves the registry, so a server that sees a million session ids holds
+//! memory only for those in use (PROTOCOL.md 10.1). Only a session whose
+//! memory holds nothing the disk does not is evicted; see
+//! [`Session::settle_idle`] for which ones stay, and [`Slot::enqueue`] for
+//! why a request racing an eviction still runs in order.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -88,16 +95,41 @@ type PublishedCell = Arc<RwLock<Option<Arc<Published>>>>;
 
 pub struct Slot {
     pub key: SessionKey,
-    queue: mpsc::UnboundedSender<Job>,
+    /// `None` once the worker has retired (the session was evicted).
+    queue: Mutex<Option<mpsc::UnboundedSender<Job>>>,
     published: PublishedCell,
+    registry: Weak<Slots>,
 }
 
 impl Slot {
     /// Queue a job; it runs after every job queued before it.
+    ///
+    /// A handle may outlive its worker: the worker retires only while
+    /// holding this slot's queue lock and seeing its queue empty, so a job
+    /// either lands before the retirement (and the worker stays for it) or
+    /// finds the queue gone and goes to the session's current slot, whose
+    /// worker starts after the old one let go of everything (the transcript
+    /// and its lock included). Either way it runs after every job sent
+    /// before it.
     pub fn enqueue(&self, job: Job) -> Result<()> {
-        self.queue
-            .send(job)
-            .map_err(|_| Error::Internal(format!("session {} worker has stopped", self.key.id)))
+        let job = match self.send(job) {
+            Ok(()) => return Ok(()),
+            Err(job) => job,
+        };
+        let registry = self
+            .registry
+            .upgrade()
+            .ok_or_else(|| Error::Internal(format!("session {} has stopped", self.key.id)))?;
+        registry.slot(self.key.clone()).enqueue(job)
+    }
+
+    /// Queue a job on this worker only; the job back if it has retired.
+    fn send(&self, job: Job) -> std::result::Result<(), Job> {
+        let queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        match queue.as_ref() {
+            Some(tx) => tx.send(job).map_err(|err| err.0),
+            None => Err(job),
+        }
     }
 
     /// Run `f` on the session in queue order and wait for its answer.
@@ -123,10 +155,75 @@ impl Slot {
 }
 
 pub struct Registry {
-    slots: Mutex<HashMap<SessionKey, Arc<Slot>>>,
+    slots: Arc<Slots>,
+}
+
+/// The sessions this process holds, each with its worker.
+struct Slots {
+    map: Mutex<HashMap<SessionKey, Arc<Slot>>>,
     storage: Arc<Storage>,
     idle: Duration,
     open: Arc<OpenTranscripts>,
+}
+
+impl Slots {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionKey, Arc<Slot>>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The slot of `key`, starting its worker on first use.
+    fn slot(self: &Arc<Self>, key: SessionKey) -> Arc<Slot> {
+        let mut map = self.lock();
+        if let Some(slot) = map.get(&key) {
+            return slot.clone();
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let published = PublishedCell::default();
+        let slot = Arc::new(Slot {
+            key: key.clone(),
+            queue: Mutex::new(Some(tx)),
+            published: published.clone(),
+            registry: Arc::downgrade(self),
+        });
+        // The worker holds no handle to its own queue: it ends (closing the
+        // transcript and releasing its lock) once every slot handle is gone,
+        // or when it retires.
+        let session = Session {
+            key: key.clone(),
+            published,
+            storage: self.storage.clone(),
+            loaded: None,
+            open: self.open.clone(),
+            slot: Arc::downgrade(&slot),
+            evicting: true,
+        };
+        tokio::spawn(run_worker(session, rx, self.idle));
+        map.insert(key, slot.clone());
+        slot
+    }
+
+    /// Take `slot` out of the registry and end its queue, if no job is
+    /// waiting in it (`queue`, the worker's end). Lock order: the map, then
+    /// the slot's queue, as [`Slot::enqueue`] never holds the queue lock
+    /// while it takes the map's.
+    fn retire(&self, slot: &Arc<Slot>, queue: &mpsc::UnboundedReceiver<Job>) -> bool {
+        let mut map = self.lock();
+        let mut sender = slot.queue.lock().unwrap_or_else(|p| p.into_inner());
+        if !queue.is_empty() {
+            return false;
+        }
+        *sender = None;
+        if map.get(&slot.key).is_some_and(|s| Arc::ptr_eq(s, slot)) {
+            map.remove(&slot.key);
+            // A burst of sessions leaves a table sized for it: give it back
+            // once most of it is empty.
+            let len = map.len();
+            if map.capacity() > 64 && len < map.capacity() / 4 {
+                map.shrink_to(len * 2);
+            }
+        }
+        true
+    }
 }
 
 /// The sessions holding their transcript open, least recently used first.
@@ -220,11 +317,25 @@ impl OpenTranscripts {
     }
 }
 
-/// How long a session stays loaded with nothing to do. Then, if it has a
-/// transcript to reload from and no pending pair, its worker closes the
-/// transcript (releasing the lock and the file descriptor) until the next
-/// request: a long-lived server may see thousands of sessions.
+/// How long a session stays in memory with nothing to do: then it is
+/// evicted (its transcript closed, releasing the lock and the file
+/// descriptor, and its worker ended) unless its memory holds something the
+/// disk does not; its next request loads it again. A long-lived server may
+/// see millions of sessions.
 pub const DEFAULT_SESSION_IDLE: Duration = Duration::from_secs(300);
+
+/// Environment variable overriding [`DEFAULT_SESSION_IDLE`], in
+/// milliseconds (benchmarks and operators who want memory back sooner).
+pub const SESSION_IDLE_ENV: &str = "TOOLWIRE_SESSION_IDLE_MS";
+
+/// The session idle period: [`SESSION_IDLE_ENV`] when set to a number of
+/// milliseconds, else [`DEFAULT_SESSION_IDLE`].
+pub fn session_idle() -> Duration {
+    std::env::var(SESSION_IDLE_ENV)
+        .ok()
+        .and_then(|ms| ms.trim().parse::<u64>().ok())
+        .map_or(DEFAULT_SESSION_IDLE, Duration::from_millis)
+}
 
 impl Registry {
     pub fn new(storage: Storage, idle: Duration) -> Self {
@@ -234,53 +345,30 @@ impl Registry {
 
     pub fn with_open_bound(storage: Storage, idle: Duration, open: OpenTranscripts) -> Self {
         Registry {
-            slots: Mutex::new(HashMap::new()),
-            storage: Arc::new(storage),
-            idle,
-            open: Arc::new(open),
+            slots: Arc::new(Slots {
+                map: Mutex::new(HashMap::new()),
+                storage: Arc::new(storage),
+                idle,
+                open: Arc::new(open),
+            }),
         }
     }
 
     pub fn open_transcripts(&self) -> &OpenTranscripts {
-        &self.open
+        &self.slots.open
     }
 
     pub fn storage(&self) -> &Arc<Storage> {
-        &self.storage
+        &self.slots.storage
     }
 
     /// The slot of a session, starting its worker on first use. Cheap and
     /// never blocks on I/O: loading from disk is the worker's first job.
     pub fn slot(&self, data_dir: &Path, id: &SessionId) -> Arc<Slot> {
-        let key = SessionKey {
+        self.slots.slot(SessionKey {
             data_dir: data_dir.to_path_buf(),
             id: id.clone(),
-        };
-        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(slot) = slots.get(&key) {
-            return slot.clone();
-        }
-        let (tx, rx) = mpsc::unbounded_channel();
-        let published = PublishedCell::default();
-        let slot = Arc::new(Slot {
-            key: key.clone(),
-            queue: tx,
-            published: published.clone(),
-        });
-        // The worker holds no handle to its own queue: it ends (closing the
-        // transcript and releasing its lock) once every slot handle is gone.
-        let session = Session {
-            key: key.clone(),
-            published,
-            storage: self.storage.clone(),
-            loaded: None,
-            open: self.open.clone(),
-            slot: Arc::downgrade(&slot),
-            evicting: true,
-        };
-        tokio::spawn(run_worker(session, rx, self.idle));
-        slots.insert(key, slot.clone());
-        slot
+        })
     }
 
     /// The slot of a session this process already has, creating nothing.
@@ -289,19 +377,18 @@ impl Registry {
             data_dir: data_dir.to_path_buf(),
             id: id.clone(),
         };
-        let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-        slots.get(&key).cloned()
+        self.slots.lock().get(&key).cloned()
     }
 
     /// How many sessions this process keeps a slot (and a worker) for.
     pub fn session_count(&self) -> usize {
-        self.slots.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.slots.lock().len()
     }
 
     /// Ids of the sessions of `data_dir` this process has loaded: clients
     /// hold them open, so retention leaves them alone.
     pub fn open_sessions(&self, data_dir: &Path) -> std::collections::HashSet<String> {
-        let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let slots = self.slots.lock();
         slots
             .iter()
             .filter(|(key, slot)| key.data_dir == data_dir && slot.published().is_some())
@@ -312,10 +399,7 @@ impl Registry {
     /// Unload every session (closing transcripts, releasing their locks)
     /// after the work already queued on it. Used when the process winds down.
     pub async fn close_all(&self) {
-        let slots: Vec<Arc<Slot>> = {
-            let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-            slots.drain().map(|(_, slot)| slot).collect()
-        };
+        let slots: Vec<Arc<Slot>> = self.slots.lock().drain().map(|(_, slot)| slot).collect();
         for slot in slots {
             let _ = slot
                 .run(|session| {
@@ -335,7 +419,10 @@ async fn run_worker(mut session: Session, mut queue: mpsc::UnboundedReceiver<Job
             Ok(Some(job)) => job,
             Ok(None) => break,
             Err(_) => {
-                session.close_if_idle();
+                if session.settle_idle().await && session.retire(&queue) {
+                    tracing::debug!(session = %session.key.id, "evicted idle session");
+                    return;
+                }
                 continue;
             }
         };
@@ -379,6 +466,40 @@ pub struct Loaded {
     /// The provider format, fixed when the session came into being
     /// (PROTOCOL.md 10.3); `None` until then.
     pub format: Option<Format>,
+    /// Whether loading the session from disk again would give back exactly
+    /// this: true once loaded from its transcript, kept by every change
+    /// that journals itself before it takes effect, false after a change
+    /// that lives only in memory (`state/reconstruct`, a fork target).
+    pub journaled: bool,
+}
+
+impl Loaded {
+    /// Whether dropping this from memory loses nothing: no pair pending
+    /// (a pending pair is never on disk, by the pair invariant), and
+    /// either the transcript holds all of it, or there is no transcript
+    /// and nothing decided or named. Such a session with nothing in it
+    /// loses only having come into being and its format, as it does on a
+    /// restart: its next request starts it again.
+    pub fn reloadable(&self) -> bool {
+        self.guard.pending().is_none()
+            && match self.transcript {
+                Some(_) => self.journaled,
+                None => self.is_blank(),
+            }
+    }
+
+    fn is_blank(&self) -> bool {
+        self.state.seen_count() == 0 && self.tool_names.is_empty()
+    }
+
+    /// Whether what lives only in memory can be journaled as it stands: a
+    /// state of decisions without a transcript (a reconstructed session, a
+    /// fork without its transcript) becomes a new transcript of
+    /// `replacement` and `seen` lines, which loads back as the same state.
+    /// Tool names of calls not answered yet have no line of their own.
+    fn journalable(&self) -> bool {
+        self.guard.pending().is_none() && self.transcript.is_none() && self.tool_names.is_empty()
+    }
 }
 
 impl Session {
@@ -396,13 +517,9 @@ impl Session {
         if self.loaded.is_none() {
             let key = self.key.clone();
             let files = self.storage.files.clone();
-            let loaded = tokio::task::spawn_blocking(move || {
-                let loaded = load_from_disk(&key, &*files);
-                release_free_memory();
-                loaded
-            })
-            .await
-            .map_err(|err| Error::Internal(format!("loading session: {err}")))??;
+            let loaded = tokio::task::spawn_blocking(move || load_from_disk(&key, &*files))
+                .await
+                .map_err(|err| Error::Internal(format!("loading session: {err}")))??;
             self.loaded = Some(loaded);
             self.publish();
         }
@@ -429,17 +546,105 @@ impl Session {
         }
     }
 
+    /// The latest published snapshot (empty before the first load).
+    pub fn snapshot(&self) -> Arc<Published> {
+        self.published
+            .read()
+            .ok()
+            .and_then(|p| p.clone())
+            .unwrap_or_default()
+    }
+
     /// Close the transcript of a session that can be reloaded from it as it
-    /// is: one with a transcript and no pending pair.
+    /// is (no pending pair, nothing that lives only in memory).
     fn close_if_idle(&mut self) {
         let reloadable = self
             .loaded
             .as_ref()
-            .is_some_and(|l| l.transcript.is_some() && l.guard.pending().is_none());
+            .is_some_and(|l| l.transcript.is_some() && l.reloadable());
         if reloadable {
             tracing::debug!(session = %self.key.id, "closing idle session");
             self.unload();
         }
+    }
+
+    /// After the idle period: drop from memory whatever the disk holds too,
+    /// journaling first a state that lives only in memory when it can be.
+    /// Returns whether nothing is left in memory, so the worker may retire.
+    ///
+    /// What stays: a session with a pending pair (the pair invariant keeps
+    /// it off the disk until its results are in), and a session whose
+    /// state was replaced in memory over a transcript that says otherwise
+    /// (`state/reconstruct` on a session with a transcript: no line can
+    /// take decisions back) or that knows tool names of unanswered calls.
+    async fn settle_idle(&mut self) -> bool {
+        let Some(loaded) = &self.loaded else {
+            return true;
+        };
+        if !loaded.reloadable() {
+            if !loaded.journalable() {
+                return false;
+            }
+            if let Err(err) = self.journal_state().await {
+                tracing::warn!(session = %self.key.id, %err, "could not journal an idle session; it stays in memory");
+                return false;
+            }
+        }
+        self.unload();
+        true
+    }
+
+    /// Write the state of a session without a transcript into a new one:
+    /// its replacements, then the results sent whole; first decisions of
+    /// each id before those on a reused id's other originals, so they load
+    /// back in the same order. Durable before the session leaves memory.
+    async fn journal_state(&mut self) -> Result<()> {
+        let Some(loaded) = &self.loaded else {
+            return Ok(());
+        };
+        let mut lines = Lines::default();
+        for reused in [false, true] {
+            let mut seen = crate::protocol::SeenLine {
+                tool_use_ids: Vec::new(),
+                digests: Vec::new(),
+            };
+            for (id, digest, replacement, is_reused) in loaded.state.decisions_tagged() {
+                if is_reused != reused {
+                    continue;
+                }
+                match replacement {
+                    Some(r) => lines.push_record(&crate::protocol::ReplacementRecord {
+                        kind: crate::protocol::RECORD_KIND.to_owned(),
+                        tool_use_id: id.to_string(),
+                        replacement: r.text(),
+                        digest: digest.hex(),
+                    }),
+                    None => {
+                        seen.tool_use_ids.push(id.to_string());
+                        seen.digests.push(digest.hex().unwrap_or_default());
+                    }
+                }
+            }
+            if !seen.tool_use_ids.is_empty() {
+                lines.push_seen(&seen);
+            }
+        }
+        self.write(lines, true, true).await?;
+        if let Some(loaded) = self.loaded.as_mut() {
+            loaded.journaled = true;
+        }
+        Ok(())
+    }
+
+    /// End this worker's queue and leave the registry, if no job is waiting.
+    fn retire(&self, queue: &mpsc::UnboundedReceiver<Job>) -> bool {
+        let Some(slot) = self.slot.upgrade() else {
+            return false;
+        };
+        let Some(slots) = slot.registry.upgrade() else {
+            return false;
+        };
+        slots.retire(&slot, queue)
     }
 
     /// Report whether the transcript is open to the bound on open
@@ -558,18 +763,6 @@ impl Session {
     }
 }
 
-/// Hand memory freed by a bulk load (parsed lines, temporary maps) back to
-/// the system. glibc keeps freed heap in per-thread arenas; a long-lived
-/// daemon that has just loaded a large transcript would otherwise keep
-/// several times its working set resident.
-pub fn release_free_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only releases free pages back to the kernel.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
 fn create_transcript(key: &SessionKey, files: &dyn LogFileFactory) -> Result<TranscriptWriter> {
     let path = key.transcript_path();
     if let Some(dir) = path.parent() {
@@ -589,6 +782,7 @@ fn load_from_disk(key: &SessionKey, files: &dyn LogFileFactory) -> Result<Loaded
     match std::fs::symlink_metadata(&path) {
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
             loaded.exists = key.session_dir().is_dir();
+            loaded.journaled = true;
             return Ok(loaded);
         }
         Err(err) => return Err(Error::storage(&path, &err)),
@@ -640,5 +834,6 @@ fn load_from_disk(key: &SessionKey, files: &dyn LogFileFactory) -> Result<Loaded
     ))));
     loaded.exists = true;
     loaded.format = Some(format);
+    loaded.journaled = true;
     Ok(loaded)
 }

@@ -229,15 +229,28 @@ impl ReplacementState {
     pub fn decisions(
         &self,
     ) -> impl Iterator<Item = (&Arc<str>, Digest, Option<&Arc<Replacement>>)> {
+        self.decisions_tagged().map(|(k, d, r, _)| (k, d, r))
+    }
+
+    /// [`Self::decisions`], each tagged with whether it is a decision on a
+    /// further original of an id decided before (`true`): every first
+    /// decision comes before those.
+    pub fn decisions_tagged(
+        &self,
+    ) -> impl Iterator<Item = (&Arc<str>, Digest, Option<&Arc<Replacement>>, bool)> {
         self.shards
             .iter()
             .flatten()
             .flat_map(|shard| {
                 shard
                     .iter()
-                    .map(|(k, v)| (k, v.digest, v.replacement.as_ref()))
+                    .map(|(k, v)| (k, v.digest, v.replacement.as_ref(), false))
             })
-            .chain(self.reused.iter().map(|((k, d), r)| (k, *d, r.as_ref())))
+            .chain(
+                self.reused
+                    .iter()
+                    .map(|((k, d), r)| (k, *d, r.as_ref(), true)),
+            )
     }
 }
 

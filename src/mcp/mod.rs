@@ -39,7 +39,7 @@ use tokio_util::codec::FramedRead;
 use crate::config::Effective;
 use crate::error::{Error, Result};
 use crate::protocol::SessionId;
-use crate::session::{DEFAULT_SESSION_IDLE, Registry, Storage};
+use crate::session::{Registry, Storage, session_idle};
 use crate::transport::codec::Frame;
 use crate::transport::lines::LineCodec;
 use crate::transport::spawn_writer_with;
@@ -125,7 +125,7 @@ where
         return Err(Error::Internal("the MCP server's pipes are missing".into()));
     };
 
-    let registry = Arc::new(Registry::new(Storage::default(), DEFAULT_SESSION_IDLE));
+    let registry = Arc::new(Registry::new(Storage::default(), session_idle()));
     let (to_client, client_writer) = spawn_writer_with(client_out, LineCodec::default());
     let (to_server, server_writer) = spawn_writer_with(server_in, LineCodec::default());
     let front = Arc::new(front::Front::new(

@@ -80,7 +80,17 @@ impl SessionMethod for PairAppend {
             }
             loaded.guard.apply(step.transition);
             let pending = loaded.guard.pending_ids();
+            let owned = loaded
+                .guard
+                .pending()
+                .is_some_and(|p| p.owner == cx.conn.id);
             session.publish();
+            if !owned {
+                // Nothing of this connection's left to flush here: a
+                // connection writing to a million sessions keeps none.
+                let mut touched = cx.conn.touched.lock().unwrap_or_else(|p| p.into_inner());
+                touched.remove(session.key());
+            }
             Ok(Reply::Now(PairAppendResult {
                 status: step.status,
                 pending,

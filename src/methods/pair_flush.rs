@@ -26,9 +26,11 @@ impl SessionMethod for PairFlush {
             let mode = params.mode.unwrap_or(cx.config.abort_mode);
             let reason = params.reason.as_deref().unwrap_or("flushed by the client");
             cx.check_cancelled()?;
-            flush(session, mode, reason, cx.config.fsync(), None)
-                .await
-                .map(Reply::Now)
+            let result = flush(session, mode, reason, cx.config.fsync(), None).await?;
+            // Nothing is pending now: nothing to flush when the client leaves.
+            let mut touched = cx.conn.touched.lock().unwrap_or_else(|p| p.into_inner());
+            touched.remove(session.key());
+            Ok(Reply::Now(result))
         })
     }
 }

@@ -40,6 +40,9 @@ impl SessionMethod for StateFork {
             let state = loaded.state.clone();
             let tool_names = loaded.tool_names.clone();
             let format = loaded.format;
+            // A fork with a copy of a journaled source's transcript loads
+            // back from that copy as it starts; any other lives in memory.
+            let copied_journal = loaded.journaled;
             // The committed transcript as of now: its path and length.
             let transcript = match (&loaded.transcript, params.copy_transcript.unwrap_or(true)) {
                 (Some(t), true) => {
@@ -76,6 +79,7 @@ impl SessionMethod for StateFork {
                                 ),
                                 None => None,
                             };
+                            let journaled = copied_journal && writer.is_some();
                             let result = StateForkResult {
                                 session_id: target_session.key().id.clone(),
                                 seen_count: state.seen_count(),
@@ -88,6 +92,7 @@ impl SessionMethod for StateFork {
                                 transcript: writer.map(|w| Arc::new(Mutex::new(w))),
                                 guard: Default::default(),
                                 format,
+                                journaled,
                             });
                             Ok(result)
                         })

@@ -29,15 +29,16 @@ impl ConcurrentMethod for StateGet {
             };
             let published = match slot.published() {
                 Some(p) => p,
+                // Taken in the job: the slot may have been evicted since
+                // (the job then ran in the session's new slot).
                 None => {
                     slot.run(|session| {
                         Box::pin(async move {
                             session.load().await?;
-                            Ok(())
+                            Ok(session.snapshot())
                         })
                     })
-                    .await?;
-                    slot.published().unwrap_or_default()
+                    .await?
                 }
             };
             Ok(describe(&published))

@@ -154,6 +154,8 @@ async fn reconstruct(
     loaded.exists = true;
     loaded.format.get_or_insert(format);
     loaded.state = state;
+    // The new state lives in memory only (see `Session::settle_idle`).
+    loaded.journaled = false;
     for (id, name) in image.undecided_names.drain() {
         loaded.tool_names.insert_mut(id, name);
     }
@@ -165,8 +167,6 @@ async fn reconstruct(
         skipped_lines: image.skipped,
     };
     session.publish();
-    drop(image);
-    crate::session::release_free_memory();
     Ok(result)
 }
 
