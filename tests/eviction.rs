@@ -294,7 +294,7 @@ async fn requests_racing_eviction_keep_their_order() {
 /// once they are idle, and every one reloads its decision.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_sessions_leave_nothing_behind_when_idle() {
-    let (dir, server, mut c) = start(20).await;
+    let (_dir, server, mut c) = start(20).await;
     let n = 1_000;
     let mut ids = Vec::new();
     for i in 0..n {
