@@ -174,13 +174,16 @@ impl Dialect for Gemini {
 
     fn error_results(&self, calls: &[(String, String)], turn: &[Value], text: &str) -> Vec<Value> {
         // A call without an id is answered without one, by name.
-        let with_id = |id: &str, name: &str| {
-            turn.iter().flat_map(parts).any(|p| {
-                p.get("functionCall").is_some_and(|c| {
-                    str_at(c, &["id"]) == Some(id) && str_at(c, &["name"]) == Some(name)
-                })
-            }) || id != name
-        };
+        // Calls that carry an id, as (id, name), gathered in one pass.
+        let called: std::collections::HashSet<(&str, &str)> = turn
+            .iter()
+            .flat_map(parts)
+            .filter_map(|p| {
+                let c = p.get("functionCall")?;
+                Some((str_at(c, &["id"])?, str_at(c, &["name"])?))
+            })
+            .collect();
+        let with_id = |id: &str, name: &str| id != name || called.contains(&(id, name));
         let parts: Vec<Value> = calls
             .iter()
             .map(|(id, name)| {

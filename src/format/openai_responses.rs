@@ -162,13 +162,19 @@ impl Dialect for OpenaiResponses {
     }
 
     fn error_results(&self, calls: &[(String, String)], turn: &[Value], text: &str) -> Vec<Value> {
+        // The first call item of each id, found in one pass over the turn.
+        let mut call_types: std::collections::HashMap<&str, &str> = Default::default();
+        for m in turn {
+            if CALLS.contains(&item_type(m)) {
+                call_types
+                    .entry(str_field(m, "call_id"))
+                    .or_insert_with(|| item_type(m));
+            }
+        }
         calls
             .iter()
             .map(|(id, _)| {
-                let call = turn.iter().find(|m| {
-                    CALLS.contains(&item_type(m)) && str_field(m, "call_id") == id.as_str()
-                });
-                let output_type = match call.map(item_type) {
+                let output_type = match call_types.get(id.as_str()).copied() {
                     Some("custom_tool_call") => "custom_tool_call_output",
                     Some("computer_call") => "computer_call_output",
                     // Codex answers its `local_shell_call`s with

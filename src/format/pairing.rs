@@ -10,6 +10,8 @@
 //! - A call outside an assistant message, or a result outside a user
 //!   message, is in the wrong role.
 
+use std::collections::HashMap;
+
 use super::{Dialect, ItemKind, Side};
 use serde_json::Value;
 
@@ -87,7 +89,7 @@ pub fn pair<'m>(dialect: &dyn Dialect, messages: impl IntoIterator<Item = &'m Va
     let mut pairing = Pairing::default();
     // Per turn, the verdict indexes of its calls (assistant turns).
     let mut turn_calls: Vec<usize> = Vec::new();
-    let mut prev_calls: Vec<usize> = Vec::new();
+    let mut prev_calls = TurnCalls::default();
     let mut seen_content = false;
     for (m, message) in messages.into_iter().enumerate() {
         let Some(side) = dialect.side(message) else {
@@ -125,16 +127,24 @@ pub fn pair<'m>(dialect: &dyn Dialect, messages: impl IntoIterator<Item = &'m Va
                 ItemKind::Result => {
                     // The nearest call with this id in the turn before;
                     // without ids, the first of that name still open.
-                    let same = |c: &usize| pairing.verdicts[*c].id == verdict.id;
-                    let call = if item.positional {
-                        let open = |c: &usize| same(c) && pairing.verdicts[*c].answers.is_none();
-                        prev_calls
-                            .iter()
-                            .copied()
-                            .find(open)
-                            .or_else(|| prev_calls.iter().copied().find(same))
-                    } else {
-                        prev_calls.iter().rev().copied().find(same)
+                    let call = match prev_calls.by_id.get_mut(&verdict.id) {
+                        None => None,
+                        Some(same) if item.positional => {
+                            // Answers are only ever added, so the first
+                            // open call only moves forward.
+                            while same.first_open < same.calls.len()
+                                && pairing.verdicts[same.calls[same.first_open]]
+                                    .answers
+                                    .is_some()
+                            {
+                                same.first_open += 1;
+                            }
+                            same.calls
+                                .get(same.first_open)
+                                .or(same.calls.first())
+                                .copied()
+                        }
+                        Some(same) => same.calls.last().copied(),
                     };
                     match call {
                         None => verdict.fault = Some(Fault::Orphan),
@@ -161,16 +171,49 @@ pub fn pair<'m>(dialect: &dyn Dialect, messages: impl IntoIterator<Item = &'m Va
     pairing
 }
 
+/// The calls of the assistant turn that the current turn answers, found by
+/// id in one lookup (a turn may hold 100,000 calls).
+#[derive(Default)]
+struct TurnCalls {
+    all: Vec<usize>,
+    by_id: HashMap<String, SameId>,
+}
+
+/// The calls of one turn that share an id, in order.
+#[derive(Default)]
+struct SameId {
+    calls: Vec<usize>,
+    /// Where to look for the first call still unanswered.
+    first_open: usize,
+}
+
 /// Move on from a turn: the calls of the turn before it that got no result
 /// are unanswered; its own calls become the ones the next turn answers.
-fn close_turn(pairing: &mut Pairing, turn_calls: &mut Vec<usize>, prev_calls: &mut Vec<usize>) {
-    for &c in prev_calls.iter() {
+fn close_turn(pairing: &mut Pairing, turn_calls: &mut Vec<usize>, prev_calls: &mut TurnCalls) {
+    for &c in &prev_calls.all {
         let v = &mut pairing.verdicts[c];
         if v.answers.is_none() {
             v.fault = Some(Fault::Unanswered);
         }
     }
-    *prev_calls = std::mem::take(turn_calls);
+    let all = std::mem::take(turn_calls);
+    let mut by_id: HashMap<String, SameId> = HashMap::with_capacity(all.len());
+    for &c in &all {
+        let id = &pairing.verdicts[c].id;
+        match by_id.get_mut(id) {
+            Some(same) => same.calls.push(c),
+            None => {
+                by_id.insert(
+                    id.clone(),
+                    SameId {
+                        calls: vec![c],
+                        first_open: 0,
+                    },
+                );
+            }
+        }
+    }
+    *prev_calls = TurnCalls { all, by_id };
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@
 //! plan. The caller writes the planned lines and applies the transition
 //! after the write succeeded, so a failed write changes nothing.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
@@ -97,13 +97,10 @@ impl PairGuard {
             }
             Transition::Answer { messages, answered } => {
                 if let Some(p) = self.pending.as_mut() {
-                    // One outstanding entry per answer: ids answered by
-                    // position may occur more than once.
-                    for id in &answered {
-                        if let Some(at) = p.outstanding.iter().position(|o| o == id) {
-                            p.outstanding.remove(at);
-                        }
-                    }
+                    // One outstanding entry per answer, the first of its id:
+                    // ids answered by position may occur more than once.
+                    let mut left = counts(answered.iter().map(String::as_str));
+                    p.outstanding.retain(|o| !take_one(&mut left, o));
                     p.answers.extend(messages);
                 }
             }
@@ -192,13 +189,12 @@ impl PairGuard {
                     tool_use_id: results[0].to_owned(),
                 });
             };
-            let mut answered: Vec<String> = Vec::new();
+            // Ids answered by position may recur: as many results as calls
+            // of that name.
+            let mut open = counts(pending.outstanding.iter().map(String::as_str));
+            let mut answered: Vec<String> = Vec::with_capacity(results.len());
             for id in &results {
-                // Ids answered by position may recur: as many results as
-                // calls of that name.
-                let open = pending.outstanding.iter().filter(|o| o == id).count();
-                let taken = answered.iter().filter(|a| a == id).count();
-                if taken >= open {
+                if !take_one(&mut open, id) {
                     return Err(Error::UnknownToolResult {
                         tool_use_id: (*id).to_owned(),
                     });
@@ -258,9 +254,14 @@ impl PairGuard {
             }
             // An assistant message before any result joins the pending turn.
             if side == Some(Side::Assistant) && pending.answers.is_empty() {
+                let called: HashSet<&str> = pending.calls.iter().map(|(p, _)| p.as_str()).collect();
+                let positional: HashSet<&str> = items
+                    .iter()
+                    .filter(|(_, i)| i.positional)
+                    .map(|(_, i)| &*i.id)
+                    .collect();
                 if let Some((dup, _)) = calls.iter().find(|(id, _)| {
-                    pending.calls.iter().any(|(p, _)| p == id)
-                        && !items.iter().any(|(_, i)| i.positional && *i.id == **id)
+                    called.contains(id.as_str()) && !positional.contains(id.as_str())
                 }) {
                     return Err(Error::invalid_params(
                         format!("{path}.content"),
@@ -347,11 +348,10 @@ impl PairGuard {
                 }
                 // The calls still open: for ids answered by position, the
                 // last ones of that name.
-                let mut left = pending.outstanding.clone();
+                let mut left = counts(pending.outstanding.iter().map(String::as_str));
                 let mut open: Vec<(String, String)> = Vec::new();
                 for call in pending.calls.iter().rev() {
-                    if let Some(at) = left.iter().position(|o| *o == call.0) {
-                        left.remove(at);
+                    if take_one(&mut left, &call.0) {
                         open.push(call.clone());
                     }
                 }
@@ -365,5 +365,27 @@ impl PairGuard {
             }
         }
         (lines, result)
+    }
+}
+
+/// How many times each id occurs: the open calls of a pair as a multiset,
+/// so matching a turn's results costs one lookup each (a pair may hold
+/// 100,000 calls).
+fn counts<'a>(ids: impl Iterator<Item = &'a str>) -> HashMap<&'a str, usize> {
+    let mut counts = HashMap::new();
+    for id in ids {
+        *counts.entry(id).or_insert(0) += 1;
+    }
+    counts
+}
+
+/// Take one occurrence of `id` out of `counts`; false when none is left.
+fn take_one(counts: &mut HashMap<&str, usize>, id: &str) -> bool {
+    match counts.get_mut(id) {
+        Some(n) if *n > 0 => {
+            *n -= 1;
+            true
+        }
+        _ => false,
     }
 }
