@@ -10,7 +10,7 @@ pub mod planner;
 pub mod preview;
 pub mod size;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -57,6 +57,9 @@ pub struct MessagePlan {
     /// Fresh eligible originals, in order: all become decided at the commit.
     pub fresh: Vec<(Arc<str>, Digest)>,
     pub chosen: Vec<Chosen>,
+    /// `(message, block, digest)` of every eligible result of the unit, so
+    /// rendering does not digest the originals a second time.
+    pub digests: Vec<(usize, usize, Digest)>,
 }
 
 /// The budget units of a conversation, as the indexes of their messages
@@ -153,7 +156,29 @@ pub fn plan_message(unit: &[&Value], state: &ReplacementState, cx: &PlanContext)
             .map(|(r, _)| (r.id.clone(), r.digest))
             .collect(),
         chosen: Vec::new(),
+        digests: rows
+            .iter()
+            .filter(|r| r.digest != Digest::ANY)
+            .map(|r| (r.message, r.block, r.digest))
+            .collect(),
     };
+    // Whether an earlier row of the unit carries the same id with another
+    // original, for every row in one pass: (first digest, more than one).
+    let mut originals: HashMap<&str, (Digest, bool)> = HashMap::new();
+    let other_original_before: Vec<bool> = rows
+        .iter()
+        .map(|r| match originals.get_mut(&*r.id) {
+            None => {
+                originals.insert(&r.id, (r.digest, false));
+                false
+            }
+            Some((first, many)) => {
+                let before = *many || *first != r.digest;
+                *many |= *first != r.digest;
+                before
+            }
+        })
+        .collect();
     let mut built: Vec<Option<Chosen>> = vec![None; rows.len()];
     let policies: Vec<ToolPolicy> = rows.iter().map(|r| (cx.policy)(&r.id)).collect();
     let chosen = planner::choose(
@@ -169,10 +194,7 @@ pub fn plan_message(unit: &[&Value], state: &ReplacementState, cx: &PlanContext)
             };
             // A second original under one id (a provider reusing call ids)
             // gets an artifact of its own.
-            let reused = state.is_decided(&row.id)
-                || rows[..i]
-                    .iter()
-                    .any(|r| r.id == row.id && r.digest != row.digest);
+            let reused = state.is_decided(&row.id) || other_original_before[i];
             let name = if reused {
                 artifact::file_name(
                     &format!("{}#{}", row.id, row.digest.hex().unwrap_or_default()),
@@ -231,13 +253,30 @@ fn is_eligible(content: &ResultContent, id: &str, cx: &PlanContext) -> bool {
 /// results whose original it was decided on. Returns how many results were
 /// replaced.
 pub fn render_message(message: &mut Value, state: &ReplacementState, cx: &PlanContext) -> usize {
+    render_message_known(message, state, cx, &[])
+}
+
+/// [`render_message`] given the digests already known of some results
+/// (`(block, digest)`, as [`MessagePlan::digests`] has them).
+pub fn render_message_known(
+    message: &mut Value,
+    state: &ReplacementState,
+    cx: &PlanContext,
+    known: &[(usize, Digest)],
+) -> usize {
     let mut put: Vec<(usize, String)> = Vec::new();
+    let mut known = known.iter().peekable();
     for (index, id) in format::results(cx.dialect, message) {
         let content = cx.dialect.result_content(message, index);
         if !is_eligible(&content, &id, cx) {
             continue;
         }
-        let digest = original_digest(cx.dialect, message, index);
+        // `known` is in block order, as the results are.
+        while known.next_if(|(block, _)| *block < index).is_some() {}
+        let digest = match known.next_if(|(block, _)| *block == index) {
+            Some((_, digest)) => *digest,
+            None => original_digest(cx.dialect, message, index),
+        };
         if let Fate::Replaced(replacement) = state.fate(&id, digest) {
             put.push((index, replacement.text()));
         }

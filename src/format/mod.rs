@@ -164,23 +164,18 @@ impl Digest {
         Digest::from_hash(&Sha256::digest(bytes))
     }
 
-    /// The digest of a value, as it would be written compactly.
+    /// The digest of a value, as it would be written compactly: exactly
+    /// the bytes `serde_json::to_writer` writes (keys in order, numbers as
+    /// spelled, its escapes), streamed into the hash without being built.
     pub fn of_value(value: &Value) -> Digest {
         use sha2::{Digest as _, Sha256};
-        struct Hasher(Sha256);
-        impl std::io::Write for Hasher {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0.update(buf);
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let mut hasher = Hasher(Sha256::new());
-        // Writing into a hasher cannot fail; a `Value` always serializes.
-        let _ = serde_json::to_writer(&mut hasher, value);
-        Digest::from_hash(&hasher.0.finalize())
+        let mut out = HashWriter {
+            sha: Sha256::new(),
+            buf: Vec::with_capacity(HashWriter::BLOCK),
+        };
+        out.value(value);
+        out.sha.update(&out.buf);
+        Digest::from_hash(&out.sha.finalize())
     }
 
     /// 16 hex digits; `None` for [`Digest::ANY`] (written as no digest).
@@ -194,6 +189,138 @@ impl Digest {
             .flatten()
             .map(Digest)
     }
+}
+
+/// Compact JSON written straight into a SHA-256, for [`Digest::of_value`].
+///
+/// Tool output is mostly long strings; serde_json's writer hands them over
+/// in a piece per escaped character (every newline), which the hash then
+/// takes a few bytes at a time. Here strings are scanned eight bytes at a
+/// time for the few bytes JSON escapes, and everything reaches the hash in
+/// large blocks. The bytes are serde_json's own (the digests of transcripts
+/// already written depend on it): a unit test holds the two together.
+struct HashWriter {
+    sha: sha2::Sha256,
+    buf: Vec<u8>,
+}
+
+impl HashWriter {
+    const BLOCK: usize = 16 << 10;
+
+    fn put(&mut self, bytes: &[u8]) {
+        use sha2::Digest as _;
+        if self.buf.len() + bytes.len() > Self::BLOCK {
+            self.sha.update(&self.buf);
+            self.buf.clear();
+            if bytes.len() >= Self::BLOCK {
+                self.sha.update(bytes);
+                return;
+            }
+        }
+        self.buf.extend_from_slice(bytes);
+    }
+
+    fn value(&mut self, value: &Value) {
+        match value {
+            Value::Null => self.put(b"null"),
+            Value::Bool(true) => self.put(b"true"),
+            Value::Bool(false) => self.put(b"false"),
+            // Written as serde_json writes it (its spelling as received,
+            // with `arbitrary_precision`).
+            Value::Number(n) => self.put(n.to_string().as_bytes()),
+            Value::String(s) => self.string(s),
+            Value::Array(items) => {
+                self.put(b"[");
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        self.put(b",");
+                    }
+                    self.value(item);
+                }
+                self.put(b"]");
+            }
+            Value::Object(map) => {
+                self.put(b"{");
+                for (i, (key, item)) in map.iter().enumerate() {
+                    if i > 0 {
+                        self.put(b",");
+                    }
+                    self.string(key);
+                    self.put(b":");
+                    self.value(item);
+                }
+                self.put(b"}");
+            }
+        }
+    }
+
+    /// A JSON string as serde_json escapes it: `"` and `\\` and the control
+    /// characters, the usual ones by letter and the rest as `\u00xx`.
+    fn string(&mut self, s: &str) {
+        self.put(b"\"");
+        let bytes = s.as_bytes();
+        let mut start = 0;
+        let mut i = 0;
+        while i < bytes.len() {
+            // Skip eight plain bytes at a time.
+            if let Some(chunk) = bytes.get(i..i + 8) {
+                let mut word = [0u8; 8];
+                word.copy_from_slice(chunk);
+                if !needs_escape(u64::from_le_bytes(word)) {
+                    i += 8;
+                    continue;
+                }
+            }
+            let b = bytes[i];
+            let escape: &[u8] = match b {
+                b'"' => b"\\\"",
+                b'\\' => b"\\\\",
+                b'\n' => b"\\n",
+                b'\r' => b"\\r",
+                b'\t' => b"\\t",
+                0x08 => b"\\b",
+                0x0c => b"\\f",
+                0x00..=0x1f => {
+                    const HEX: &[u8; 16] = b"0123456789abcdef";
+                    self.put(&bytes[start..i]);
+                    self.put(&[
+                        b'\\',
+                        b'u',
+                        b'0',
+                        b'0',
+                        HEX[(b >> 4) as usize],
+                        HEX[(b & 0xf) as usize],
+                    ]);
+                    i += 1;
+                    start = i;
+                    continue;
+                }
+                _ => {
+                    i += 1;
+                    continue;
+                }
+            };
+            self.put(&bytes[start..i]);
+            self.put(escape);
+            i += 1;
+            start = i;
+        }
+        self.put(&bytes[start..]);
+        self.put(b"\"");
+    }
+}
+
+/// Whether any of eight bytes is `"`, `\\` or below 0x20 (the SWAR tests
+/// for a zero byte, applied to the word xored with each of the two, and to
+/// the word itself for bytes below 0x20).
+fn needs_escape(word: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let has_zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
+    let quote = has_zero(word ^ (ONES * b'"' as u64));
+    let backslash = has_zero(word ^ (ONES * b'\\' as u64));
+    let control = word.wrapping_sub(ONES * 0x20) & !word & HIGH;
+    (quote | backslash | control) != 0
 }
 
 /// A result's content in the shapes the budget knows.
@@ -438,4 +565,73 @@ pub fn interrupted_text(reason: &str) -> String {
         reason
     };
     format!("Tool call did not complete: {reason}. No result was produced.")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn serde_digest(value: &Value) -> Digest {
+        Digest::of_json_bytes(&serde_json::to_vec(value).unwrap_or_default())
+    }
+
+    /// JSON values with the strings tool output has: every control
+    /// character, quotes, backslashes, multi-byte text, long runs.
+    fn json_value() -> impl Strategy<Value = Value> {
+        let text = prop::collection::vec(
+            prop_oneof![
+                (0u32..0x20).prop_map(|c| char::from_u32(c).unwrap_or(' ')),
+                Just('"'),
+                Just('\\'),
+                Just('/'),
+                Just('\u{7f}'),
+                Just('é'),
+                Just('\u{2028}'),
+                Just('😀'),
+                prop::char::range('a', 'z'),
+            ],
+            0..40,
+        )
+        .prop_map(|cs| cs.into_iter().collect::<String>());
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            "(-?[0-9]{1,3}(\\.[0-9]{1,3})?([eE][+-]?[0-9]{1,2})?)"
+                .prop_map(|n| serde_json::from_str::<Value>(&n).unwrap_or(Value::Null)),
+            text.clone().prop_map(Value::String),
+            (text.clone(), 1usize..200).prop_map(|(t, n)| Value::String(t.repeat(n))),
+        ];
+        leaf.prop_recursive(4, 64, 8, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                prop::collection::vec((text.clone(), inner), 0..6)
+                    .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        /// Digests written into transcripts so far were made from
+        /// serde_json's bytes: the streamed writer must make the same.
+        #[test]
+        fn the_streamed_digest_is_that_of_serde_json_bytes(value in json_value()) {
+            prop_assert_eq!(Digest::of_value(&value), serde_digest(&value));
+        }
+    }
+
+    #[test]
+    fn long_strings_digest_as_serde_json_writes_them() {
+        let text = "fn main() {\n\t\"x\" \\ é\u{1}\u{1f}\u{7f}😀\r\n}\n".repeat(5_000);
+        for value in [
+            json!(text),
+            json!([{"type": "text", "text": text}]),
+            json!({"output": text, "n": 1.50, "e": 1e3}),
+        ] {
+            assert_eq!(Digest::of_value(&value), serde_digest(&value));
+        }
+    }
 }

@@ -13,6 +13,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures_util::future::{BoxFuture, join_all};
 use serde_json::Value;
@@ -134,9 +135,14 @@ pub async fn apply(
     // From the first artifact written (or reused) until the replacements
     // are journaled, gc keeps off this session (see `retention`).
     let mut hold = None;
+    // Per message, `(block, digest)` of its eligible results, for rendering.
+    let mut digests: Vec<Vec<(usize, Digest)>> = vec![Vec::new(); messages.len()];
     for unit_messages in &units {
         let refs: Vec<&Value> = unit_messages.iter().map(|&i| &messages[i]).collect();
         let plan = budget::plan_message(&refs, &state, &pcx);
+        for &(m, block, digest) in &plan.digests {
+            digests[unit_messages[m]].push((block, digest));
+        }
         if plan.fresh.is_empty() {
             continue;
         }
@@ -233,7 +239,7 @@ pub async fn apply(
     let mut over_limit = Vec::new();
     for unit_messages in &units {
         for &i in unit_messages {
-            budget::render_message(&mut messages[i], &loaded.state, &pcx);
+            budget::render_message_known(&mut messages[i], &loaded.state, &pcx, &digests[i]);
         }
         let refs: Vec<&Value> = unit_messages.iter().map(|&i| &messages[i]).collect();
         if budget::message_total(dialect, &refs, unit) > limits.max_message_chars {
@@ -249,7 +255,25 @@ pub async fn apply(
     })
 }
 
-/// Persist every chosen result concurrently; `Ok(reused)` or the failure.
+/// Artifact writes one request runs at once. Durable writes overlap well
+/// (the disk groups concurrent syncs), but every blocking task is a
+/// thread: one request persisting 100,000 results must neither take the
+/// whole blocking pool (512 threads) nor stall other sessions' I/O queued
+/// behind it.
+const WRITERS_PER_REQUEST: usize = 4;
+
+/// Artifact writers of the whole process: requests of many sessions
+/// together stay within this many threads, served in arrival order.
+static WRITERS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(8);
+
+/// One artifact to write: where, and its bytes (or why there are none).
+struct Job {
+    path: std::path::PathBuf,
+    bytes: std::result::Result<Vec<u8>, String>,
+}
+
+/// Persist every chosen result, a few at a time; `Ok(reused)` or the
+/// failure, in the order of `chosen`.
 async fn persist_all(
     dialect: &dyn Dialect,
     store: &Arc<dyn crate::artifact::ArtifactStore>,
@@ -257,34 +281,65 @@ async fn persist_all(
     chosen: &[Chosen],
     fsync: bool,
 ) -> Vec<std::result::Result<bool, String>> {
-    let tasks = chosen.iter().map(|c| {
-        let store = store.clone();
-        let path = c.path.clone();
-        let content = dialect
-            .result_value(unit[c.message], c.block)
-            .cloned()
-            .unwrap_or(Value::Null);
-        let kind = c.kind;
-        tokio::task::spawn_blocking(move || {
-            let bytes = match (&content, kind) {
-                (Value::String(s), ArtifactKind::Text) => s.as_bytes().to_vec(),
-                _ => serde_json::to_vec(&content).map_err(|e| e.to_string())?,
-            };
-            store
-                .write_once(&path, &bytes, fsync)
-                .map(|w| w.reused)
-                .map_err(|e| e.to_string())
-        })
+    let jobs: Arc<Vec<Job>> = Arc::new(
+        chosen
+            .iter()
+            .map(|c| {
+                let content = dialect.result_value(unit[c.message], c.block);
+                let bytes = match (content, c.kind) {
+                    (Some(Value::String(s)), ArtifactKind::Text) => Ok(s.as_bytes().to_vec()),
+                    (content, _) => serde_json::to_vec(content.unwrap_or(&Value::Null))
+                        .map_err(|e| e.to_string()),
+                };
+                Job {
+                    path: c.path.clone(),
+                    bytes,
+                }
+            })
+            .collect(),
+    );
+    let next = Arc::new(AtomicUsize::new(0));
+    let workers = (0..jobs.len().min(WRITERS_PER_REQUEST)).map(|_| {
+        let (jobs, next, store) = (jobs.clone(), next.clone(), store.clone());
+        async move {
+            // The semaphore is never closed: a permit always comes.
+            let _permit = WRITERS.acquire().await.ok();
+            tokio::task::spawn_blocking(move || {
+                let mut done = Vec::new();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(job) = jobs.get(i) else {
+                        return done;
+                    };
+                    let outcome = match &job.bytes {
+                        Ok(bytes) => store
+                            .write_once(&job.path, bytes, fsync)
+                            .map(|w| w.reused)
+                            .map_err(|e| e.to_string()),
+                        Err(e) => Err(e.clone()),
+                    };
+                    done.push((i, outcome));
+                }
+            })
+            .await
+        }
     });
-    join_all(tasks)
-        .await
-        .into_iter()
-        .map(|joined| {
-            joined
-                .map_err(|e| format!("persist task failed: {e}"))
-                .and_then(|r| r)
-        })
-        .collect()
+    // A writer that died takes the outcomes of its jobs with it: those
+    // stay failures, and their results are sent whole.
+    let mut outcomes: Vec<std::result::Result<bool, String>> = (0..jobs.len())
+        .map(|_| Err("persist task failed".to_owned()))
+        .collect();
+    for joined in join_all(workers).await {
+        match joined {
+            Ok(done) => {
+                for (i, outcome) in done {
+                    outcomes[i] = outcome;
+                }
+            }
+            Err(e) => tracing::warn!(%e, "an artifact writer failed"),
+        }
+    }
+    outcomes
 }
 
 async fn hold_session(artifact_dir: &std::path::Path) -> Option<retention::SessionHold> {
