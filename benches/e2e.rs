@@ -1,5 +1,6 @@
 //! End-to-end benchmarks: every figure next to a baseline measured in the
-//! same run, on the same machine, written to `target/bench-report.json`.
+//! same run, on the same machine, written to `bench-report.json` in the
+//! target directory (`target/` unless `CARGO_TARGET_DIR` says otherwise).
 //!
 //!     cargo bench --bench e2e              # default sizes (a few minutes)
 //!     cargo bench --bench e2e -- --large   # 1 GB transcript for reconstruct
@@ -21,6 +22,9 @@ use toolwire::artifact::{ArtifactStore, FsArtifactStore};
 use toolwire::server::{self, Server};
 use toolwire::session::Storage;
 use toolwire::transport::codec::{Frame, LspCodec};
+
+mod support;
+use support::{pair, pair_in};
 
 type Reader = FramedRead<tokio::io::ReadHalf<tokio::io::DuplexStream>, LspCodec>;
 type Writer = FramedWrite<tokio::io::WriteHalf<tokio::io::DuplexStream>, LspCodec>;
@@ -75,6 +79,8 @@ impl Raw {
 }
 
 async fn start(dir: &Path, options: Value) -> Raw {
+    // The workspace must exist: `initialize` canonicalizes it.
+    std::fs::create_dir_all(dir).unwrap();
     let mut c = Raw::connect(Server::new(Storage::default()));
     c.call(
         "initialize",
@@ -107,32 +113,6 @@ fn ms(d: Duration) -> f64 {
 
 fn text(rng: &mut fastrand::Rng, size: usize) -> String {
     toolwire::replay::synthetic::tool_output(rng, size)
-}
-
-fn pair(id: &str, body: &str) -> [Value; 2] {
-    [
-        json!({"role": "assistant", "content": [{"type": "tool_use", "id": id, "name": "Bash", "input": {"command": "make"}}]}),
-        json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": body}]}),
-    ]
-}
-
-/// One call and its result in a provider format other than Anthropic's.
-fn pair_in(format: &str, id: &str, body: &str) -> [Value; 2] {
-    match format {
-        "openai-chat" => [
-            json!({"role": "assistant", "content": null, "tool_calls": [{"id": id, "type": "function", "function": {"name": "Bash", "arguments": "{\"command\":\"make\"}"}}]}),
-            json!({"role": "tool", "tool_call_id": id, "content": body}),
-        ],
-        "openai-responses" => [
-            json!({"type": "function_call", "call_id": id, "name": "Bash", "arguments": "{\"command\":\"make\"}"}),
-            json!({"type": "function_call_output", "call_id": id, "output": body}),
-        ],
-        "gemini" => [
-            json!({"role": "model", "parts": [{"functionCall": {"id": id, "name": "Bash", "args": {"command": "make"}}}]}),
-            json!({"role": "user", "parts": [{"functionResponse": {"id": id, "name": "Bash", "response": {"output": body}}}]}),
-        ],
-        _ => pair(id, body),
-    }
 }
 
 /// One measured figure and its same-run baseline.
@@ -231,13 +211,24 @@ async fn main() {
         persist(dir, &mut report).await;
     }
 
-    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-report.json");
+    let out = target_dir().join("bench-report.json");
     std::fs::write(
         &out,
         serde_json::to_string_pretty(&json!({"large": large, "figures": report.0})).unwrap(),
     )
     .unwrap();
     println!("\nreport: {}", out.display());
+}
+
+/// The target directory this bench was built into: the report goes next
+/// to the build, wherever `CARGO_TARGET_DIR` put it (the bench runs as
+/// `<target>/<profile>/deps/e2e-<hash>`), not into a `target/` of the
+/// source tree that may not exist.
+fn target_dir() -> std::path::PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.parent()?.parent()?.to_path_buf()))
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
 }
 
 /// Reapply-only `budget/apply` over a 20 MB conversation vs parsing and
