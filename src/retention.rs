@@ -107,6 +107,10 @@ struct Found {
     /// `(session, artifact name)` its replacements point at.
     refs: HashSet<(String, String)>,
     held: bool,
+    /// Hard links a fork made to its parents' transcripts
+    /// (`<id>.jsonl.base-*`, see [`crate::transcript::fork`]): name and
+    /// status-change time.
+    links: Vec<(String, SystemTime)>,
 }
 
 /// Run retention over `data_dir`. `is_open(id)` says whether this process
@@ -131,10 +135,27 @@ pub fn collect(
     let mut ids: Vec<String> = Vec::new();
     let mut seen: HashSet<String> = HashSet::new();
     let mut top_leftovers: Vec<(PathBuf, u64, bool)> = Vec::new();
+    let mut links: HashMap<String, Vec<(String, SystemTime)>> = HashMap::new();
     for entry in entries {
         let entry = entry.map_err(storage)?;
         let name = entry.file_name().to_string_lossy().into_owned();
         let Ok(meta) = entry.metadata() else { continue };
+        // A fork's link to its parent's bytes belongs to the fork.
+        if let Some(id) = crate::transcript::fork::link_owner(&name)
+            && meta.is_file()
+            && SessionId::try_from(id.to_owned()).is_ok()
+        {
+            let changed = SystemTime::UNIX_EPOCH
+                + Duration::from_secs(u64::try_from(meta.ctime()).unwrap_or(0));
+            links
+                .entry(id.to_owned())
+                .or_default()
+                .push((name.clone(), changed));
+            if seen.insert(id.to_owned()) {
+                ids.push(id.to_owned());
+            }
+            continue;
+        }
         // Leftovers of work cut short: a gc's trash, a fork's or a
         // repair's temporary transcript. Past the grace period, no run that
         // made them can still be at work.
@@ -163,6 +184,7 @@ pub fn collect(
     for (i, id) in ids.iter().enumerate() {
         let mut f = scan(&sessions_dir, id).map_err(storage)?;
         f.held = f.held || is_open(id);
+        f.links = links.remove(id).unwrap_or_default();
         found.insert(id.clone(), f);
         if i.is_multiple_of(64) || i as u64 + 1 == total {
             progress(Progress {
@@ -212,6 +234,7 @@ pub fn collect(
             let keep = referenced.get(id.as_str());
             sweep_session(&sessions_dir, id, f, keep, policy, dry_run, &mut report)
                 .map_err(storage)?;
+            sweep_links(&sessions_dir, id, f, policy, dry_run, &mut report).map_err(storage)?;
         }
         if done.is_multiple_of(64) || done == total {
             progress(Progress {
@@ -249,7 +272,16 @@ fn scan(sessions_dir: &Path, id: &str) -> io::Result<Found> {
             f.bytes += meta.len();
             f.last_written = meta.modified().ok();
             f.held = is_locked(&transcript)?;
-            f.refs = references(&transcript)?;
+            f.refs = match references(&transcript) {
+                Ok(refs) => refs,
+                // A fork whose parent's bytes are gone or changed: what it
+                // points at is unknown, so nothing of it is touched.
+                Err(err) if err.kind() == io::ErrorKind::InvalidData => {
+                    f.held = true;
+                    HashSet::new()
+                }
+                Err(err) => return Err(err),
+            };
             f.transcript = Some(meta);
         }
         Ok(_) => f.held = true, // not a plain file: not ours to judge
@@ -357,12 +389,13 @@ fn for_each_replacement(
     transcript: &Path,
     f: &mut dyn FnMut(&str, &str) -> bool,
 ) -> io::Result<()> {
-    let file = match File::open(transcript) {
-        Ok(file) => file,
+    // A fork's replacements include its parent's, read through its lines.
+    let logical = match crate::transcript::fork::Logical::open_path(transcript) {
+        Ok((_, logical)) => logical,
         Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(()),
         Err(err) => return Err(err),
     };
-    let mut reader = BufReader::with_capacity(64 << 10, file);
+    let mut reader = BufReader::with_capacity(64 << 10, logical.reader()?);
     let mut line = Vec::new();
     loop {
         line.clear();
@@ -549,6 +582,10 @@ fn remove_session(sessions_dir: &Path, id: &str, f: &Found) -> io::Result<Option
     if f.bak.is_some() {
         remove_file_if_there(&sessions_dir.join(format!("{id}.jsonl.bak")))?;
     }
+    // Its links to its parents' bytes (the parents keep their own names).
+    for (name, _) in &f.links {
+        remove_file_if_there(&sessions_dir.join(name))?;
+    }
     if f.dir {
         // Moved aside first, so an apply that already waits for the
         // directory's lock finds no directory and makes a new one.
@@ -627,6 +664,33 @@ fn sweep_session(
         if remove_file_if_there(&path)? {
             report.artifacts_removed.push(path.display().to_string());
             report.bytes_freed += bytes;
+        }
+    }
+    Ok(())
+}
+
+/// In a kept session: remove links its transcript does not name (left by a
+/// fork cut short, or by a repair that wrote the fork out whole), once
+/// older than the grace period (a fork in progress names them last).
+fn sweep_links(
+    sessions_dir: &Path,
+    id: &str,
+    f: &Found,
+    policy: &Policy,
+    dry_run: bool,
+    report: &mut GcReport,
+) -> io::Result<()> {
+    if f.links.is_empty() {
+        return Ok(());
+    }
+    let named = crate::transcript::fork::linked_names(&sessions_dir.join(format!("{id}.jsonl")));
+    for (name, changed) in &f.links {
+        if named.contains(name) || *changed + policy.grace >= policy.now {
+            continue;
+        }
+        let path = sessions_dir.join(name);
+        if dry_run || remove_file_if_there(&path)? {
+            report.artifacts_removed.push(path.display().to_string());
         }
     }
     Ok(())

@@ -21,8 +21,7 @@
 //! why a request racing an eviction still runs in order.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::File;
-use std::io::BufReader;
+use std::io::{BufReader, Read};
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock, Weak};
@@ -39,6 +38,7 @@ use crate::format::Format;
 use crate::protocol::SessionId;
 use crate::state::ReplacementState;
 use crate::transcript::Lines;
+use crate::transcript::fork;
 use crate::transcript::guard::PairGuard;
 use crate::transcript::reader::{self, SessionImage};
 use crate::transcript::writer::{self, LogFileFactory, TranscriptWriter};
@@ -797,20 +797,38 @@ fn load_from_disk(key: &SessionKey, files: &dyn LogFileFactory) -> Result<Loaded
     }
     let file = writer::open_locked(&path, false)?;
     let storage = |err: std::io::Error| Error::storage(&path, &err);
-    let format = reader::detect_format(&reader::read_head(&path).map_err(storage)?);
-    let read = File::open(&path).map_err(storage)?;
+    let actual = file.metadata().map_err(storage)?.len();
+    // A fork's transcript reads through its parent's bytes first.
+    let logical = fork::Logical::open(&file, &path, actual).map_err(storage)?;
+    let mut head = Vec::new();
+    logical
+        .reader()
+        .and_then(|r| r.take(reader::DETECT_HEAD).read_to_end(&mut head))
+        .map_err(storage)?;
+    let format = reader::detect_format(&head);
+    drop(head);
     let mut image = SessionImage::default();
     let (complete, torn) = reader::read_lines(
         format,
-        BufReader::new(read),
+        BufReader::with_capacity(256 << 10, logical.reader().map_err(storage)?),
         reader::ReadLimits::default(),
         || false,
         |span, entry| image.add(span, entry),
     )
     .map_err(storage)?;
-    let keep = image.open_call_at().unwrap_or(complete);
-    image.cut_open_call();
-    let actual = file.metadata().map_err(storage)?.len();
+    // Only the file's own lines are ours to cut; a parent's committed
+    // bytes never end in an open call.
+    let keep = match image.open_call_at() {
+        Some(at) if at >= logical.inherited => {
+            image.cut_open_call();
+            at
+        }
+        _ => {
+            image.finish_lenient();
+            complete
+        }
+    };
+    let keep = logical.physical(keep);
     if keep < actual {
         // A crash between writing the two halves of a commit: cut the torn
         // line and any call left without its results, so no reader ever sees

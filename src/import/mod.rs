@@ -50,7 +50,7 @@ pub mod gemini_cli;
 pub mod openclaw;
 
 use std::fmt;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::path::Path;
 
 use serde_json::{Map, Value, json};
@@ -289,10 +289,8 @@ fn read_head(path: &Path) -> Result<Vec<u8>, ImportError> {
         path: path.display().to_string(),
         source,
     };
-    let file = std::fs::File::open(path).map_err(io)?;
-    let mut head = Vec::new();
-    file.take(DETECT_BYTES).read_to_end(&mut head).map_err(io)?;
-    Ok(head)
+    // A toolwire fork transcript is read through its parent's bytes.
+    crate::transcript::fork::read_head(path, DETECT_BYTES).map_err(io)
 }
 
 /// The transcript bytes of any file toolwire reads conversations from: the
@@ -300,7 +298,7 @@ fn read_head(path: &Path) -> Result<Vec<u8>, ImportError> {
 /// converted session when it is another agent's. With the [`Content`] it
 /// was found to be.
 pub fn transcript_bytes(path: &Path) -> Result<(Content, Vec<u8>), ImportError> {
-    let bytes = std::fs::read(path).map_err(|source| ImportError::Io {
+    let bytes = crate::transcript::fork::read_all(path).map_err(|source| ImportError::Io {
         path: path.display().to_string(),
         source,
     })?;

@@ -4,10 +4,11 @@
 //! before the fork) and costs O(1): the replacement state is a persistent
 //! map shared with the source until either side changes. The target is then
 //! set up in its own queue, so a fork never holds the source's queue while
-//! it copies the transcript, and two sessions forking onto each other
-//! cannot wait on one another.
+//! it writes its transcript, and two sessions forking onto each other
+//! cannot wait on one another. The fork's transcript names the parent's
+//! committed bytes instead of copying them ([`crate::transcript::fork`]).
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -17,6 +18,7 @@ use super::{Reply, RequestCx, SessionMethod};
 use crate::error::{Error, Result};
 use crate::protocol::{SessionId, StateFork, StateForkParams, StateForkResult};
 use crate::session::{Loaded, Session};
+use crate::transcript::fork;
 use crate::transcript::writer::{self, TranscriptWriter};
 
 impl SessionMethod for StateFork {
@@ -57,6 +59,7 @@ impl SessionMethod for StateFork {
             };
             let target = cx.slot(&target_id);
             let files = session.storage().files.clone();
+            let parent_id = source_id.to_string();
             let later = async move {
                 target
                     .run(move |target_session| {
@@ -70,9 +73,11 @@ impl SessionMethod for StateFork {
                             let writer = match transcript {
                                 Some((from, len)) => Some(
                                     tokio::task::spawn_blocking(move || {
-                                        copy_prefix(&from, len, &path).map(|file| {
-                                            TranscriptWriter::new(path, files.wrap(file), len)
-                                        })
+                                        fork_transcript(&parent_id, &from, len, &path).map(
+                                            |(file, len)| {
+                                                TranscriptWriter::new(path, files.wrap(file), len)
+                                            },
+                                        )
                                     })
                                     .await
                                     .map_err(|e| Error::Internal(e.to_string()))??,
@@ -104,48 +109,68 @@ impl SessionMethod for StateFork {
     }
 }
 
-/// Copy the first `len` bytes of `from` into a new transcript at `to`,
-/// atomically and without replacing anything; returns it opened and locked.
-fn copy_prefix(from: &std::path::Path, len: u64, to: &std::path::Path) -> Result<std::fs::File> {
+/// Start the transcript of the fork at `to`: one line naming the parent's
+/// committed bytes (hard-linked beside it, see [`fork`]) instead of a copy,
+/// so a fork costs the same whatever the parent's size. Atomic: the links
+/// are made and synced first, then the transcript is written under a
+/// temporary name, synced, and named without replacing anything; a crash at
+/// any point leaves no fork (at worst unnamed links gc removes). Returns
+/// the transcript opened for appending, locked, and its length.
+fn fork_transcript(
+    parent_id: &str,
+    from: &std::path::Path,
+    len: u64,
+    to: &std::path::Path,
+) -> Result<(std::fs::File, u64)> {
     let storage = |err: std::io::Error| Error::storage(to, &err);
     let dir = to
         .parent()
         .ok_or_else(|| Error::Internal("transcript path has no directory".into()))?;
-    let mut source = std::fs::File::open(from)
-        .map_err(|err| Error::storage(from, &err))?
-        .take(len);
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".fork-")
-        .tempfile_in(dir)
-        .map_err(storage)?;
-    writer::lock(tmp.as_file(), to)?;
-    std::io::copy(&mut source, &mut tmp).map_err(storage)?;
-    tmp.flush().map_err(storage)?;
-    tmp.as_file().sync_all().map_err(storage)?;
-    let file = tmp.persist_noclobber(to).map_err(|err| {
-        if err.error.kind() == std::io::ErrorKind::AlreadyExists {
-            Error::SessionExists {
-                session_id: to
-                    .file_stem()
-                    .map(|s| s.to_string_lossy().into_owned())
-                    .unwrap_or_default(),
+    let fork_id = to
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let parent = std::fs::File::open(from).map_err(|err| Error::storage(from, &err))?;
+    let (line, links) =
+        fork::start_fork(parent_id, &parent, from, len, &fork_id).map_err(storage)?;
+    let written = (|| {
+        let sync_dir = || std::fs::File::open(dir).and_then(|d| d.sync_all());
+        let bytes = line.to_line();
+        let mut tmp = tempfile::Builder::new()
+            .prefix(".fork-")
+            .tempfile_in(dir)
+            .map_err(storage)?;
+        writer::lock(tmp.as_file(), to)?;
+        tmp.write_all(&bytes).map_err(storage)?;
+        tmp.as_file().sync_data().map_err(storage)?;
+        // The links must be on disk before any name can point at them.
+        sync_dir().map_err(storage)?;
+        let file = tmp.persist_noclobber(to).map_err(|err| {
+            if err.error.kind() == std::io::ErrorKind::AlreadyExists {
+                Error::SessionExists {
+                    session_id: fork_id.clone(),
+                }
+            } else {
+                storage(err.error)
             }
-        } else {
-            storage(err.error)
+        })?;
+        sync_dir().map_err(storage)?;
+        // Reopen for appending; the lock lives on the inode we still hold.
+        let appender = std::fs::OpenOptions::new()
+            .append(true)
+            .read(true)
+            .open(to)
+            .map_err(storage)?;
+        drop(file);
+        writer::lock(&appender, to)?;
+        Ok((appender, bytes.len() as u64))
+    })();
+    if written.is_err() {
+        for link in &links {
+            let _ = std::fs::remove_file(link);
         }
-    })?;
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(storage)?;
-    // Reopen for appending; the lock lives on the inode we still hold.
-    let appender = std::fs::OpenOptions::new()
-        .append(true)
-        .read(true)
-        .open(to)
-        .map_err(storage)?;
-    drop(file);
-    writer::lock(&appender, to)?;
-    Ok(appender)
+    }
+    written
 }
 
 /// A new session id nobody has used: time, process and a counter, hashed.

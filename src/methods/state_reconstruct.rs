@@ -194,9 +194,14 @@ fn read_transcript(
     let (reader, total, path): (Box<dyn std::io::BufRead>, u64, &std::path::Path) = match source {
         Source::File(path) => {
             let file = reader::open_regular(path)?;
-            let total = file.metadata().map(|m| m.len()).unwrap_or(0);
+            let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+            // A fork's transcript is read through its parent's bytes.
+            let logical = crate::transcript::fork::Logical::open(&file, path, len)
+                .map_err(|err| Error::storage(path, &err))?;
+            let total = logical.len();
+            let reader = logical.reader().map_err(|err| Error::storage(path, &err))?;
             (
-                Box::new(BufReader::with_capacity(1 << 20, file)),
+                Box::new(BufReader::with_capacity(1 << 20, reader)),
                 total,
                 path,
             )

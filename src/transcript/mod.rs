@@ -12,6 +12,7 @@
 //! [`reader`] streams a transcript back, and [`repair`] rewrites a broken one.
 
 pub mod check;
+pub mod fork;
 pub mod guard;
 pub mod reader;
 pub mod repair;

@@ -70,14 +70,10 @@ pub fn detect_format(head: &[u8]) -> Format {
 /// How much of a transcript [`detect_format`] needs at most.
 pub const DETECT_HEAD: u64 = 8 << 20;
 
-/// The first [`DETECT_HEAD`] bytes of a file.
+/// The first [`DETECT_HEAD`] bytes of a transcript (a fork's read through
+/// its parent's).
 pub fn read_head(path: &std::path::Path) -> io::Result<Vec<u8>> {
-    use std::io::Read;
-    let mut head = Vec::new();
-    std::fs::File::open(path)?
-        .take(DETECT_HEAD)
-        .read_to_end(&mut head)?;
-    Ok(head)
+    super::fork::read_head(path, DETECT_HEAD)
 }
 
 /// The parts of a transcript line that state is built from; the message is

@@ -297,7 +297,7 @@ fn open_regular(path: &Path, lock: bool) -> Result<(File, Vec<u8>, fs::Metadata)
     }
     // O_NOFOLLOW and O_NONBLOCK: if the path was swapped for a link or a
     // FIFO after the check, the open fails or returns at once.
-    let mut file = OpenOptions::new()
+    let file = OpenOptions::new()
         .read(true)
         .append(lock)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
@@ -313,8 +313,11 @@ fn open_regular(path: &Path, lock: bool) -> Result<(File, Vec<u8>, fs::Metadata)
     if lock {
         writer::lock(&file, path)?;
     }
+    // A fork's transcript is read through its parent's bytes (and a
+    // repair that changes it writes it out whole, parent's lines included).
     let mut input = Vec::with_capacity(meta.len() as usize);
-    file.read_to_end(&mut input)
+    super::fork::Logical::open(&file, path, meta.len())
+        .and_then(|logical| logical.reader()?.read_to_end(&mut input))
         .map_err(|err| Error::storage(path, &err))?;
     Ok((file, input, meta))
 }

@@ -278,17 +278,18 @@ pub fn results(items: &[(&str, &str)]) -> Value {
     json!({"role": "user", "content": blocks})
 }
 
-/// Lines of a transcript file as JSON values (panics on a bad line).
+/// Lines of a transcript file as JSON values (panics on a bad line); a
+/// fork's transcript read through its parent's bytes, as toolwire reads it.
 pub fn transcript_lines(path: &Path) -> Vec<Value> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => text
+    match toolwire::transcript::fork::read_all(path).map(String::from_utf8) {
+        Ok(Ok(text)) => text
             .lines()
             .map(|l| {
                 toolwire::json::from_slice(l.as_bytes())
                     .unwrap_or_else(|e| panic!("bad line {l:?}: {e}"))
             })
             .collect(),
-        Err(_) => Vec::new(),
+        _ => Vec::new(),
     }
 }
 

@@ -1,0 +1,362 @@
+//! Storage benchmarks: fork, durable commits, reconstruct. Each figure is
+//! printed next to a baseline measured in the same run, with the ratio.
+//!
+//!     cargo bench --bench storage                 # all three
+//!     cargo bench --bench storage -- fork pairs   # a subset (fork pairs reconstruct)
+//!
+//! The server runs in process behind an in-memory connection, so the
+//! figures are toolwire's own costs and not a pipe's.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio_util::codec::{FramedRead, FramedWrite};
+use toolwire::server::{self, Server};
+use toolwire::session::Storage;
+use toolwire::transport::codec::{Frame, LspCodec};
+
+type Reader = FramedRead<tokio::io::ReadHalf<tokio::io::DuplexStream>, LspCodec>;
+type Writer = FramedWrite<tokio::io::WriteHalf<tokio::io::DuplexStream>, LspCodec>;
+
+struct Client {
+    reader: Reader,
+    writer: Writer,
+    next: i64,
+}
+
+impl Client {
+    async fn start(server: Arc<Server>, dir: &Path, options: Value) -> Client {
+        let (ours, theirs) = tokio::io::duplex(8 << 20);
+        let (r, w) = tokio::io::split(theirs);
+        tokio::spawn(server::serve_connection(server, r, w));
+        let (r, w) = tokio::io::split(ours);
+        let mut c = Client {
+            reader: FramedRead::new(r, LspCodec::default()),
+            writer: FramedWrite::new(w, LspCodec::default()),
+            next: 1,
+        };
+        c.call(
+            "initialize",
+            json!({"rootUri": format!("file://{}", dir.display()), "initializationOptions": options}),
+        )
+        .await;
+        c
+    }
+
+    async fn call(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next;
+        self.next += 1;
+        let body = serde_json::to_vec(
+            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        )
+        .unwrap();
+        self.writer.send(Bytes::from(body)).await.unwrap();
+        let reply = loop {
+            match self.reader.next().await.unwrap().unwrap() {
+                Frame::Body(b) if !b.starts_with(br#"{"jsonrpc":"2.0","method""#) => break b,
+                _ => continue,
+            }
+        };
+        let reply: Value = serde_json::from_slice(&reply).unwrap();
+        assert!(reply.get("error").is_none(), "{method}: {}", reply["error"]);
+        reply["result"].clone()
+    }
+}
+
+/// Let the disk write back what earlier figures left dirty.
+fn settle() {
+    // SAFETY: sync(2) takes no arguments and cannot fail.
+    unsafe { libc::sync() };
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+fn pair(id: &str, body: &str) -> [Value; 2] {
+    [
+        json!({"role": "assistant", "content": [{"type": "tool_use", "id": id, "name": "Bash", "input": {"command": "make"}}]}),
+        json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": body}]}),
+    ]
+}
+
+fn line(message: &Value) -> String {
+    json!({"type": "message", "message": message}).to_string()
+}
+
+fn report(name: &str, value: String, baseline: String, ratio: f64, target: &str, met: bool) {
+    println!(
+        "{name:<52} {value:>16}  baseline {baseline:>26}  ratio {ratio:>5.2}x  target {target} {}",
+        if met { "met" } else { "MISSED" }
+    );
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let root = tempfile::tempdir_in(
+        std::env::var("TOOLWIRE_BENCH_DIR")
+            .unwrap_or_else(|_| std::env::temp_dir().display().to_string()),
+    )
+    .unwrap();
+    let only: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let want = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
+    println!(
+        "toolwire storage benchmarks ({} cores)\n",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    if want("fork") {
+        settle();
+        fork(root.path()).await;
+    }
+    if want("pairs") {
+        settle();
+        pairs(root.path()).await;
+    }
+    if want("reconstruct") {
+        settle();
+        reconstruct(root.path()).await;
+    }
+}
+
+/// Write a transcript of `pairs` committed pairs (results of ~250 bytes,
+/// 100,000 pairs make ~29 MB) straight into the data directory.
+fn write_transcript(path: &Path, pairs: usize) {
+    let mut rng = fastrand::Rng::with_seed(7);
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    for i in 0..pairs {
+        let body = toolwire::replay::synthetic::tool_output(&mut rng, 120);
+        for m in pair(&format!("toolu_{i:07}"), &body) {
+            writeln!(f, "{}", line(&m)).unwrap();
+        }
+    }
+    f.into_inner().unwrap().sync_all().unwrap();
+}
+
+/// Default `state/fork` (with its transcript) of a resumed 100,000-pair
+/// session vs a resumed 100-pair one, each forked from its parent again and
+/// again; every fork must resume on its own.
+async fn fork(root: &Path) {
+    let dir = root.join("fork");
+    let sessions = dir.join("sessions");
+    std::fs::create_dir_all(&sessions).unwrap();
+    write_transcript(&sessions.join("big.jsonl"), 100_000);
+    write_transcript(&sessions.join("small.jsonl"), 100);
+    let size = std::fs::metadata(sessions.join("big.jsonl")).unwrap().len();
+    let server = Server::new(Storage::default());
+    let mut c = Client::start(server, &dir, json!({"durability": "fsync"})).await;
+    // Resume both (the load is not what is measured).
+    for sid in ["big", "small"] {
+        c.call("state/get", json!({"sessionId": sid})).await;
+        c.call("state/fork", json!({"sessionId": sid})).await;
+    }
+    let mut time = async |sid: &str| {
+        let mut v = Vec::new();
+        for _ in 0..40 {
+            let t = Instant::now();
+            let r = c.call("state/fork", json!({"sessionId": sid})).await;
+            v.push(t.elapsed());
+            assert!(r["seenCount"].as_u64().unwrap() >= 100);
+        }
+        median(v)
+    };
+    let big = time("big").await;
+    let small = time("small").await;
+    // Every fork reads back as its parent's state.
+    let forked = c.call("state/fork", json!({"sessionId": "big"})).await;
+    let r = c
+        .call("state/get", json!({"sessionId": forked["sessionId"]}))
+        .await;
+    assert_eq!(r["seenIds"].as_array().unwrap().len(), 100_000);
+    let ratio = big.as_secs_f64() / small.as_secs_f64();
+    report(
+        &format!("state/fork, 100,000 pairs ({} MB transcript)", size >> 20),
+        format!("{:.0} us", big.as_secs_f64() * 1e6),
+        format!("{:.0} us: fork of 100 pairs", small.as_secs_f64() * 1e6),
+        ratio,
+        "<= 2x",
+        ratio <= 2.0,
+    );
+}
+
+/// 16 sessions committing pairs durably (`fsync`), concurrently, vs 16
+/// threads each appending the same pair lines to a file of its own with
+/// `write` + `fdatasync`, both in this run on the same disk.
+async fn pairs(root: &Path) {
+    const SESSIONS: usize = 16;
+    const PAIRS: usize = 250;
+    let dir = root.join("pairs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let [a, u] = pair("toolu_base", "exit status 0");
+    let bytes = format!("{}\n{}\n", line(&a), line(&u));
+    let loops = |tag: &str| -> f64 {
+        let files: Vec<PathBuf> = (0..SESSIONS)
+            .map(|i| dir.join(format!("loop-{tag}-{i}.jsonl")))
+            .collect();
+        let t = Instant::now();
+        std::thread::scope(|s| {
+            for path in &files {
+                let bytes = bytes.as_bytes();
+                s.spawn(move || {
+                    let mut f = std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(path)
+                        .unwrap();
+                    for _ in 0..PAIRS {
+                        f.write_all(bytes).unwrap();
+                        f.sync_data().unwrap();
+                    }
+                });
+            }
+        });
+        (SESSIONS * PAIRS) as f64 / t.elapsed().as_secs_f64()
+    };
+    let ours = async |tag: &str| -> f64 {
+        let server = Server::new(Storage::default());
+        let mut clients = Vec::new();
+        for s in 0..SESSIONS {
+            let mut c = Client::start(server.clone(), &dir, json!({"durability": "fsync"})).await;
+            // The first commit creates the transcript: not what is measured.
+            let [a, u] = pair(&format!("toolu_{tag}_{s}_first"), "exit status 0");
+            let sid = format!("s-{tag}-{s}");
+            c.call("pair/append", json!({"sessionId": sid, "message": a}))
+                .await;
+            c.call("pair/append", json!({"sessionId": sid, "message": u}))
+                .await;
+            clients.push(c);
+        }
+        let t = Instant::now();
+        let tasks: Vec<_> = clients
+            .into_iter()
+            .enumerate()
+            .map(|(s, mut c)| {
+                let tag = tag.to_owned();
+                tokio::spawn(async move {
+                    let sid = format!("s-{tag}-{s}");
+                    for p in 0..PAIRS {
+                        let [a, u] = pair(&format!("toolu_{s}_{p}"), "exit status 0");
+                        c.call("pair/append", json!({"sessionId": sid, "message": a}))
+                            .await;
+                        c.call("pair/append", json!({"sessionId": sid, "message": u}))
+                            .await;
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+        (SESSIONS * PAIRS) as f64 / t.elapsed().as_secs_f64()
+    };
+    // Interleaved, so a disk that slows down through the run weighs on both.
+    let mut rates = Vec::new();
+    for round in 0..3 {
+        let base = loops(&format!("r{round}"));
+        settle();
+        let own = ours(&format!("r{round}")).await;
+        settle();
+        rates.push((own, base));
+    }
+    let own: f64 = rates.iter().map(|r| r.0).sum::<f64>() / rates.len() as f64;
+    let base: f64 = rates.iter().map(|r| r.1).sum::<f64>() / rates.len() as f64;
+    let ratio = own / base;
+    report(
+        "durable pair commits, 16 sessions (fsync)",
+        format!("{own:.0} /s"),
+        format!("{base:.0} /s: 16 write+fdatasync loops"),
+        ratio,
+        ">= 0.8x",
+        ratio >= 0.8,
+    );
+}
+
+/// `state/reconstruct` of a 256 MB transcript vs `wc -l` on the same file,
+/// both from the page cache.
+async fn reconstruct(root: &Path) {
+    let dir = root.join("reconstruct");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("big.jsonl");
+    let size: u64 = 256 << 20;
+    {
+        let mut rng = fastrand::Rng::with_seed(3);
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+        let mut written = 0u64;
+        let mut i = 0u64;
+        while written < size {
+            let id = format!("toolu_{i:08}");
+            let len = rng.usize(200..12_000);
+            let body = toolwire::replay::synthetic::tool_output(&mut rng, len);
+            for m in pair(&id, &body) {
+                let l = line(&m);
+                written += l.len() as u64 + 1;
+                writeln!(f, "{l}").unwrap();
+            }
+            if i.is_multiple_of(10) {
+                let replacement = toolwire::replay::synthetic::tool_output(&mut rng, 2200);
+                let l = json!({"type": "replacement", "record": {"kind": "tool-result", "toolUseId": id, "replacement": replacement}}).to_string();
+                written += l.len() as u64 + 1;
+                writeln!(f, "{l}").unwrap();
+            }
+            i += 1;
+        }
+    }
+    let bytes = std::fs::metadata(&path).unwrap().len();
+    let wc = || {
+        let t = Instant::now();
+        let out = std::process::Command::new("wc")
+            .arg("-l")
+            .arg(&path)
+            .output()
+            .expect("wc is part of coreutils");
+        let lines: u64 = String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap();
+        (t.elapsed(), lines)
+    };
+    wc(); // warm the page cache
+    let server = Server::new(Storage::default());
+    let mut c = Client::start(server, &dir, json!({})).await;
+    let mut ours = Vec::new();
+    let mut base = Vec::new();
+    let mut lines = 0;
+    for _ in 0..3 {
+        let (t, n) = wc();
+        base.push(t);
+        lines = n;
+        let t = Instant::now();
+        let r = c
+            .call(
+                "state/reconstruct",
+                json!({"sessionId": "big", "transcript": path.display().to_string()}),
+            )
+            .await;
+        ours.push(t.elapsed());
+        assert_eq!(
+            r["messagesRead"].as_u64().unwrap() + r["recordsRead"].as_u64().unwrap(),
+            lines
+        );
+    }
+    let (ours, base) = (median(ours), median(base));
+    let speed = bytes as f64 / 1e6 / ours.as_secs_f64();
+    let base_speed = bytes as f64 / 1e6 / base.as_secs_f64();
+    let ratio = speed / base_speed;
+    report(
+        &format!("state/reconstruct, {} MB, {lines} lines", bytes >> 20),
+        format!("{speed:.0} MB/s"),
+        format!("{base_speed:.0} MB/s: wc -l"),
+        ratio,
+        ">= 0.6x",
+        ratio >= 0.6,
+    );
+}
