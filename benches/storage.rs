@@ -234,7 +234,12 @@ async fn pairs(root: &Path) {
         let server = Server::new(Storage::default());
         let mut clients = Vec::new();
         for s in 0..SESSIONS {
-            let mut c = Client::start(server.clone(), &dir, json!({"durability": std::env::var("D").unwrap_or("fsync".into())})).await;
+            let mut c = Client::start(
+                server.clone(),
+                &dir,
+                json!({"durability": std::env::var("D").unwrap_or("fsync".into())}),
+            )
+            .await;
             // The first commit creates the transcript: not what is measured.
             let [a, u] = pair(&format!("toolu_{tag}_{s}_first"), "exit status 0");
             let sid = format!("s-{tag}-{s}");

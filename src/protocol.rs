@@ -770,6 +770,13 @@ pub enum TranscriptLine {
     Session {
         format: Format,
     },
+    /// The first line of a fork's transcript (`state/fork` with
+    /// `copyTranscript`): its parent's committed bytes, read before the
+    /// lines that follow it.
+    Fork {
+        #[serde(flatten)]
+        fork: crate::transcript::fork::ForkLine,
+    },
 }
 
 /// The `data` member of every toolwire error.

@@ -616,12 +616,30 @@ class TranscriptLine4(BaseModel):
     format: Format
 
 
-class TranscriptLine(
-    RootModel[TranscriptLine1 | TranscriptLine2 | TranscriptLine3 | TranscriptLine4]
-):
-    root: TranscriptLine1 | TranscriptLine2 | TranscriptLine3 | TranscriptLine4
+class Segment(BaseModel):
     """
-    One line of a session transcript.
+    One byte range of another transcript.
+    """
+
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    file: str
+    """
+    A hard link, in the fork's directory, to the transcript the bytes
+    are in.
+    """
+    from_: conint(ge=0) = Field(..., alias='from')
+    """
+    First byte (the start of a line).
+    """
+    to: conint(ge=0)
+    """
+    End, exclusive (the end of a line).
+    """
+    tail: str
+    """
+    SHA-256 of the range's last 4 KiB (or all of it when shorter), hex.
     """
 
 
@@ -1017,6 +1035,49 @@ class ProxyConfig(BaseModel):
     """
     Largest request body accepted, in bytes; a larger one is answered
     413 with an error in the provider's shape.
+    """
+
+
+class TranscriptLine5(BaseModel):
+    """
+    The first line of a fork's transcript (`state/fork` with
+    `copyTranscript`): its parent's committed bytes, read before the
+    lines that follow it.
+    """
+
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    type: Literal['fork']
+    parent: str
+    """
+    The session this one was forked from.
+    """
+    segments: list[Segment]
+    """
+    Byte ranges of other transcripts, read in order before this file's
+    own lines.
+    """
+
+
+class TranscriptLine(
+    RootModel[
+        TranscriptLine1
+        | TranscriptLine2
+        | TranscriptLine3
+        | TranscriptLine4
+        | TranscriptLine5
+    ]
+):
+    root: (
+        TranscriptLine1
+        | TranscriptLine2
+        | TranscriptLine3
+        | TranscriptLine4
+        | TranscriptLine5
+    )
+    """
+    One line of a session transcript.
     """
 
 

@@ -115,6 +115,17 @@ digests?: string[]
 } | {
 type: "session"
 format: Format
+} | {
+type: "fork"
+/**
+ * The session this one was forked from.
+ */
+parent: string
+/**
+ * Byte ranges of other transcripts, read in order before this file's
+ * own lines.
+ */
+segments: Segment[]
 })
 /**
  * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
@@ -679,6 +690,31 @@ openai?: string
  * `:streamGenerateContent`.
  */
 gemini?: string
+}
+/**
+ * One byte range of another transcript.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "Segment".
+ */
+export interface Segment {
+/**
+ * A hard link, in the fork's directory, to the transcript the bytes
+ * are in.
+ */
+file: string
+/**
+ * First byte (the start of a line).
+ */
+from: number
+/**
+ * End, exclusive (the end of a line).
+ */
+to: number
+/**
+ * SHA-256 of the range's last 4 KiB (or all of it when shorter), hex.
+ */
+tail: string
 }
 /**
  * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
