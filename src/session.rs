@@ -716,22 +716,14 @@ impl Session {
             }
             outcome
         };
-        let outcome = if !fsync {
-            // An append to the page cache is as quick as a thread handoff.
-            commit()
-        } else if tokio::runtime::Handle::current().runtime_flavor()
-            == tokio::runtime::RuntimeFlavor::MultiThread
-        {
-            // fdatasync blocks for the device. This worker hands its other
-            // tasks to another thread and syncs right here, so the commit
-            // costs no handoff of its own there and back (a `spawn_blocking`
-            // per commit did), and concurrent sessions still sync side by
-            // side for the disk to group.
-            tokio::task::block_in_place(commit)
-        } else {
+        let outcome = if fsync {
+            // fdatasync blocks for the device: keep it off the async workers.
             tokio::task::spawn_blocking(commit)
                 .await
                 .map_err(|err| Error::Internal(format!("writing transcript: {err}")))?
+        } else {
+            // An append to the page cache is as quick as a thread handoff.
+            commit()
         };
         if outcome.is_err() && created {
             loaded.transcript = None;
