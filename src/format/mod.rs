@@ -262,14 +262,17 @@ impl HashWriter {
         let mut start = 0;
         let mut i = 0;
         while i < bytes.len() {
-            // Skip eight plain bytes at a time.
+            // Eight bytes at a time: skip them when plain, else go straight
+            // to the first that JSON escapes.
             if let Some(chunk) = bytes.get(i..i + 8) {
                 let mut word = [0u8; 8];
                 word.copy_from_slice(chunk);
-                if !needs_escape(u64::from_le_bytes(word)) {
+                let escapes = escape_mask(u64::from_le_bytes(word));
+                if escapes == 0 {
                     i += 8;
                     continue;
                 }
+                i += (escapes.trailing_zeros() / 8) as usize;
             }
             let b = bytes[i];
             let escape: &[u8] = match b {
@@ -310,17 +313,19 @@ impl HashWriter {
     }
 }
 
-/// Whether any of eight bytes is `"`, `\\` or below 0x20 (the SWAR tests
-/// for a zero byte, applied to the word xored with each of the two, and to
-/// the word itself for bytes below 0x20).
-fn needs_escape(word: u64) -> bool {
+/// The bytes of a little-endian word that are `"`, `\\` or below 0x20, as
+/// their high bits (the SWAR test for a zero byte, applied to the word
+/// xored with each of the two, and to the word itself for bytes below
+/// 0x20). Only bytes above a match may be flagged falsely, so the lowest
+/// flag is always a byte to escape.
+fn escape_mask(word: u64) -> u64 {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
     let has_zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
     let quote = has_zero(word ^ (ONES * b'"' as u64));
     let backslash = has_zero(word ^ (ONES * b'\\' as u64));
     let control = word.wrapping_sub(ONES * 0x20) & !word & HIGH;
-    (quote | backslash | control) != 0
+    quote | backslash | control
 }
 
 /// A result's content in the shapes the budget knows.
