@@ -288,6 +288,54 @@ pub struct Config {
     /// is `anthropic`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub format: Option<crate::format::Format>,
+    /// Where session state and transcripts live. Read once, from
+    /// `toolwire.toml`, when the process starts (`toolwire proxy`,
+    /// `serve`, `migrate`, `gc`); every session of the process uses it.
+    #[serde(skip_serializing_if = "StorageConfig::is_default")]
+    pub storage: StorageConfig,
+}
+
+/// `[storage]` in `toolwire.toml`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct StorageConfig {
+    /// `local` (transcripts as files under the data directory, one process
+    /// per workspace) or `postgres` (shared by every replica).
+    pub backend: Backend,
+    /// `[storage.postgres]`, for `backend = "postgres"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub postgres: Option<PostgresConfig>,
+}
+
+impl StorageConfig {
+    fn is_default(&self) -> bool {
+        *self == StorageConfig::default()
+    }
+}
+
+/// `storage.backend`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Backend {
+    #[default]
+    Local,
+    Postgres,
+}
+
+/// `[storage.postgres]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PostgresConfig {
+    /// Connection URL, e.g. `postgresql://toolwire@db.internal:5432/toolwire`
+    /// (or a `key=value` connection string).
+    pub url: String,
+    /// Connections this process keeps at most (default 16).
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+}
+
+fn default_max_connections() -> usize {
+    16
 }
 
 /// `[proxy]` in `toolwire.toml`: the HTTP face (`toolwire proxy`).
@@ -360,6 +408,7 @@ pub struct Effective {
     pub retention: Retention,
     pub proxy: ProxyConfig,
     pub format: Option<crate::format::Format>,
+    pub storage: StorageConfig,
 }
 
 impl Effective {
@@ -557,6 +606,7 @@ pub fn resolve(workspace: &Path, config: Config) -> Effective {
         retention: config.retention,
         proxy: config.proxy,
         format: config.format,
+        storage: config.storage,
     }
 }
 

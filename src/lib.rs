@@ -35,5 +35,6 @@ pub mod schema;
 pub mod server;
 pub mod session;
 pub mod state;
+pub mod store;
 pub mod transcript;
 pub mod transport;

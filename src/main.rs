@@ -53,6 +53,9 @@ pub(crate) enum Command {
     /// An HTTP proxy in front of the model providers that budgets and
     /// pair-guards every request (for agents that only take a base URL).
     Proxy(cli::proxy::Args),
+    /// Create or upgrade the shared store's schema (storage.backend =
+    /// "postgres"); idempotent, safe for replicas to run at once.
+    Migrate(cli::migrate::Args),
     /// What the proxy did per session: requests, chars, cache hit rate.
     Stats(cli::stats::Args),
     /// Say whether the provider would accept a transcript's tool calls and
@@ -91,6 +94,7 @@ fn main() -> ExitCode {
         Command::Gc(args) => cli::gc::run(args),
         Command::Mcp(args) => cli::mcp::run(args),
         Command::Proxy(args) => cli::proxy::run(args),
+        Command::Migrate(args) => cli::migrate::run(args),
         Command::Stats(args) => cli::stats::run(args),
         Command::Check(args) => cli::check::run(args),
     }

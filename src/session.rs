@@ -37,6 +37,7 @@ use crate::error::{Error, Result};
 use crate::format::Format;
 use crate::protocol::SessionId;
 use crate::state::ReplacementState;
+use crate::store::SharedStore;
 use crate::transcript::Lines;
 use crate::transcript::fork;
 use crate::transcript::guard::PairGuard;
@@ -71,6 +72,9 @@ impl SessionKey {
 pub struct Storage {
     pub artifacts: Arc<dyn ArtifactStore>,
     pub files: Arc<dyn LogFileFactory>,
+    /// Session state and transcripts shared by replicas
+    /// (`storage.backend = "postgres"`); `None`: transcript files.
+    pub shared: Option<Arc<dyn SharedStore>>,
 }
 
 impl Default for Storage {
@@ -78,6 +82,7 @@ impl Default for Storage {
         Storage {
             artifacts: Arc::new(crate::artifact::FsArtifactStore),
             files: Arc::new(writer::PlainFiles),
+            shared: None,
         }
     }
 }
@@ -196,6 +201,7 @@ impl Slots {
             open: self.open.clone(),
             slot: Arc::downgrade(&slot),
             evicting: true,
+            stale: true,
         };
         tokio::spawn(run_worker(session, rx, self.idle));
         map.insert(key, slot.clone());
@@ -435,6 +441,8 @@ async fn run_worker(mut session: Session, mut queue: mpsc::UnboundedReceiver<Job
         }
         let evict = std::mem::replace(&mut session.evicting, true);
         session.track_open(evict);
+        // On a shared store another replica may commit before the next job.
+        session.stale = true;
     }
     session.unload();
 }
@@ -450,6 +458,9 @@ pub struct Session {
     /// Whether the job just run may make other sessions close theirs
     /// (false for the job that asked this one to close).
     evicting: bool,
+    /// On a shared store: whether commits of other replicas may have come
+    /// in since the last read (set between jobs).
+    stale: bool,
 }
 
 /// A session's contents once read from disk.
@@ -471,6 +482,8 @@ pub struct Loaded {
     /// that journals itself before it takes effect, false after a change
     /// that lives only in memory (`state/reconstruct`, a fork target).
     pub journaled: bool,
+    /// On a shared store: the last commit read.
+    pub shared_seq: i64,
 }
 
 impl Loaded {
@@ -484,7 +497,8 @@ impl Loaded {
         self.guard.pending().is_none()
             && match self.transcript {
                 Some(_) => self.journaled,
-                None => self.is_blank(),
+                // On a shared store the database holds what was read.
+                None => self.is_blank() || (self.shared_seq > 0 && self.journaled),
             }
     }
 
@@ -514,7 +528,11 @@ impl Session {
     /// The session's contents, read from disk on first use: its transcript
     /// (locked, a torn tail cut off) and the state it records.
     pub async fn load(&mut self) -> Result<&mut Loaded> {
-        if self.loaded.is_none() {
+        if let Some(shared) = self.storage.shared.clone() {
+            if self.loaded.is_none() || self.stale {
+                self.refresh(&*shared).await?;
+            }
+        } else if self.loaded.is_none() {
             let key = self.key.clone();
             let files = self.storage.files.clone();
             let loaded = tokio::task::spawn_blocking(move || load_from_disk(&key, &*files))
@@ -526,6 +544,109 @@ impl Session {
         self.loaded
             .as_mut()
             .ok_or_else(|| Error::Internal("session not loaded".into()))
+    }
+
+    /// Read what other replicas committed since this one last read (the
+    /// whole session on first use) and apply it: a request sees every
+    /// commit made before it started, whichever replica made it.
+    async fn refresh(&mut self, shared: &dyn SharedStore) -> Result<()> {
+        let after = self.loaded.as_ref().map_or(0, |l| l.shared_seq);
+        let commits = shared.read(self.key.id.as_str(), after).await?;
+        self.stale = false;
+        let loaded = self.loaded.get_or_insert_with(|| Loaded {
+            journaled: true,
+            ..Loaded::default()
+        });
+        let Some(commits) = commits else {
+            return Ok(());
+        };
+        loaded.exists = true;
+        let Some(last) = commits.last().map(|c| c.seq) else {
+            self.publish();
+            return Ok(());
+        };
+        let bytes: Vec<u8> = commits.into_iter().flat_map(|c| c.lines).collect();
+        let format = *loaded
+            .format
+            .get_or_insert_with(|| reader::detect_format(&bytes));
+        let mut image = SessionImage::default();
+        reader::read_lines(
+            format,
+            std::io::Cursor::new(&bytes),
+            reader::ReadLimits::default(),
+            || false,
+            |span, entry| image.add(span, entry),
+        )
+        .map_err(|err| Error::Internal(format!("reading shared commits: {err}")))?;
+        // Every commit is whole: a call without its results is taken as
+        // it stands, never cut.
+        image.finish_lenient();
+        loaded.state.commit_decisions(image.decisions());
+        for (id, name) in image.undecided_names {
+            if !loaded.state.is_decided(&id) {
+                loaded.tool_names.insert_mut(id, name);
+            }
+        }
+        let decided: Vec<Arc<str>> = loaded
+            .tool_names
+            .keys()
+            .filter(|id| loaded.state.is_decided(id))
+            .cloned()
+            .collect();
+        for id in decided {
+            loaded.tool_names.remove_mut(&id);
+        }
+        loaded.shared_seq = last;
+        self.publish();
+        Ok(())
+    }
+
+    /// Journal `budget/apply`'s decisions as one commit. On a shared store
+    /// each decision is raced (the first replica to decide an original
+    /// wins) and the state is read back, so `loaded.state` then holds the
+    /// winners; returns whether it does.
+    pub async fn journal(
+        &mut self,
+        records: &[crate::protocol::ReplacementRecord],
+        seen: &crate::protocol::SeenLine,
+        fsync: bool,
+    ) -> Result<bool> {
+        let Some(shared) = self.storage.shared.clone() else {
+            let mut lines = Lines::default();
+            for record in records {
+                lines.push_record(record);
+            }
+            if !seen.tool_use_ids.is_empty() {
+                lines.push_seen(seen);
+            }
+            self.write(lines, fsync, true).await?;
+            return Ok(false);
+        };
+        let format = *self.load().await?.format.get_or_insert_default();
+        let decisions = records
+            .iter()
+            .map(|r| crate::store::Decision {
+                tool_use_id: r.tool_use_id.clone(),
+                digest: r.digest.clone(),
+                replacement: Some(r.replacement.clone()),
+            })
+            .chain(seen.tool_use_ids.iter().enumerate().map(|(i, id)| {
+                crate::store::Decision {
+                    tool_use_id: id.clone(),
+                    digest: seen.digests.get(i).cloned().filter(|d| !d.is_empty()),
+                    replacement: None,
+                }
+            }))
+            .collect();
+        let append = crate::store::Append {
+            header: crate::transcript::session_line(format),
+            lines: Vec::new(),
+            decisions,
+        };
+        shared.append(self.key.id.as_str(), append).await?;
+        self.stale = true;
+        self.refresh(&*shared).await?;
+        Ok(true)
     }
 
     /// The contents if already loaded; never touches the disk.
@@ -670,6 +791,26 @@ impl Session {
     /// transcript, one is created when `create` is set; otherwise nothing is
     /// written and `false` is returned.
     pub async fn write(&mut self, lines: Lines, fsync: bool, create: bool) -> Result<bool> {
+        if let Some(shared) = self.storage.shared.clone() {
+            let loaded = self.load().await?;
+            if !loaded.exists && !create {
+                return Ok(false);
+            }
+            let format = *loaded.format.get_or_insert_default();
+            if lines.is_empty() && loaded.exists {
+                return Ok(true);
+            }
+            let append = crate::store::Append {
+                header: crate::transcript::session_line(format),
+                lines: lines.bytes,
+                decisions: Vec::new(),
+            };
+            shared.append(self.key.id.as_str(), append).await?;
+            // Read back (this commit and any other replica's) on next use.
+            self.stale = true;
+            self.load().await?.exists = true;
+            return Ok(true);
+        }
         let key = self.key.clone();
         let files = self.storage.files.clone();
         let loaded = self.load().await?;

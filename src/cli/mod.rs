@@ -8,6 +8,7 @@ pub mod gc;
 pub mod import;
 pub mod man;
 pub mod mcp;
+pub mod migrate;
 pub mod proxy;
 pub mod repair;
 pub mod replay;

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use toolwire::proxy::Proxy;
-use toolwire::session::{Registry, Storage, session_idle};
+use toolwire::session::{Registry, session_idle};
 
 use super::runtime;
 
@@ -49,7 +49,10 @@ async fn serve(args: Args) -> Result<(), String> {
             "{addr} is not a loopback address; pass --allow-remote to listen on it"
         ));
     }
-    let registry = Registry::new(Storage::default(), session_idle());
+    let storage = toolwire::store::open(&config.storage)
+        .await
+        .map_err(|err| err.to_string())?;
+    let registry = Registry::new(storage, session_idle());
     let proxy = Proxy::new(registry, config)?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await

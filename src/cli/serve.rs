@@ -104,7 +104,20 @@ fn serve() -> ExitCode {
         }
     };
     let end = rt.block_on(async {
-        let server = Server::new(Storage::default());
+        // The store is the process's, from the workspace's toolwire.toml;
+        // a file that does not parse is reported at `initialize`.
+        let storage = match std::env::current_dir()
+            .ok()
+            .and_then(|dir| toolwire::config::load(&dir, None).ok())
+        {
+            Some(config) => toolwire::store::open(&config.storage).await,
+            None => Ok(Storage::default()),
+        };
+        let storage = match storage {
+            Ok(storage) => storage,
+            Err(err) => return Err(err.to_string()),
+        };
+        let server = Server::new(storage);
         // On a runtime thread (sized for deep messages), not this one.
         let connection = tokio::spawn(server::serve_connection(
             server.clone(),
@@ -113,8 +126,15 @@ fn serve() -> ExitCode {
         ));
         let end = connection.await;
         server.registry.close_all().await;
-        end
+        Ok(end)
     });
+    let end = match end {
+        Ok(end) => end,
+        Err(err) => {
+            eprintln!("toolwire: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
     let Ok(end) = end else {
         eprintln!("toolwire: the connection task failed");
         return ExitCode::FAILURE;

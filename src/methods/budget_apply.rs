@@ -32,7 +32,6 @@ use crate::protocol::{
 use crate::retention;
 use crate::session::{Registry, Session};
 use crate::state::Replacement;
-use crate::transcript::Lines;
 
 impl SessionMethod for BudgetApply {
     fn session_id(params: &BudgetApplyParams) -> &SessionId {
@@ -211,19 +210,14 @@ pub async fn apply(
         return Err(crate::error::Error::Cancelled);
     }
     session.load().await?.format.get_or_insert(format);
-    if !records.is_empty() || !seen.tool_use_ids.is_empty() {
-        // Journaled before the reply, so a restart at any moment resumes
-        // with exactly the decisions the client was sent (PROTOCOL.md 10.1),
-        // whether or not it ever appends the messages.
-        let mut lines = Lines::default();
-        for record in &records {
-            lines.push_record(record);
-        }
-        if !seen.tool_use_ids.is_empty() {
-            lines.push_seen(&seen);
-        }
-        session.write(lines, fsync, true).await?;
-    }
+    // Journaled before the reply, so a restart at any moment resumes with
+    // exactly the decisions the client was sent (PROTOCOL.md 10.1), whether
+    // or not it ever appends the messages.
+    let raced = if !records.is_empty() || !seen.tool_use_ids.is_empty() {
+        session.journal(&records, &seen, fsync).await?
+    } else {
+        false
+    };
     // Journaled: gc now sees what the artifacts are for.
     drop(hold);
     let loaded = session.load().await?;
@@ -232,7 +226,13 @@ pub async fn apply(
     for id in &decided {
         loaded.tool_names.remove_mut(&**id);
     }
-    loaded.state = state;
+    if raced {
+        // On a shared store the state read back holds the winner of each
+        // decision: report what was sent, which may be another replica's.
+        winners(&loaded.state, &mut records, &mut persisted);
+    } else {
+        loaded.state = state;
+    }
     session.publish();
     let loaded = session.load().await?;
 
@@ -254,6 +254,37 @@ pub async fn apply(
         over_limit,
     })
 }
+
+/// Make `records` say what the state holds: a decision another replica
+/// won first keeps the winner's replacement (or, when the winner sent the
+/// result whole, no record and no persisted entry).
+fn winners(
+    state: &crate::state::ReplacementState,
+    records: &mut Vec<ReplacementRecord>,
+    persisted: &mut Vec<Persisted>,
+) {
+    use crate::state::Fate;
+    let mut whole = HashSet::new();
+    records.retain_mut(|record| {
+        let digest = record
+            .digest
+            .as_deref()
+            .and_then(Digest::parse)
+            .unwrap_or(Digest::ANY);
+        match state.fate(&record.tool_use_id, digest) {
+            Fate::Replaced(winner) => {
+                record.replacement = winner.text();
+                true
+            }
+            Fate::Frozen | Fate::Fresh => {
+                whole.insert(record.tool_use_id.clone());
+                false
+            }
+        }
+    });
+    persisted.retain(|p| !whole.contains(&p.tool_use_id));
+}
+
 
 /// Artifact writes one request runs at once. Durable writes overlap well
 /// (the disk groups concurrent syncs), but every blocking task is a

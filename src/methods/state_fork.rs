@@ -69,6 +69,21 @@ impl SessionMethod for StateFork {
                                     session_id: target_session.key().id.to_string(),
                                 });
                             }
+                            if let Some(shared) = target_session.storage().shared.clone() {
+                                // Shared store: the fork reads the source's
+                                // commits up to now instead of copying them.
+                                shared
+                                    .fork(source_id.as_str(), target_session.key().id.as_str())
+                                    .await?;
+                                target_session.unload();
+                                let session_id = target_session.key().id.clone();
+                                let loaded = target_session.load().await?;
+                                return Ok(StateForkResult {
+                                    session_id,
+                                    seen_count: loaded.state.seen_count(),
+                                    replacement_count: loaded.state.replacement_count(),
+                                });
+                            }
                             let path = target_session.key().transcript_path();
                             let writer = match transcript {
                                 Some((from, len)) => Some(
@@ -98,6 +113,7 @@ impl SessionMethod for StateFork {
                                 guard: Default::default(),
                                 format,
                                 journaled,
+                                shared_seq: 0,
                             });
                             Ok(result)
                         })

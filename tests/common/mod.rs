@@ -3,6 +3,8 @@
 //! over the pipes of the real binary.
 #![allow(dead_code)]
 
+pub mod pg;
+
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::sync::{Arc, LazyLock};
@@ -94,7 +96,34 @@ pub fn connect(server: Arc<Server>) -> (MemClient, tokio::task::JoinHandle<Conne
 }
 
 pub fn new_server() -> Arc<Server> {
-    Server::new(Storage::default())
+    Server::new(test_storage())
+}
+
+/// Whether this test run keeps transcripts as files. A test that reads
+/// transcript files or restarts a server on the same files checks the
+/// local backend only; on the shared store the same guarantees are checked
+/// by tests/fleet.rs.
+pub fn local_transcripts(test: &str) -> bool {
+    let local = !pg::matrix_on_postgres();
+    if !local {
+        eprintln!("{test}: reads transcript files, which the postgres backend has not; checked on the local backend");
+    }
+    local
+}
+
+/// The storage the test matrix runs on: transcript files, or with
+/// `TOOLWIRE_TEST_BACKEND=postgres` a fresh migrated database of a real
+/// PostgreSQL server (see `pg`).
+pub fn test_storage() -> Storage {
+    if pg::matrix_on_postgres() {
+        let (_, store) = pg::migrated_database();
+        Storage {
+            shared: Some(Arc::new(store)),
+            ..Storage::default()
+        }
+    } else {
+        Storage::default()
+    }
 }
 
 pub fn file_uri(path: &Path) -> String {

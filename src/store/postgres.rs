@@ -1,0 +1,359 @@
+//! Session state and transcripts on PostgreSQL (`storage.backend =
+//! "postgres"`), through `tokio-postgres` with a `deadpool` pool.
+//!
+//! The schema is in `migrations/*.sql`, applied in order by
+//! `toolwire migrate` under an advisory lock (so replicas that run it at
+//! once apply each migration once) and recorded in
+//! `toolwire_schema_migrations`. A replica refuses to start on a database
+//! whose schema is older than it needs.
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use futures_util::future::BoxFuture;
+use tokio_postgres::NoTls;
+
+use super::{Append, Commit, SharedStore};
+use crate::error::{Error, Result};
+use crate::protocol::{RECORD_KIND, ReplacementRecord, SeenLine};
+use crate::transcript::Lines;
+
+/// The migrations, in the order they apply: (version, SQL).
+pub const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("../../migrations/0001_shared_state.sql"))];
+
+/// Key of the advisory lock `migrate` holds (an arbitrary constant: "tw16").
+const MIGRATE_LOCK: i64 = 0x7477_3136;
+
+/// The store, holding a pool of connections to one database.
+pub struct Postgres {
+    pool: Pool,
+}
+
+fn db_error(what: &str, err: impl std::fmt::Display + std::fmt::Debug) -> Error {
+    // tokio-postgres says only "db error" in its Display; the server's
+    // message is in the source, which the alternate Debug shows.
+    let text = err.to_string();
+    let text = if text == "db error" {
+        format!("{err:?}")
+    } else {
+        text
+    };
+    Error::Storage {
+        message: format!("postgres: {what}: {text}"),
+        path: None,
+    }
+}
+
+/// A connection URL with its password hidden, for messages and logs.
+pub fn redacted(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("***"));
+            parsed.to_string()
+        }
+        _ => url.to_owned(),
+    }
+}
+
+impl Postgres {
+    /// A pool for `url` (`postgresql://user@host:port/db`, or a key=value
+    /// connection string). Connects lazily; [`Postgres::check_schema`]
+    /// makes the first connection.
+    pub fn connect(url: &str, max_connections: usize) -> Result<Postgres> {
+        let config: tokio_postgres::Config = url
+            .parse()
+            .map_err(|err| db_error(&format!("storage.postgres.url {}", redacted(url)), err))?;
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(max_connections.max(1))
+            .runtime(Runtime::Tokio1)
+            .build()
+            .map_err(|err| db_error("building the pool", err))?;
+        Ok(Postgres { pool })
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object> {
+        self.pool
+            .get()
+            .await
+            .map_err(|err| db_error("connecting", err))
+    }
+
+    /// Create or upgrade the schema; returns the versions applied now.
+    /// Idempotent, and safe when several replicas run it at once: the
+    /// whole upgrade runs in one transaction holding an advisory lock.
+    pub async fn migrate(&self) -> Result<Vec<i32>> {
+        let mut client = self.client().await?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(|err| db_error("migrate", err))?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATE_LOCK])
+            .await
+            .map_err(|err| db_error("migrate: lock", err))?;
+        tx.batch_execute(
+            "CREATE TABLE IF NOT EXISTS toolwire_schema_migrations (
+                version integer PRIMARY KEY,
+                applied_at timestamptz NOT NULL DEFAULT now())",
+        )
+        .await
+        .map_err(|err| db_error("migrate", err))?;
+        let done: Vec<i32> = tx
+            .query("SELECT version FROM toolwire_schema_migrations", &[])
+            .await
+            .map_err(|err| db_error("migrate", err))?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        let mut applied = Vec::new();
+        for (version, sql) in MIGRATIONS {
+            if done.contains(version) {
+                continue;
+            }
+            tx.batch_execute(sql)
+                .await
+                .map_err(|err| db_error(&format!("migration {version}"), err))?;
+            tx.execute(
+                "INSERT INTO toolwire_schema_migrations (version) VALUES ($1)",
+                &[version],
+            )
+            .await
+            .map_err(|err| db_error("migrate", err))?;
+            applied.push(*version);
+        }
+        tx.commit()
+            .await
+            .map_err(|err| db_error("migrate: commit", err))?;
+        Ok(applied)
+    }
+
+    /// Fail unless every migration this version knows has been applied.
+    pub async fn check_schema(&self) -> Result<()> {
+        let client = self.client().await?;
+        let latest = MIGRATIONS.iter().map(|(v, _)| *v).max().unwrap_or(0);
+        let have: Option<i32> = client
+            .query_opt(
+                "SELECT max(version) FROM toolwire_schema_migrations",
+                &[],
+            )
+            .await
+            .ok()
+            .flatten()
+            .and_then(|row| row.get(0));
+        if have.unwrap_or(0) < latest {
+            return Err(Error::Storage {
+                message: format!(
+                    "postgres: the database's schema is at version {} and this toolwire needs {latest}: run `toolwire migrate`",
+                    have.unwrap_or(0)
+                ),
+                path: None,
+            });
+        }
+        Ok(())
+    }
+
+    /// Sessions whose last write is older than `max_age_secs`, that no
+    /// other session forks from, and not in `keep`: deleted with their
+    /// commits and decisions. Returns their ids.
+    pub async fn collect(&self, max_age_secs: f64, dry_run: bool) -> Result<Vec<String>> {
+        let client = self.client().await?;
+        let sql = "SELECT s.session FROM toolwire_sessions s
+             WHERE s.last_write_at < now() - make_interval(secs => $1)
+               AND NOT EXISTS (SELECT 1 FROM toolwire_sessions c WHERE c.parent = s.session)
+             ORDER BY s.session";
+        let rows = client
+            .query(sql, &[&max_age_secs])
+            .await
+            .map_err(|err| db_error("gc", err))?;
+        let ids: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
+        if !dry_run && !ids.is_empty() {
+            client
+                .execute(
+                    "DELETE FROM toolwire_sessions s WHERE s.session = ANY($1)
+                       AND NOT EXISTS (SELECT 1 FROM toolwire_sessions c WHERE c.parent = s.session)",
+                    &[&ids],
+                )
+                .await
+                .map_err(|err| db_error("gc", err))?;
+        }
+        Ok(ids)
+    }
+}
+
+/// Commits of a session and of its fork ancestors up to each fork point,
+/// in `seq` order.
+const READ_SQL: &str = "
+WITH RECURSIVE chain (session, upto) AS (
+    SELECT $1::text, NULL::bigint
+  UNION ALL
+    SELECT s.parent, LEAST(c.upto, s.fork_seq)
+      FROM toolwire_sessions s JOIN chain c ON s.session = c.session
+     WHERE s.parent IS NOT NULL
+)
+SELECT m.seq, m.lines
+  FROM toolwire_commits m JOIN chain c ON m.session = c.session
+ WHERE m.seq > $2 AND (c.upto IS NULL OR m.seq <= c.upto)
+ ORDER BY m.seq";
+
+/// Serialize the commits of one session (see the migration).
+const LOCK_SQL: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 16))";
+
+impl SharedStore for Postgres {
+    fn read(&self, session: &str, after: i64) -> BoxFuture<'_, Result<Option<Vec<Commit>>>> {
+        let session = session.to_owned();
+        Box::pin(async move {
+            let client = self.client().await?;
+            let exists = client
+                .query_opt(
+                    "SELECT 1 FROM toolwire_sessions WHERE session = $1",
+                    &[&session],
+                )
+                .await
+                .map_err(|err| db_error("read", err))?
+                .is_some();
+            if !exists {
+                return Ok(None);
+            }
+            let rows = client
+                .query(READ_SQL, &[&session, &after])
+                .await
+                .map_err(|err| db_error("read", err))?;
+            Ok(Some(
+                rows.into_iter()
+                    .map(|row| Commit {
+                        seq: row.get(0),
+                        lines: row.get(1),
+                    })
+                    .collect(),
+            ))
+        })
+    }
+
+    fn append<'a>(&'a self, session: &'a str, append: Append) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let mut client = self.client().await?;
+            let tx = client
+                .transaction()
+                .await
+                .map_err(|err| db_error("append", err))?;
+            tx.execute(LOCK_SQL, &[&session])
+                .await
+                .map_err(|err| db_error("append: lock", err))?;
+            // `xmax = 0` only on a row this statement inserted.
+            let created: bool = tx
+                .query_one(
+                    "INSERT INTO toolwire_sessions (session) VALUES ($1)
+                     ON CONFLICT (session) DO UPDATE SET last_write_at = now()
+                     RETURNING (xmax = 0)",
+                    &[&session],
+                )
+                .await
+                .map_err(|err| db_error("append", err))?
+                .get(0);
+            let mut bytes = match (created, append.header) {
+                (true, Some(header)) => header,
+                _ => Vec::new(),
+            };
+            bytes.extend_from_slice(&append.lines);
+            let mut lines = Lines::default();
+            let mut seen = SeenLine {
+                tool_use_ids: Vec::new(),
+                digests: Vec::new(),
+            };
+            let insert = tx
+                .prepare(
+                    "INSERT INTO toolwire_decisions (session, tool_use_id, digest, replacement)
+                     VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+                )
+                .await
+                .map_err(|err| db_error("append", err))?;
+            for decision in append.decisions {
+                let digest = decision.digest.clone().unwrap_or_default();
+                let won = tx
+                    .execute(
+                        &insert,
+                        &[
+                            &session,
+                            &decision.tool_use_id.as_bytes(),
+                            &digest,
+                            &decision.replacement.as_ref().map(String::as_bytes),
+                        ],
+                    )
+                    .await
+                    .map_err(|err| db_error("append: decision", err))?
+                    == 1;
+                if !won {
+                    continue;
+                }
+                match decision.replacement {
+                    Some(replacement) => lines.push_record(&ReplacementRecord {
+                        kind: RECORD_KIND.to_owned(),
+                        tool_use_id: decision.tool_use_id,
+                        replacement,
+                        digest: decision.digest,
+                    }),
+                    None => {
+                        seen.tool_use_ids.push(decision.tool_use_id);
+                        seen.digests.push(digest);
+                    }
+                }
+            }
+            if !seen.tool_use_ids.is_empty() {
+                lines.push_seen(&seen);
+            }
+            bytes.extend_from_slice(&lines.bytes);
+            if !bytes.is_empty() {
+                tx.execute(
+                    "INSERT INTO toolwire_commits (session, lines) VALUES ($1, $2)",
+                    &[&session, &bytes],
+                )
+                .await
+                .map_err(|err| db_error("append", err))?;
+            }
+            tx.commit()
+                .await
+                .map_err(|err| db_error("append: commit", err))
+        })
+    }
+
+    fn fork<'a>(&'a self, parent: &'a str, child: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let mut client = self.client().await?;
+            let tx = client
+                .transaction()
+                .await
+                .map_err(|err| db_error("fork", err))?;
+            // Under the parent's lock, every commit numbered up to the
+            // fork point has committed.
+            tx.execute(LOCK_SQL, &[&parent])
+                .await
+                .map_err(|err| db_error("fork: lock", err))?;
+            let upto: i64 = tx
+                .query_one("SELECT COALESCE(max(seq), 0) FROM toolwire_commits", &[])
+                .await
+                .map_err(|err| db_error("fork", err))?
+                .get(0);
+            let inserted = tx
+                .execute(
+                    "INSERT INTO toolwire_sessions (session, parent, fork_seq)
+                     SELECT $1, session, $3 FROM toolwire_sessions WHERE session = $2
+                     ON CONFLICT DO NOTHING",
+                    &[&child, &parent, &upto],
+                )
+                .await
+                .map_err(|err| db_error("fork", err))?;
+            if inserted == 0 {
+                return Err(Error::SessionExists {
+                    session_id: child.to_owned(),
+                });
+            }
+            tx.commit()
+                .await
+                .map_err(|err| db_error("fork: commit", err))
+        })
+    }
+}
