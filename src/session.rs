@@ -630,13 +630,16 @@ impl Session {
                 digest: r.digest.clone(),
                 replacement: Some(r.replacement.clone()),
             })
-            .chain(seen.tool_use_ids.iter().enumerate().map(|(i, id)| {
-                crate::store::Decision {
-                    tool_use_id: id.clone(),
-                    digest: seen.digests.get(i).cloned().filter(|d| !d.is_empty()),
-                    replacement: None,
-                }
-            }))
+            .chain(
+                seen.tool_use_ids
+                    .iter()
+                    .enumerate()
+                    .map(|(i, id)| crate::store::Decision {
+                        tool_use_id: id.clone(),
+                        digest: seen.digests.get(i).cloned().filter(|d| !d.is_empty()),
+                        replacement: None,
+                    }),
+            )
             .collect();
         let append = crate::store::Append {
             header: crate::transcript::session_line(format),

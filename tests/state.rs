@@ -292,6 +292,9 @@ async fn concurrent_apply_and_fork_storms_keep_the_invariant() {
 /// memory, while a session known only from disk is still read.
 #[tokio::test]
 async fn state_get_of_an_unknown_session_keeps_no_memory() {
+    if !common::local_transcripts("state_get_of_an_unknown_session_keeps_no_memory") {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let server = new_server();
     let (mut c, _t) = connect(server.clone());

@@ -17,7 +17,8 @@ use crate::protocol::{RECORD_KIND, ReplacementRecord, SeenLine};
 use crate::transcript::Lines;
 
 /// The migrations, in the order they apply: (version, SQL).
-pub const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("../../migrations/0001_shared_state.sql"))];
+pub const MIGRATIONS: &[(i32, &str)] =
+    &[(1, include_str!("../../migrations/0001_shared_state.sql"))];
 
 /// Key of the advisory lock `migrate` holds (an arbitrary constant: "tw16").
 const MIGRATE_LOCK: i64 = 0x7477_3136;
@@ -136,10 +137,7 @@ impl Postgres {
         let client = self.client().await?;
         let latest = MIGRATIONS.iter().map(|(v, _)| *v).max().unwrap_or(0);
         let have: Option<i32> = client
-            .query_opt(
-                "SELECT max(version) FROM toolwire_schema_migrations",
-                &[],
-            )
+            .query_opt("SELECT max(version) FROM toolwire_schema_migrations", &[])
             .await
             .ok()
             .flatten()

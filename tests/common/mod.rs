@@ -106,7 +106,9 @@ pub fn new_server() -> Arc<Server> {
 pub fn local_transcripts(test: &str) -> bool {
     let local = !pg::matrix_on_postgres();
     if !local {
-        eprintln!("{test}: reads transcript files, which the postgres backend has not; checked on the local backend");
+        eprintln!(
+            "{test}: reads transcript files, which the postgres backend has not; checked on the local backend"
+        );
     }
     local
 }

@@ -41,7 +41,9 @@ fn server_bin() -> PathBuf {
     versions.sort();
     match versions.pop() {
         Some((_, bin)) => bin,
-        None => panic!("PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/initdb): run `{INSTALL}`"),
+        None => panic!(
+            "PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/initdb): run `{INSTALL}`"
+        ),
     }
 }
 
@@ -106,7 +108,15 @@ fn start() -> Cluster {
     let out = as_owner(&bin.join("initdb"))
         .arg("-D")
         .arg(&data)
-        .args(["-U", "toolwire", "--auth=trust", "--no-locale", "-E", "UTF8", "-N"])
+        .args([
+            "-U",
+            "toolwire",
+            "--auth=trust",
+            "--no-locale",
+            "-E",
+            "UTF8",
+            "-N",
+        ])
         .output()
         .expect("run initdb");
     assert!(
@@ -159,7 +169,11 @@ pub fn fresh_database() -> String {
         unsafe { libc::atexit(stop_at_exit) };
     }
     let cluster = guard.as_ref().unwrap();
-    let name = format!("t{}_{}", std::process::id(), NEXT_DB.fetch_add(1, Ordering::Relaxed));
+    let name = format!(
+        "t{}_{}",
+        std::process::id(),
+        NEXT_DB.fetch_add(1, Ordering::Relaxed)
+    );
     let out = Command::new(cluster.bin.join("psql"))
         .arg("-h")
         .arg(&cluster.dir)

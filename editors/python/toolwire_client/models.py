@@ -561,6 +561,35 @@ class Upstreams(BaseModel):
     """
 
 
+class Backend(StrEnum):
+    """
+    `storage.backend`.
+    """
+
+    local = 'local'
+    postgres = 'postgres'
+
+
+class PostgresConfig(BaseModel):
+    """
+    `[storage.postgres]`.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    url: str
+    """
+    Connection URL, e.g. `postgresql://toolwire@db.internal:5432/toolwire`
+    (or a `key=value` connection string).
+    """
+    max_connections: conint(ge=0) | None = Field(16, alias='maxConnections')
+    """
+    Connections this process keeps at most (default 16).
+    """
+
+
 class TranscriptLine1(BaseModel):
     """
     One line of a session transcript.
@@ -1038,6 +1067,26 @@ class ProxyConfig(BaseModel):
     """
 
 
+class StorageConfig(BaseModel):
+    """
+    `[storage]` in `toolwire.toml`.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    backend: Backend | None = Backend.local
+    """
+    `local` (transcripts as files under the data directory, one process
+    per workspace) or `postgres` (shared by every replica).
+    """
+    postgres: PostgresConfig | None = None
+    """
+    `[storage.postgres]`, for `backend = "postgres"`.
+    """
+
+
 class TranscriptLine5(BaseModel):
     """
     The first line of a fork's transcript (`state/fork` with
@@ -1210,6 +1259,12 @@ class Config(BaseModel):
     `anthropic`, `openai-chat`, `openai-responses` or `gemini`. When
     unset, a session keeps the format it was created with and a new one
     is `anthropic`.
+    """
+    storage: StorageConfig | None = None
+    """
+    Where session state and transcripts live. Read once, from
+    `toolwire.toml`, when the process starts (`toolwire proxy`,
+    `serve`, `migrate`, `gc`); every session of the process uses it.
     """
 
 

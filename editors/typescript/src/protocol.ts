@@ -92,6 +92,13 @@ export type Durability = ("fsync" | "none")
  */
 export type SizeUnit = ("chars" | "utf16" | "bytes")
 /**
+ * `storage.backend`.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "Backend".
+ */
+export type Backend = ("local" | "postgres")
+/**
  * One line of a session transcript.
  * 
  * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
@@ -526,6 +533,7 @@ proxy?: ProxyConfig
  * is `anthropic`.
  */
 format?: (Format | null)
+storage?: StorageConfig
 }
 /**
  * Size limits, all counted in `sizeUnit`.
@@ -602,6 +610,39 @@ openai?: string
  * `:streamGenerateContent`.
  */
 gemini?: string
+}
+/**
+ * Where session state and transcripts live. Read once, from
+ * `toolwire.toml`, when the process starts (`toolwire proxy`,
+ * `serve`, `migrate`, `gc`); every session of the process uses it.
+ */
+export interface StorageConfig {
+/**
+ * `local` (transcripts as files under the data directory, one process
+ * per workspace) or `postgres` (shared by every replica).
+ */
+backend?: ("local" | "postgres")
+/**
+ * `[storage.postgres]`, for `backend = "postgres"`.
+ */
+postgres?: (PostgresConfig | null)
+}
+/**
+ * `[storage.postgres]`.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "PostgresConfig".
+ */
+export interface PostgresConfig {
+/**
+ * Connection URL, e.g. `postgresql://toolwire@db.internal:5432/toolwire`
+ * (or a `key=value` connection string).
+ */
+url: string
+/**
+ * Connections this process keeps at most (default 16).
+ */
+maxConnections?: number
 }
 /**
  * Size limits, all counted in `sizeUnit`.
@@ -690,6 +731,23 @@ openai?: string
  * `:streamGenerateContent`.
  */
 gemini?: string
+}
+/**
+ * `[storage]` in `toolwire.toml`.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "StorageConfig".
+ */
+export interface StorageConfig1 {
+/**
+ * `local` (transcripts as files under the data directory, one process
+ * per workspace) or `postgres` (shared by every replica).
+ */
+backend?: ("local" | "postgres")
+/**
+ * `[storage.postgres]`, for `backend = "postgres"`.
+ */
+postgres?: (PostgresConfig | null)
 }
 /**
  * One byte range of another transcript.

@@ -1,0 +1,358 @@
+//! A fleet: three `toolwire proxy` replicas (the real binary) on one real
+//! PostgreSQL database (tests/common/pg.rs) and one shared data directory
+//! for saved outputs, in front of the fake provider. A conversation's turns
+//! go round robin; the same first decision is raced from all three; a
+//! replica is SIGKILLed in the middle of a request and the others carry on.
+
+mod common;
+mod fake_provider;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use fake_provider::FakeProvider;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use toolwire::store::SharedStore;
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// One replica: its own workspace and toolwire.toml, the shared database
+/// and data directory.
+struct Replica {
+    child: Child,
+    url: String,
+    _workspace: tempfile::TempDir,
+}
+
+fn toml(db: &str, data_dir: &Path, upstream: &str) -> String {
+    format!(
+        "data_dir = {data:?}\ndurability = \"none\"\n[storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl = {db:?}\n[proxy.upstreams]\nanthropic = {upstream:?}\n",
+        data = data_dir.display().to_string(),
+    )
+}
+
+fn workspace(db: &str, data_dir: &Path, upstream: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("toolwire.toml"),
+        toml(db, data_dir, upstream),
+    )
+    .unwrap();
+    dir
+}
+
+impl Replica {
+    async fn start(db: &str, data_dir: &Path, upstream: &str) -> Replica {
+        let ws = workspace(db, data_dir, upstream);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_toolwire"))
+            .args(["proxy", "--listen", "127.0.0.1:0"])
+            .current_dir(ws.path())
+            .env("RUST_LOG", "toolwire=warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let url = tokio::time::timeout(LIMIT, async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                if let Some(url) = line.strip_prefix("toolwire proxy listening on ") {
+                    return url.to_owned();
+                }
+                eprintln!("replica: {line}");
+            }
+            panic!("the replica exited before listening");
+        })
+        .await
+        .unwrap();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                eprintln!("replica: {line}");
+            }
+        });
+        Replica {
+            child,
+            url,
+            _workspace: ws,
+        }
+    }
+}
+
+fn migrate(db: &str, data_dir: &Path) -> (std::process::Child, tempfile::TempDir) {
+    let ws = workspace(db, data_dir, "http://127.0.0.1:9");
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_toolwire"))
+        .args(["migrate", "--workspace"])
+        .arg(ws.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    (child, ws)
+}
+
+fn tool_use(id: &str) -> Value {
+    json!({"role": "assistant", "content": [{"type": "tool_use", "id": id, "name": "Bash", "input": {"command": "make"}}]})
+}
+
+fn tool_result(id: &str, text: &str) -> Value {
+    json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": text}]})
+}
+
+/// The conversation after `turns` tool calls, each with a 60 KB result.
+fn conversation(tag: &str, turns: usize) -> Vec<Value> {
+    let mut messages = vec![json!({"role": "user", "content": format!("fix the build ({tag})")})];
+    for t in 0..turns {
+        let id = format!("{tag}-call-{t}");
+        messages.push(tool_use(&id));
+        messages.push(tool_result(&id, &format!("{id}: {}", "x".repeat(60_000))));
+    }
+    messages
+}
+
+async fn send(http: &reqwest::Client, replica: &str, session: &str, messages: &[Value]) -> String {
+    let response = http
+        .post(format!("{replica}/v1/messages"))
+        .header("x-toolwire-session", session)
+        .header("x-api-key", "test")
+        .header("anthropic-version", "2023-06-01")
+        .json(&json!({"model": "claude-test", "max_tokens": 16, "messages": messages}))
+        .send()
+        .await
+        .unwrap();
+    let budget = response
+        .headers()
+        .get("x-toolwire-budget")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(response.status().is_success(), "{}", response.status());
+    let _ = response.bytes().await.unwrap();
+    budget
+}
+
+/// The tool_result contents the provider received in one request, by id.
+fn results_sent(body: &Value) -> Vec<(String, String)> {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| {
+            (
+                b["tool_use_id"].as_str().unwrap().to_owned(),
+                b["content"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Every replacement record and `seen` id the shared store holds for
+/// `session`, in commit order.
+async fn journal(store: &toolwire::store::postgres::Postgres, session: &str) -> Vec<Value> {
+    let commits = store.read(session, 0).await.unwrap().unwrap_or_default();
+    commits
+        .iter()
+        .flat_map(|c| c.lines.split(|b| *b == b'\n'))
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice::<Value>(l).unwrap())
+        .collect()
+}
+
+fn saved_outputs(data_dir: &Path, session: &str) -> Vec<PathBuf> {
+    let dir = data_dir.join("sessions").join(session).join("tool-results");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    files.sort();
+    files
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_replicas_on_one_database_decide_once_and_replay_the_same_bytes() {
+    let db = common::pg::fresh_database();
+    let data = tempfile::tempdir().unwrap();
+    let data_dir = data.path().canonicalize().unwrap();
+    let provider = FakeProvider::start().await;
+
+    // A replica refuses a database without the schema, naming the fix.
+    let ws = workspace(&db, &data_dir, &provider.url());
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolwire"))
+        .args(["proxy", "--listen", "127.0.0.1:0"])
+        .current_dir(ws.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("run `toolwire migrate`"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Three replicas migrate at once: one applies, the others find it done.
+    let outputs: Vec<_> = (0..3)
+        .map(|_| migrate(&db, &data_dir))
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|(c, _ws)| c.wait_with_output().unwrap())
+        .collect();
+    let said: Vec<String> = outputs
+        .iter()
+        .map(|o| {
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            String::from_utf8_lossy(&o.stdout).trim().to_owned()
+        })
+        .collect();
+    assert_eq!(
+        said.iter().filter(|s| *s == "applied migration 1").count(),
+        1,
+        "{said:?}"
+    );
+    assert_eq!(
+        said.iter().filter(|s| *s == "schema up to date").count(),
+        2,
+        "{said:?}"
+    );
+
+    let mut replicas = Vec::new();
+    for _ in 0..3 {
+        replicas.push(Replica::start(&db, &data_dir, &provider.url()).await);
+    }
+    let urls: Vec<String> = replicas.iter().map(|r| r.url.clone()).collect();
+    let http = reqwest::Client::new();
+    let store = toolwire::store::postgres::Postgres::connect(&db, 2).unwrap();
+
+    // Round robin: turn k goes to replica k % 3.
+    for turn in 1..=6 {
+        let messages = conversation("rr", turn);
+        let budget = send(&http, &urls[turn % 3], "fleet-rr", &messages).await;
+        assert!(budget.starts_with("applied"), "{budget}");
+    }
+    let received = provider.received();
+    assert_eq!(received.len(), 6);
+    // Every result was replaced once and every later turn, whichever
+    // replica served it, sent the very same bytes for it.
+    let mut first_seen: std::collections::HashMap<String, String> = Default::default();
+    for r in &received {
+        for (id, content) in results_sent(&r.json()) {
+            assert!(
+                content.starts_with("<persisted-output>"),
+                "{id}: {content:.80}"
+            );
+            let first = first_seen.entry(id.clone()).or_insert(content.clone());
+            assert_eq!(*first, content, "{id} changed between replicas");
+        }
+    }
+    let lines = journal(&store, "fleet-rr").await;
+    let records: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["type"] == "replacement")
+        .collect();
+    assert_eq!(records.len(), 6, "one decision per result: {lines:?}");
+    assert_eq!(saved_outputs(&data_dir, "fleet-rr").len(), 6);
+
+    // A race: the same first decision from all three at once.
+    provider.clear();
+    let messages = conversation("race", 3);
+    let sends = urls
+        .iter()
+        .map(|u| send(&http, u, "fleet-race", &messages))
+        .collect::<Vec<_>>();
+    futures_util::future::join_all(sends).await;
+    let bodies: Vec<Vec<(String, String)>> = provider
+        .received()
+        .iter()
+        .map(|r| results_sent(&r.json()))
+        .collect();
+    assert_eq!(bodies.len(), 3);
+    assert!(
+        bodies.iter().all(|b| *b == bodies[0]),
+        "replicas sent different bytes"
+    );
+    assert!(
+        bodies[0]
+            .iter()
+            .all(|(_, c)| c.starts_with("<persisted-output>"))
+    );
+    let lines = journal(&store, "fleet-race").await;
+    let mut ids: Vec<&str> = lines
+        .iter()
+        .filter(|l| l["type"] == "replacement")
+        .map(|l| l["record"]["toolUseId"].as_str().unwrap())
+        .collect();
+    ids.sort();
+    assert_eq!(
+        ids,
+        ["race-call-0", "race-call-1", "race-call-2"],
+        "one decision each"
+    );
+    assert_eq!(saved_outputs(&data_dir, "fleet-race").len(), 3);
+
+    // SIGKILL one replica in the middle of a request (once its first saved
+    // output is on disk, before or while it commits): the others carry on
+    // and no decision is left without its saved output.
+    provider.clear();
+    let messages = conversation("kill", 12);
+    let victim = replicas.remove(0);
+    let pid = victim.child.id().unwrap() as i32;
+    let request = {
+        let http = http.clone();
+        let url = victim.url.clone();
+        let messages = messages.clone();
+        tokio::spawn(async move {
+            let _ = http
+                .post(format!("{url}/v1/messages"))
+                .header("x-toolwire-session", "fleet-kill")
+                .json(&json!({"model": "m", "max_tokens": 1, "messages": messages}))
+                .send()
+                .await;
+        })
+    };
+    let deadline = std::time::Instant::now() + LIMIT;
+    while saved_outputs(&data_dir, "fleet-kill").is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no saved output appeared"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // SAFETY: killing the replica this test started.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let _ = request.await;
+    drop(victim);
+    for (i, url) in urls[1..].iter().enumerate() {
+        let budget = send(&http, url, "fleet-kill", &messages).await;
+        assert!(budget.starts_with("applied"), "replica {}: {budget}", i + 1);
+    }
+    let bodies: Vec<Vec<(String, String)>> = provider
+        .received()
+        .iter()
+        .map(|r| results_sent(&r.json()))
+        .collect();
+    let survivors = &bodies[bodies.len() - 2..];
+    assert_eq!(survivors[0], survivors[1]);
+    for line in journal(&store, "fleet-kill").await {
+        if line["type"] == "replacement" {
+            let text = line["record"]["replacement"].as_str().unwrap();
+            let path = text
+                .split("Full output saved to: ")
+                .nth(1)
+                .and_then(|rest| rest.lines().next())
+                .unwrap();
+            assert!(
+                Path::new(path).is_file(),
+                "decision without its saved output: {path}"
+            );
+        }
+    }
+    let records = journal(&store, "fleet-kill")
+        .await
+        .iter()
+        .filter(|l| l["type"] == "replacement")
+        .count();
+    assert_eq!(records, 12, "one decision per result after the kill");
+}
