@@ -356,3 +356,84 @@ async fn three_replicas_on_one_database_decide_once_and_replay_the_same_bytes() 
         .count();
     assert_eq!(records, 12, "one decision per result after the kill");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_on_the_shared_store_removes_expired_sessions_and_keeps_fork_parents() {
+    let (db, store) = common::pg::migrated_database();
+    let data = tempfile::tempdir().unwrap();
+    let data_dir = data.path().canonicalize().unwrap();
+    let server = toolwire::server::Server::new(toolwire::session::Storage {
+        shared: Some(std::sync::Arc::new(
+            toolwire::store::postgres::Postgres::connect(&db, 4).unwrap(),
+        )),
+        ..Default::default()
+    });
+    let (mut c, _task) = common::connect(server.clone());
+    let ws = tempfile::tempdir().unwrap();
+    c.initialize(
+        ws.path(),
+        json!({"dataDir": data_dir, "durability": "none", "limits": {"maxResultChars": 100}}),
+    )
+    .await;
+    for session in ["old", "solo"] {
+        let messages = conversation(session, 1);
+        c.call(
+            "budget/apply",
+            json!({"sessionId": session, "messages": messages}),
+        )
+        .await;
+        assert_eq!(saved_outputs(&data_dir, session).len(), 1);
+    }
+    c.call(
+        "state/fork",
+        json!({"sessionId": "old", "newSessionId": "child"}),
+    )
+    .await;
+    // The fork reads its parent's rows: it knows the parent's decision.
+    let child = c.call("state/get", json!({"sessionId": "child"})).await;
+    assert_eq!(child["seenIds"], json!(["old-call-0"]));
+
+    let gc = |dry: bool| {
+        let ws = workspace(&db, &data_dir, "http://127.0.0.1:9");
+        std::fs::write(
+            ws.path().join("toolwire.toml"),
+            format!(
+                "{}[retention]\nmax_age_days = 0\n",
+                toml(&db, &data_dir, "http://127.0.0.1:9")
+            ),
+        )
+        .unwrap();
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_toolwire"));
+        cmd.args(["gc", "--json", "--workspace"]).arg(ws.path());
+        if dry {
+            cmd.arg("--dry-run");
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let dry = gc(true);
+    assert_eq!(dry["sessionsRemoved"], json!(["child", "solo"]));
+    assert!(
+        store.read("solo", 0).await.unwrap().is_some(),
+        "a dry run removes nothing"
+    );
+    let report = gc(false);
+    assert_eq!(report["sessionsRemoved"], json!(["child", "solo"]));
+    assert_eq!(report["kept"], json!(1));
+    assert!(store.read("solo", 0).await.unwrap().is_none());
+    assert!(saved_outputs(&data_dir, "solo").is_empty());
+    assert_eq!(
+        saved_outputs(&data_dir, "old").len(),
+        1,
+        "a fork's parent is kept"
+    );
+    // With its fork gone, the parent goes on the next run.
+    let report = gc(false);
+    assert_eq!(report["sessionsRemoved"], json!(["old"]));
+    assert!(saved_outputs(&data_dir, "old").is_empty());
+}

@@ -285,7 +285,6 @@ fn winners(
     persisted.retain(|p| !whole.contains(&p.tool_use_id));
 }
 
-
 /// Artifact writes one request runs at once. Durable writes overlap well
 /// (the disk groups concurrent syncs), but every blocking task is a
 /// thread: one request persisting 100,000 results must neither take the

@@ -20,6 +20,20 @@ impl ConcurrentMethod for StateGet {
             // does not exist: answer empty without making a slot (and a
             // worker) for it, so probing ids costs no memory (10.1).
             let data_dir = &cx.config.data_dir;
+            if cx.server.registry.storage().shared.is_some() {
+                // Shared store: another replica may have committed since
+                // the snapshot; read it in queue order.
+                let slot = cx.slot(&params.session_id);
+                return slot
+                    .run(|session| {
+                        Box::pin(async move {
+                            session.load().await?;
+                            Ok(())
+                        })
+                    })
+                    .await
+                    .map(|()| describe(&slot.published().unwrap_or_default()));
+            }
             let slot = match cx.server.registry.existing(data_dir, &params.session_id) {
                 Some(slot) => slot,
                 None if session_on_disk(data_dir, &params.session_id) => {

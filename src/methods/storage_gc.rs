@@ -32,8 +32,11 @@ async fn run(
     token: Option<crate::protocol::ProgressToken>,
 ) -> Result<GcReport> {
     let data_dir = cx.config.data_dir.clone();
-    let open = cx.server.registry.open_sessions(&data_dir);
     let policy = cx.config.retention.policy(std::time::SystemTime::now());
+    if let Some(shared) = cx.server.registry.storage().shared.clone() {
+        return shared.collect(&data_dir, &policy, dry_run).await;
+    }
+    let open = cx.server.registry.open_sessions(&data_dir);
     let progress_cx = cx.clone();
     tokio::task::spawn_blocking(move || {
         retention::collect(

@@ -11,6 +11,7 @@
 //! Both keep the transcript as lines in the one format readers know, so
 //! loading state, `transcript/check` and `repair` read them the same way.
 
+pub mod gc;
 pub mod postgres;
 
 use futures_util::future::BoxFuture;
@@ -61,6 +62,15 @@ pub trait SharedStore: Send + Sync + 'static {
     /// the parent's commits instead of copying them. Fails when `child`
     /// exists already.
     fn fork<'a>(&'a self, parent: &'a str, child: &'a str) -> BoxFuture<'a, Result<()>>;
+
+    /// Retention over the store and the saved outputs in `data_dir`
+    /// (`toolwire gc`, `storage/gc`; see [`gc`]).
+    fn collect<'a>(
+        &'a self,
+        data_dir: &'a std::path::Path,
+        policy: &'a crate::retention::Policy,
+        dry_run: bool,
+    ) -> BoxFuture<'a, Result<crate::retention::GcReport>>;
 }
 
 /// The PostgreSQL store `config` names, if any (`storage.backend =

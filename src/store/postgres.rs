@@ -154,33 +154,61 @@ impl Postgres {
         Ok(())
     }
 
-    /// Sessions whose last write is older than `max_age_secs`, that no
-    /// other session forks from, and not in `keep`: deleted with their
-    /// commits and decisions. Returns their ids.
-    pub async fn collect(&self, max_age_secs: f64, dry_run: bool) -> Result<Vec<String>> {
+    /// Sessions whose last commit is older than `max_age_secs` and that no
+    /// other session forks from.
+    pub async fn expired(&self, max_age_secs: f64) -> Result<Vec<String>> {
         let client = self.client().await?;
-        let sql = "SELECT s.session FROM toolwire_sessions s
-             WHERE s.last_write_at < now() - make_interval(secs => $1)
-               AND NOT EXISTS (SELECT 1 FROM toolwire_sessions c WHERE c.parent = s.session)
-             ORDER BY s.session";
         let rows = client
-            .query(sql, &[&max_age_secs])
+            .query(
+                &format!(
+                    "SELECT s.session FROM toolwire_sessions s WHERE {EXPIRED} ORDER BY s.session"
+                ),
+                &[&max_age_secs],
+            )
             .await
             .map_err(|err| db_error("gc", err))?;
-        let ids: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
-        if !dry_run && !ids.is_empty() {
-            client
-                .execute(
-                    "DELETE FROM toolwire_sessions s WHERE s.session = ANY($1)
-                       AND NOT EXISTS (SELECT 1 FROM toolwire_sessions c WHERE c.parent = s.session)",
-                    &[&ids],
-                )
-                .await
-                .map_err(|err| db_error("gc", err))?;
-        }
-        Ok(ids)
+        Ok(rows.iter().map(|row| row.get(0)).collect())
+    }
+
+    /// Delete `session` (its commits and decisions) if it is still expired
+    /// under its commit lock; whether it was.
+    pub async fn remove_if_expired(&self, session: &str, max_age_secs: f64) -> Result<bool> {
+        let mut client = self.client().await?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(|err| db_error("gc", err))?;
+        tx.execute(LOCK_SQL, &[&session])
+            .await
+            .map_err(|err| db_error("gc: lock", err))?;
+        let deleted = tx
+            .execute(
+                &format!("DELETE FROM toolwire_sessions s WHERE s.session = $2 AND {EXPIRED}"),
+                &[&max_age_secs, &session],
+            )
+            .await
+            .map_err(|err| db_error("gc", err))?;
+        tx.commit()
+            .await
+            .map_err(|err| db_error("gc: commit", err))?;
+        Ok(deleted == 1)
+    }
+
+    /// How many sessions the store holds.
+    pub async fn session_count(&self) -> Result<u64> {
+        let client = self.client().await?;
+        let n: i64 = client
+            .query_one("SELECT count(*) FROM toolwire_sessions", &[])
+            .await
+            .map_err(|err| db_error("gc", err))?
+            .get(0);
+        Ok(n.max(0) as u64)
     }
 }
+
+/// A session `s` past `$1` seconds since its last commit, forked by none.
+const EXPIRED: &str = "s.last_write_at < now() - make_interval(secs => $1)
+    AND NOT EXISTS (SELECT 1 FROM toolwire_sessions c WHERE c.parent = s.session)";
 
 /// Commits of a session and of its fork ancestors up to each fork point,
 /// in `seq` order.
@@ -316,6 +344,15 @@ impl SharedStore for Postgres {
                 .await
                 .map_err(|err| db_error("append: commit", err))
         })
+    }
+
+    fn collect<'a>(
+        &'a self,
+        data_dir: &'a std::path::Path,
+        policy: &'a crate::retention::Policy,
+        dry_run: bool,
+    ) -> BoxFuture<'a, Result<crate::retention::GcReport>> {
+        Box::pin(super::gc::collect(self, data_dir, policy, dry_run))
     }
 
     fn fork<'a>(&'a self, parent: &'a str, child: &'a str) -> BoxFuture<'a, Result<()>> {
