@@ -198,7 +198,27 @@ pub fn read_lines<R: BufRead>(
         if chunk.is_empty() {
             return Ok((offset, line_len > 0));
         }
-        let (take, complete) = match memchr::memchr(b'\n', chunk) {
+        let newline = memchr::memchr(b'\n', chunk);
+        if let (Some(i), 0) = (newline, line_len) {
+            // The whole line is in the buffer (the usual case): parse it
+            // where it is instead of copying it out first.
+            let span = Span {
+                offset,
+                len: i as u64 + 1,
+            };
+            f(
+                span,
+                if i > limits.max_line {
+                    None
+                } else {
+                    parse_head(format, &chunk[..i])
+                },
+            );
+            offset += span.len;
+            reader.consume(i + 1);
+            continue;
+        }
+        let (take, complete) = match newline {
             Some(i) => (i + 1, true),
             None => (chunk.len(), false),
         };
@@ -433,5 +453,55 @@ impl SessionImage {
     /// ours to cut).
     pub fn finish_lenient(&mut self) {
         self.open = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lines parsed in place (whole in the buffer) and lines gathered
+    /// across reads come out the same, torn and overlong ones included.
+    #[test]
+    fn lines_read_the_same_whatever_the_buffer_size() {
+        let mut input = Vec::new();
+        for i in 0..40 {
+            let line = serde_json::json!({"type": "message", "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": format!("t{i}"), "content": "x".repeat(i * 7)}]}});
+            input.extend_from_slice(line.to_string().as_bytes());
+            input.push(b'\n');
+            if i % 9 == 0 {
+                input.extend_from_slice(b"{not json\n");
+            }
+        }
+        input.extend_from_slice(b"{\"type\":\"mess");
+        let read = |capacity: usize, max_line: usize| {
+            let mut seen = Vec::new();
+            let end = read_lines(
+                Format::Anthropic,
+                io::BufReader::with_capacity(capacity, &input[..]),
+                ReadLimits { max_line },
+                || false,
+                |span, head| {
+                    let ids = match head {
+                        Some(Head::Message(skim)) => {
+                            skim.results.iter().map(|r| r.id.to_string()).collect()
+                        }
+                        Some(_) => vec!["other".to_owned()],
+                        None => vec!["skipped".to_owned()],
+                    };
+                    seen.push((span.offset, span.len, ids));
+                },
+            )
+            .unwrap();
+            (end, seen)
+        };
+        for max_line in [200, 1 << 20] {
+            let whole = read(1 << 20, max_line);
+            assert!(whole.0.1, "the torn tail is reported");
+            assert_eq!(whole.1.len(), 45);
+            for capacity in [1, 7, 64, 333] {
+                assert_eq!(read(capacity, max_line), whole, "capacity {capacity}");
+            }
+        }
     }
 }
