@@ -3,6 +3,7 @@
 //!
 //!     cargo bench --bench storage                 # all three
 //!     cargo bench --bench storage -- fork pairs   # a subset (fork pairs reconstruct)
+//!     TOOLWIRE_BENCH_DURABILITY=none cargo bench --bench storage -- pairs
 //!
 //! The server runs in process behind an in-memory connection, so the
 //! figures are toolwire's own costs and not a pipe's.
@@ -197,6 +198,12 @@ async fn fork(root: &Path) {
     );
 }
 
+/// `TOOLWIRE_BENCH_DURABILITY=none` measures the commit path without its
+/// sync (the same baseline), to tell the sync's cost from the request's.
+fn durability() -> String {
+    std::env::var("TOOLWIRE_BENCH_DURABILITY").unwrap_or_else(|_| "fsync".into())
+}
+
 /// 16 sessions committing pairs durably (`fsync`), concurrently, vs 16
 /// threads each appending the same pair lines to a file of its own with
 /// `write` + `fdatasync`, both in this run on the same disk.
@@ -234,12 +241,8 @@ async fn pairs(root: &Path) {
         let server = Server::new(Storage::default());
         let mut clients = Vec::new();
         for s in 0..SESSIONS {
-            let mut c = Client::start(
-                server.clone(),
-                &dir,
-                json!({"durability": std::env::var("D").unwrap_or("fsync".into())}),
-            )
-            .await;
+            let mut c =
+                Client::start(server.clone(), &dir, json!({"durability": durability()})).await;
             // The first commit creates the transcript: not what is measured.
             let [a, u] = pair(&format!("toolu_{tag}_{s}_first"), "exit status 0");
             let sid = format!("s-{tag}-{s}");
@@ -293,7 +296,7 @@ async fn pairs(root: &Path) {
     let base: f64 = rates.iter().map(|r| r.1).sum::<f64>() / rates.len() as f64;
     let ratio = own / base;
     report(
-        "durable pair commits, 16 sessions (fsync)",
+        &format!("pair commits, 16 sessions ({})", durability()),
         format!("{own:.0} /s"),
         format!("{base:.0} /s: 16 write+fdatasync loops"),
         ratio,
