@@ -233,8 +233,19 @@ fn read() {
         limit: Some(2000),
         ..ReadRequest::default()
     };
+    let read = |request: &ReadRequest| {
+        read_artifact(
+            &data_dir,
+            None,
+            &session,
+            "toolu_big",
+            request,
+            SizeUnit::Chars,
+        )
+        .unwrap()
+    };
     let start = Instant::now();
-    let page = read_artifact(&data_dir, &session, "toolu_big", &request, SizeUnit::Chars).unwrap();
+    let page = read(&request);
     let cold = start.elapsed();
     assert_eq!(page.end_line - page.start_line, 2000);
     let runs = 20;
@@ -245,7 +256,7 @@ fn read() {
             limit: Some(2000),
             ..ReadRequest::default()
         };
-        read_artifact(&data_dir, &session, "toolu_big", &request, SizeUnit::Chars).unwrap();
+        read(&request);
     }
     let warm = start.elapsed() / runs as u32;
     println!(
@@ -261,7 +272,7 @@ fn read() {
         ..ReadRequest::default()
     };
     let start = Instant::now();
-    let found = read_artifact(&data_dir, &session, "toolu_big", &request, SizeUnit::Chars).unwrap();
+    let found = read(&request);
     let grep_took = start.elapsed();
     assert_eq!(found.text.lines().count(), 2);
     let (grep, _) = timed(

@@ -12,6 +12,7 @@
 //! artifact already in place is reused only when it holds the same bytes.
 //! Nothing here follows a symbolic link.
 
+pub mod objects;
 pub mod read;
 
 use std::fs::{self, File, OpenOptions};

@@ -291,6 +291,7 @@ pub struct Config {
     /// Where session state and transcripts live. Read once, from
     /// `toolwire.toml`, when the process starts (`toolwire proxy`,
     /// `serve`, `migrate`, `gc`); every session of the process uses it.
+    /// `[storage.objects]`: where saved outputs go.
     #[serde(skip_serializing_if = "StorageConfig::is_default")]
     pub storage: StorageConfig,
 }
@@ -305,6 +306,10 @@ pub struct StorageConfig {
     /// `[storage.postgres]`, for `backend = "postgres"`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub postgres: Option<PostgresConfig>,
+    /// Saved outputs on object storage (S3, GCS, Azure, or a local
+    /// directory through the same interface) instead of under `dataDir`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub objects: Option<ObjectsConfig>,
 }
 
 impl StorageConfig {
@@ -336,6 +341,41 @@ pub struct PostgresConfig {
 
 fn default_max_connections() -> usize {
     16
+}
+
+/// `[storage.objects]`: the bucket saved outputs go to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ObjectsConfig {
+    /// The bucket and prefix: `s3://bucket/prefix`, `gs://bucket/prefix`,
+    /// `az://container/prefix` or `file:///absolute/dir`. Saved outputs are
+    /// `<url>/sessions/<sessionId>/tool-results/<name>`.
+    pub url: String,
+    /// The `object_store` options of the URL's service, by their names
+    /// there (`endpoint`, `region`, `allow_http`, `access_key_id`, ...; in
+    /// snake_case or camelCase). Unset ones come from the environment
+    /// (`AWS_*`, `GOOGLE_*`, `AZURE_*`), as the services' own tools read it.
+    #[serde(default)]
+    pub options: std::collections::BTreeMap<String, OptionValue>,
+}
+
+/// An option's value: TOML and JSON may spell `true` or `9000` bare.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum OptionValue {
+    Text(String),
+    Flag(bool),
+    Number(u64),
+}
+
+impl std::fmt::Display for OptionValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OptionValue::Text(s) => f.write_str(s),
+            OptionValue::Flag(b) => write!(f, "{b}"),
+            OptionValue::Number(n) => write!(f, "{n}"),
+        }
+    }
 }
 
 /// `[proxy]` in `toolwire.toml`: the HTTP face (`toolwire proxy`).
@@ -462,6 +502,10 @@ pub fn load_with_file(
     }
     let config: Config = crate::error::from_value(merged, "initializationOptions")?;
     config.retention.check("retention")?;
+    if let Some(objects) = &config.storage.objects {
+        // Opening checks the URL and the options without any request.
+        crate::artifact::objects::ObjectArtifacts::open(objects)?;
+    }
     Ok(resolve(workspace, config))
 }
 

@@ -64,8 +64,9 @@ use std::sync::{Arc, LazyLock, Mutex};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::objects::ObjectArtifacts;
 use super::{ArtifactKind, file_name, session_dir};
-use crate::config::SizeUnit;
+use crate::config::{ObjectsConfig, SizeUnit};
 use crate::error::{Error, Result};
 use crate::protocol::SessionId;
 
@@ -122,20 +123,31 @@ pub struct ReadResult {
 }
 
 /// Read a page of a session's artifact. The core of `artifact/read`, shared
-/// by every face (JSON-RPC, MCP, the command line).
+/// by every face (JSON-RPC, MCP, the command line). `objects`: the
+/// workspace's object storage, when saved outputs go there.
 pub fn read_artifact(
     data_dir: &Path,
+    objects: Option<&ObjectsConfig>,
     session_id: &SessionId,
     tool_use_id: &str,
     request: &ReadRequest,
     unit: SizeUnit,
 ) -> Result<ReadResult> {
-    read_artifact_until(data_dir, session_id, tool_use_id, request, unit, &|| false)
+    read_artifact_until(
+        data_dir,
+        objects,
+        session_id,
+        tool_use_id,
+        request,
+        unit,
+        &|| false,
+    )
 }
 
 /// [`read_artifact`], giving up with [`Error::Cancelled`] once `stop` says so.
 pub fn read_artifact_until(
     data_dir: &Path,
+    objects: Option<&ObjectsConfig>,
     session_id: &SessionId,
     tool_use_id: &str,
     request: &ReadRequest,
@@ -151,6 +163,19 @@ pub fn read_artifact_until(
             "context",
             format!("at most {MAX_CONTEXT} lines of context"),
         ));
+    }
+    if let Some(objects) = objects {
+        let store = ObjectArtifacts::open(objects)?;
+        return read_object(
+            &store,
+            data_dir,
+            session_id,
+            tool_use_id,
+            grep.as_ref(),
+            request,
+            unit,
+            stop,
+        );
     }
     let found = open(data_dir, session_id, tool_use_id)?;
     let storage = |err: io::Error| {
@@ -177,6 +202,153 @@ pub fn read_artifact_until(
     .and_then(|r| r)
 }
 
+/// The saved output exactly as stored, and its kind (the MCP link's
+/// `resources/read`).
+pub fn read_whole(
+    data_dir: &Path,
+    objects: Option<&ObjectsConfig>,
+    session_id: &SessionId,
+    tool_use_id: &str,
+) -> Result<(Vec<u8>, ArtifactKind)> {
+    if let Some(objects) = objects {
+        let store = ObjectArtifacts::open(objects)?;
+        let found = find_object(&store, data_dir, session_id, tool_use_id)?;
+        let storage = |err: io::Error| Error::storage(Path::new(&found.url), &err);
+        let bytes = store
+            .get(&found.key)
+            .map_err(storage)?
+            .ok_or_else(|| not_found(session_id, tool_use_id))?;
+        return Ok((bytes.to_vec(), found.kind));
+    }
+    let mut found = open(data_dir, session_id, tool_use_id)?;
+    let mut bytes = Vec::new();
+    found
+        .file
+        .read_to_end(&mut bytes)
+        .map_err(|err| Error::storage(&found.path, &err))?;
+    Ok((bytes, found.kind))
+}
+
+fn not_found(session_id: &SessionId, tool_use_id: &str) -> Error {
+    Error::ArtifactNotFound {
+        session_id: session_id.to_string(),
+        tool_use_id: tool_use_id.to_owned(),
+    }
+}
+
+/// An artifact found on object storage.
+struct FoundObject {
+    key: object_store::path::Path,
+    url: String,
+    kind: ArtifactKind,
+    len: u64,
+    version: Option<String>,
+}
+
+/// The object of a session's artifact for `tool_use_id`, found as on disk:
+/// the session's own `.txt` or `.json`, else (a fork) where the session's
+/// journal says it was saved.
+fn find_object(
+    store: &ObjectArtifacts,
+    data_dir: &Path,
+    session_id: &SessionId,
+    tool_use_id: &str,
+) -> Result<FoundObject> {
+    let mut candidates: Vec<(String, String, ArtifactKind)> =
+        [ArtifactKind::Text, ArtifactKind::Json]
+            .into_iter()
+            .map(|kind| (session_id.to_string(), file_name(tool_use_id, kind), kind))
+            .collect();
+    let transcript = data_dir
+        .join("sessions")
+        .join(format!("{}.jsonl", session_id.as_str()));
+    if let Ok(Some((other, name))) = crate::retention::replacement_target(&transcript, tool_use_id)
+        && other != session_id.as_str()
+        && SessionId::try_from(other.clone()).is_ok()
+        && crate::artifact::is_artifact_name(&name)
+    {
+        let kind = if name.ends_with(".json") {
+            ArtifactKind::Json
+        } else {
+            ArtifactKind::Text
+        };
+        candidates.push((other, name, kind));
+    }
+    for (session, name, kind) in candidates {
+        let key = store.key(&session, &name);
+        let url = store.url_of(&key);
+        let head = store
+            .head(&key)
+            .map_err(|err| Error::storage(Path::new(&url), &err))?;
+        if let Some(meta) = head {
+            return Ok(FoundObject {
+                key,
+                url,
+                kind,
+                len: meta.size,
+                version: meta.e_tag.or(meta.version),
+            });
+        }
+    }
+    Err(not_found(session_id, tool_use_id))
+}
+
+/// [`read_artifact_until`] on object storage: the stored line index, then
+/// ranged reads of what the page needs.
+#[allow(clippy::too_many_arguments)]
+fn read_object(
+    store: &ObjectArtifacts,
+    data_dir: &Path,
+    session_id: &SessionId,
+    tool_use_id: &str,
+    grep: Option<&regex::bytes::Regex>,
+    request: &ReadRequest,
+    unit: SizeUnit,
+    stop: &dyn Fn() -> bool,
+) -> Result<ReadResult> {
+    let found = find_object(store, data_dir, session_id, tool_use_id)?;
+    let storage = |err: io::Error| {
+        if stop() {
+            Error::Cancelled
+        } else {
+            Error::storage(Path::new(&found.url), &err)
+        }
+    };
+    match found.kind {
+        ArtifactKind::Text => {
+            let stored = store
+                .index(&found.key)
+                .map_err(storage)?
+                .filter(|index| index.len == found.len);
+            let index = match stored {
+                Some(index) => Arc::new(index),
+                None => {
+                    let identity = Identity::Object {
+                        url: found.url.clone(),
+                        len: found.len,
+                        version: found.version.clone(),
+                    };
+                    let mut source = store.reader(&found.key, found.len);
+                    cached_index(identity, &mut source, stop).map_err(storage)?
+                }
+            };
+            let source = store.reader(&found.key, found.len);
+            page(source, &index, grep, request, unit, stop).map_err(storage)?
+        }
+        ArtifactKind::Json => {
+            let bytes = store
+                .get(&found.key)
+                .map_err(storage)?
+                .ok_or_else(|| not_found(session_id, tool_use_id))?;
+            let text = json_text(&bytes[..]).map_err(storage)?;
+            let mut source = Cursor::new(text.into_bytes());
+            let index = LineIndex::build(&mut source, stop).map_err(storage)?;
+            source.set_position(0);
+            page(source, &index, grep, request, unit, stop).map_err(storage)?
+        }
+    }
+}
+
 /// An artifact found and opened.
 pub struct Found {
     pub file: File,
@@ -187,10 +359,6 @@ pub struct Found {
 /// Open a session's artifact for `tool_use_id` (`.txt` or `.json`), or
 /// `artifactNotFound`. Refuses links and anything but a regular file.
 pub fn open(data_dir: &Path, session_id: &SessionId, tool_use_id: &str) -> Result<Found> {
-    let not_found = || Error::ArtifactNotFound {
-        session_id: session_id.to_string(),
-        tool_use_id: tool_use_id.to_owned(),
-    };
     let dir = session_dir(data_dir, session_id.as_str());
     let mut own = true;
     for d in [dir.parent(), Some(dir.as_path())].into_iter().flatten() {
@@ -258,7 +426,7 @@ pub fn open(data_dir: &Path, session_id: &SessionId, tool_use_id: &str) -> Resul
         }
         return Ok(Found { file, kind, path });
     }
-    Err(not_found())
+    Err(not_found(session_id, tool_use_id))
 }
 
 /// A directory that is no link, nor inside a linked session directory.
@@ -287,8 +455,8 @@ fn compile(pattern: &str) -> Result<regex::bytes::Regex> {
 }
 
 /// The text a block-array artifact's preview was cut from.
-fn json_text(file: File) -> io::Result<String> {
-    let content: serde_json::Value = serde_json::from_reader(BufReader::new(file))
+fn json_text(source: impl Read) -> io::Result<String> {
+    let content: serde_json::Value = serde_json::from_reader(BufReader::new(source))
         .map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err))?;
     Ok(crate::format::ResultContent::of_value(Some(&content))
         .preview_text()
@@ -297,8 +465,9 @@ fn json_text(file: File) -> io::Result<String> {
 
 // ------------------------------------------------------------ the index --
 
-/// What one pass over an artifact learns.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What one pass over an artifact learns (also stored beside an artifact
+/// on object storage, see [`super::objects`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LineIndex {
     pub total_lines: u64,
     pub len: u64,
@@ -393,19 +562,28 @@ fn count_chars(bytes: &[u8]) -> (u64, u64) {
 }
 
 /// A file's identity: an index built for it stays true while it holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Identity {
-    dev: u64,
-    ino: u64,
-    len: u64,
-    mtime_ns: i128,
-    kind: ArtifactKind,
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Identity {
+    File {
+        dev: u64,
+        ino: u64,
+        len: u64,
+        mtime_ns: i128,
+        kind: ArtifactKind,
+    },
+    /// An object without a stored index: its URL, size and version (an
+    /// object is written once, but gc may remove it and a new one come).
+    Object {
+        url: String,
+        len: u64,
+        version: Option<String>,
+    },
 }
 
 impl Identity {
     fn of(file: &File, kind: ArtifactKind) -> io::Result<Identity> {
         let meta = file.metadata()?;
-        Ok(Identity {
+        Ok(Identity::File {
             dev: meta.dev(),
             ino: meta.ino(),
             len: meta.len(),

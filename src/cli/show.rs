@@ -88,6 +88,7 @@ fn show(args: Args) -> Result<ExitCode, String> {
         };
         let page = read::read_artifact(
             &config.data_dir,
+            config.storage.objects.as_ref(),
             &session,
             &args.tool_use_id,
             &request,

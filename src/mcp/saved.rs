@@ -274,14 +274,15 @@ async fn read_page(front: &Front, id: &str, page: Page) -> Result<ReadResult> {
         grep: page.grep,
         context: page.context.unwrap_or(0),
     };
-    let (data_dir, session, unit, id) = (
+    let (data_dir, objects, session, unit, id) = (
         front.config.data_dir.clone(),
+        front.config.storage.objects.clone(),
         front.session.clone(),
         front.config.size_unit,
         id.to_owned(),
     );
     tokio::task::spawn_blocking(move || {
-        artifact_read::read_artifact(&data_dir, &session, &id, &request, unit)
+        artifact_read::read_artifact(&data_dir, objects.as_ref(), &session, &id, &request, unit)
     })
     .await
     .map_err(|err| Error::Internal(format!("reading a saved output: {err}")))?
@@ -289,20 +290,14 @@ async fn read_page(front: &Front, id: &str, page: Page) -> Result<ReadResult> {
 
 /// The artifact exactly as stored, found and opened by the core.
 async fn read_whole(front: &Front, id: &str) -> Result<(Vec<u8>, ArtifactKind)> {
-    let (data_dir, session, id) = (
+    let (data_dir, objects, session, id) = (
         front.config.data_dir.clone(),
+        front.config.storage.objects.clone(),
         front.session.clone(),
         id.to_owned(),
     );
     tokio::task::spawn_blocking(move || {
-        use std::io::Read;
-        let mut found = artifact_read::open(&data_dir, &session, &id)?;
-        let mut bytes = Vec::new();
-        found
-            .file
-            .read_to_end(&mut bytes)
-            .map_err(|err| Error::storage(&found.path, &err))?;
-        Ok((bytes, found.kind))
+        artifact_read::read_whole(&data_dir, objects.as_ref(), &session, &id)
     })
     .await
     .map_err(|err| Error::Internal(format!("reading a saved output: {err}")))?

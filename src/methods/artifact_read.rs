@@ -14,11 +14,13 @@ impl ConcurrentMethod for ArtifactRead {
     fn run(cx: RequestCx, params: ArtifactReadParams) -> BoxFuture<'static, Result<ReadResult>> {
         Box::pin(async move {
             let data_dir = cx.config.data_dir.clone();
+            let objects = cx.config.storage.objects.clone();
             let unit = cx.config.size_unit;
             let cancel = cx.cancel.clone();
             tokio::task::spawn_blocking(move || {
                 read::read_artifact_until(
                     &data_dir,
+                    objects.as_ref(),
                     &params.session_id,
                     &params.tool_use_id,
                     &params.request(),

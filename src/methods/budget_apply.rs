@@ -84,7 +84,18 @@ pub async fn apply(
     let unit = config.size_unit;
     let fsync = config.fsync();
     let artifact_dir = session.key().artifact_dir();
-    let store = session.storage().artifacts.clone();
+    // Where saved outputs go: under the data directory, or (configured)
+    // to object storage, where previews name the object's URL.
+    let (store, location): (Arc<dyn crate::artifact::ArtifactStore>, _) =
+        match &config.storage.objects {
+            None => (session.storage().artifacts.clone(), artifact_dir.clone()),
+            Some(objects) => {
+                let objects = crate::artifact::objects::ObjectArtifacts::open(objects)?;
+                let url = objects.session_url(session.key().id.as_str());
+                (objects, std::path::PathBuf::from(url))
+            }
+        };
+    let on_disk = config.storage.objects.is_none();
     let loaded = session.load().await?;
 
     // Tool names from this request, the pending pair and the transcript.
@@ -115,7 +126,7 @@ pub async fn apply(
         dialect,
         limits,
         unit,
-        artifact_dir: &artifact_dir,
+        artifact_dir: &location,
         is_exempt: &is_exempt,
         policy: &policy,
     };
@@ -145,12 +156,12 @@ pub async fn apply(
         if plan.fresh.is_empty() {
             continue;
         }
-        if hold.is_none() && !plan.chosen.is_empty() {
+        if on_disk && hold.is_none() && !plan.chosen.is_empty() {
             // A directory that cannot be held cannot be written either:
             // the persists fail and are reported, as for any disk refusal.
             hold = hold_session(&artifact_dir).await;
         }
-        let outcomes = persist_all(dialect, &store, &refs, &plan.chosen, fsync).await;
+        let outcomes = persist_all(dialect, &store, &refs, &plan.chosen, fsync).await?;
         let mut replaced: HashMap<(Arc<str>, Digest), Arc<Replacement>> = HashMap::new();
         for (chosen, outcome) in plan.chosen.iter().zip(outcomes) {
             match outcome {
@@ -303,14 +314,16 @@ struct Job {
 }
 
 /// Persist every chosen result, a few at a time; `Ok(reused)` or the
-/// failure, in the order of `chosen`.
+/// failure, in the order of `chosen`; or an error for the whole request
+/// when the object store could not be reached (then nothing is decided:
+/// see [`crate::artifact::objects`]).
 async fn persist_all(
     dialect: &dyn Dialect,
     store: &Arc<dyn crate::artifact::ArtifactStore>,
     unit: &[&Value],
     chosen: &[Chosen],
     fsync: bool,
-) -> Vec<std::result::Result<bool, String>> {
+) -> Result<Vec<std::result::Result<bool, String>>> {
     let jobs: Arc<Vec<Job>> = Arc::new(
         chosen
             .iter()
@@ -329,8 +342,12 @@ async fn persist_all(
             .collect(),
     );
     let next = Arc::new(AtomicUsize::new(0));
+    // The first "store unreachable": it stops every writer and fails the
+    // request.
+    let down: Arc<std::sync::Mutex<Option<crate::error::Error>>> = Arc::default();
     let workers = (0..jobs.len().min(WRITERS_PER_REQUEST)).map(|_| {
         let (jobs, next, store) = (jobs.clone(), next.clone(), store.clone());
+        let down = down.clone();
         async move {
             // The semaphore is never closed: a permit always comes.
             let _permit = WRITERS.acquire().await.ok();
@@ -341,11 +358,19 @@ async fn persist_all(
                     let Some(job) = jobs.get(i) else {
                         return done;
                     };
+                    let down = |err: &std::io::Error| {
+                        let mut down = down.lock().unwrap_or_else(|p| p.into_inner());
+                        down.get_or_insert_with(|| crate::error::Error::storage(&job.path, err));
+                    };
                     let outcome = match &job.bytes {
-                        Ok(bytes) => store
-                            .write_once(&job.path, bytes, fsync)
-                            .map(|w| w.reused)
-                            .map_err(|e| e.to_string()),
+                        Ok(bytes) => match store.write_once(&job.path, bytes, fsync) {
+                            Ok(written) => Ok(written.reused),
+                            Err(err) if crate::artifact::objects::is_unavailable(&err) => {
+                                down(&err);
+                                return done;
+                            }
+                            Err(err) => Err(err.to_string()),
+                        },
                         Err(e) => Err(e.clone()),
                     };
                     done.push((i, outcome));
@@ -369,7 +394,11 @@ async fn persist_all(
             Err(e) => tracing::warn!(%e, "an artifact writer failed"),
         }
     }
-    outcomes
+    let down = down.lock().unwrap_or_else(|p| p.into_inner()).take();
+    match down {
+        Some(err) => Err(err),
+        None => Ok(outcomes),
+    }
 }
 
 async fn hold_session(artifact_dir: &std::path::Path) -> Option<retention::SessionHold> {

@@ -590,6 +590,13 @@ class PostgresConfig(BaseModel):
     """
 
 
+class OptionValue(RootModel[str | bool | conint(ge=0)]):
+    root: str | bool | conint(ge=0)
+    """
+    An option's value: TOML and JSON may spell `true` or `9000` bare.
+    """
+
+
 class TranscriptLine1(BaseModel):
     """
     One line of a session transcript.
@@ -1067,23 +1074,27 @@ class ProxyConfig(BaseModel):
     """
 
 
-class StorageConfig(BaseModel):
+class ObjectsConfig(BaseModel):
     """
-    `[storage]` in `toolwire.toml`.
+    `[storage.objects]`: the bucket saved outputs go to.
     """
 
     model_config = ConfigDict(
         extra='forbid',
         populate_by_name=True,
     )
-    backend: Backend | None = Backend.local
+    url: str
     """
-    `local` (transcripts as files under the data directory, one process
-    per workspace) or `postgres` (shared by every replica).
+    The bucket and prefix: `s3://bucket/prefix`, `gs://bucket/prefix`,
+    `az://container/prefix` or `file:///absolute/dir`. Saved outputs are
+    `<url>/sessions/<sessionId>/tool-results/<name>`.
     """
-    postgres: PostgresConfig | None = None
+    options: dict[str, OptionValue] | None = Field({}, validate_default=True)
     """
-    `[storage.postgres]`, for `backend = "postgres"`.
+    The `object_store` options of the URL's service, by their names
+    there (`endpoint`, `region`, `allow_http`, `access_key_id`, ...; in
+    snake_case or camelCase). Unset ones come from the environment
+    (`AWS_*`, `GOOGLE_*`, `AZURE_*`), as the services' own tools read it.
     """
 
 
@@ -1205,6 +1216,58 @@ class ToolSettings(BaseModel):
     preview_mode: PreviewMode | None = Field(None, alias='previewMode')
 
 
+class StorageConfig(BaseModel):
+    """
+    `[storage]` in `toolwire.toml`.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    backend: Backend | None = Backend.local
+    """
+    `local` (transcripts as files under the data directory, one process
+    per workspace) or `postgres` (shared by every replica).
+    """
+    postgres: PostgresConfig | None = None
+    """
+    `[storage.postgres]`, for `backend = "postgres"`.
+    """
+    objects: ObjectsConfig | None = None
+    """
+    Saved outputs on object storage (S3, GCS, Azure, or a local
+    directory through the same interface) instead of under `dataDir`.
+    """
+
+
+class ServerCapabilities(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    experimental: Experimental
+
+
+class BudgetApplyResult(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    messages: list[Message]
+    """
+    Same length and order as the input, replacements applied.
+    """
+    records: list[ReplacementRecord]
+    """
+    Newly made replacements only, for journaling.
+    """
+    persisted: list[Persisted]
+    failures: list[PersistFailure]
+    over_limit: list[conint(ge=0)] = Field(..., alias='overLimit')
+    """
+    Indexes of messages still above `maxMessageChars`.
+    """
+
+
 class Config(BaseModel):
     """
     The whole configuration, as accepted in `toolwire.toml` and in
@@ -1265,33 +1328,7 @@ class Config(BaseModel):
     Where session state and transcripts live. Read once, from
     `toolwire.toml`, when the process starts (`toolwire proxy`,
     `serve`, `migrate`, `gc`); every session of the process uses it.
-    """
-
-
-class ServerCapabilities(BaseModel):
-    model_config = ConfigDict(
-        populate_by_name=True,
-    )
-    experimental: Experimental
-
-
-class BudgetApplyResult(BaseModel):
-    model_config = ConfigDict(
-        populate_by_name=True,
-    )
-    messages: list[Message]
-    """
-    Same length and order as the input, replacements applied.
-    """
-    records: list[ReplacementRecord]
-    """
-    Newly made replacements only, for journaling.
-    """
-    persisted: list[Persisted]
-    failures: list[PersistFailure]
-    over_limit: list[conint(ge=0)] = Field(..., alias='overLimit')
-    """
-    Indexes of messages still above `maxMessageChars`.
+    `[storage.objects]`: where saved outputs go.
     """
 
 

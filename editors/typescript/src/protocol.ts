@@ -78,6 +78,13 @@ export type AppendMessage = (Message | [OpenaiResponsesItem1, ...(OpenaiResponse
  */
 export type AbortMode = ("discard" | "synthetic")
 /**
+ * An option's value: TOML and JSON may spell `true` or `9000` bare.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "OptionValue".
+ */
+export type OptionValue = (string | boolean | number) | undefined
+/**
  * Whether each commit reaches the disk before its reply.
  * 
  * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
@@ -615,6 +622,7 @@ gemini?: string
  * Where session state and transcripts live. Read once, from
  * `toolwire.toml`, when the process starts (`toolwire proxy`,
  * `serve`, `migrate`, `gc`); every session of the process uses it.
+ * `[storage.objects]`: where saved outputs go.
  */
 export interface StorageConfig {
 /**
@@ -626,6 +634,11 @@ backend?: ("local" | "postgres")
  * `[storage.postgres]`, for `backend = "postgres"`.
  */
 postgres?: (PostgresConfig | null)
+/**
+ * Saved outputs on object storage (S3, GCS, Azure, or a local
+ * directory through the same interface) instead of under `dataDir`.
+ */
+objects?: (ObjectsConfig | null)
 }
 /**
  * `[storage.postgres]`.
@@ -643,6 +656,29 @@ url: string
  * Connections this process keeps at most (default 16).
  */
 maxConnections?: number
+}
+/**
+ * `[storage.objects]`: the bucket saved outputs go to.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "ObjectsConfig".
+ */
+export interface ObjectsConfig {
+/**
+ * The bucket and prefix: `s3://bucket/prefix`, `gs://bucket/prefix`,
+ * `az://container/prefix` or `file:///absolute/dir`. Saved outputs are
+ * `<url>/sessions/<sessionId>/tool-results/<name>`.
+ */
+url: string
+/**
+ * The `object_store` options of the URL's service, by their names
+ * there (`endpoint`, `region`, `allow_http`, `access_key_id`, ...; in
+ * snake_case or camelCase). Unset ones come from the environment
+ * (`AWS_*`, `GOOGLE_*`, `AZURE_*`), as the services' own tools read it.
+ */
+options?: {
+[k: string]: OptionValue | undefined
+}
 }
 /**
  * Size limits, all counted in `sizeUnit`.
@@ -748,6 +784,11 @@ backend?: ("local" | "postgres")
  * `[storage.postgres]`, for `backend = "postgres"`.
  */
 postgres?: (PostgresConfig | null)
+/**
+ * Saved outputs on object storage (S3, GCS, Azure, or a local
+ * directory through the same interface) instead of under `dataDir`.
+ */
+objects?: (ObjectsConfig | null)
 }
 /**
  * One byte range of another transcript.
