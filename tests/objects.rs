@@ -1,0 +1,284 @@
+//! Saved outputs on object storage (`storage.objects`), against a real
+//! S3-compatible server (moto, started per test on loopback; see
+//! tests/common/s3.rs): create-only writes, previews naming the object's
+//! URL, reuse by a second writer, ranged reads for `artifact/read`, and a
+//! store that stops answering.
+
+mod common;
+#[path = "common/s3.rs"]
+mod s3;
+
+use common::*;
+use s3::S3Server;
+use serde_json::{Value, json};
+
+const BUCKET: &str = "toolwire-test";
+
+fn tr(content: Value, id: &str) -> Value {
+    json!({"type": "tool_result", "tool_use_id": id, "content": content})
+}
+
+fn user(blocks: Vec<Value>) -> Value {
+    json!({"role": "user", "content": blocks})
+}
+
+fn server() -> S3Server {
+    let s3 = S3Server::start();
+    s3.create_bucket(BUCKET);
+    s3
+}
+
+async fn client(dir: &std::path::Path, options: Value) -> MemClient {
+    let (mut client, _task) = connect(new_server());
+    client.initialize(dir, options).await;
+    client
+}
+
+fn objects_options(s3: &S3Server, prefix: &str) -> Value {
+    json!({"storage": {"objects": s3.objects_config(BUCKET, prefix)}})
+}
+
+fn lines(n: usize) -> String {
+    (0..n)
+        .map(|i| format!("line {i:06} of the build log\n"))
+        .collect()
+}
+
+fn apply(session: &str, messages: Value) -> Value {
+    json!({"sessionId": session, "messages": messages})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn previews_name_the_object_and_match_the_local_bytes() {
+    let s3 = server();
+    let local_dir = tempfile::tempdir().unwrap();
+    let bucket_dir = tempfile::tempdir().unwrap();
+    let mut local = client(local_dir.path(), json!({})).await;
+    let mut remote = client(bucket_dir.path(), objects_options(&s3, "fleet")).await;
+    let text = lines(3000);
+    let blocks =
+        json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b".repeat(60_000)}]);
+    let msgs = json!([
+        assistant_calls(&["toolu_1", "toolu_2"]),
+        user(vec![
+            tr(json!(text), "toolu_1"),
+            tr(blocks.clone(), "toolu_2")
+        ]),
+    ]);
+    let l = local.call("budget/apply", apply("s1", msgs.clone())).await;
+    let r = remote.call("budget/apply", apply("s1", msgs.clone())).await;
+
+    let base = format!("s3://{BUCKET}/fleet/sessions/s1/tool-results");
+    let local_base = local_dir
+        .path()
+        .canonicalize()
+        .unwrap()
+        .join(".toolwire/sessions/s1/tool-results");
+    for (i, name) in [(0, "toolu_1.txt"), (1, "toolu_2.json")] {
+        let url = format!("{base}/{name}");
+        assert_eq!(r["persisted"][i]["path"], json!(url));
+        assert_eq!(r["persisted"][i]["reused"], json!(false));
+        // The preview is the local one, byte for byte, but for the URL.
+        let local_preview = l["records"][i]["replacement"].as_str().unwrap();
+        let remote_preview = r["records"][i]["replacement"].as_str().unwrap();
+        let local_path = local_base.join(name).display().to_string();
+        assert!(local_preview.contains(&local_path), "{local_preview}");
+        assert_eq!(local_preview.replace(&local_path, &url), remote_preview);
+    }
+    // Nothing went under the data directory: the bytes are in the bucket.
+    assert!(
+        !bucket_dir
+            .path()
+            .join(".toolwire/sessions/s1/tool-results")
+            .exists()
+    );
+    assert_eq!(
+        s3.keys(BUCKET, "fleet/"),
+        vec![
+            "fleet/sessions/s1/tool-results/toolu_1.txt",
+            "fleet/sessions/s1/tool-results/toolu_1.txt.idx",
+            "fleet/sessions/s1/tool-results/toolu_2.json",
+        ]
+    );
+    // `artifact/read` resolves them: the text whole, the blocks as text.
+    let page = remote
+        .call(
+            "artifact/read",
+            json!({"sessionId": "s1", "toolUseId": "toolu_1", "limit": 5000}),
+        )
+        .await;
+    assert_eq!(page["text"], json!(text));
+    assert_eq!(page["totalLines"], json!(3000));
+    assert_eq!(page["truncated"], json!(false));
+    let page = remote
+        .call(
+            "artifact/read",
+            json!({"sessionId": "s1", "toolUseId": "toolu_2", "offset": 1}),
+        )
+        .await;
+    assert_eq!(page["text"], json!("b".repeat(60_000)));
+    // Replayed byte for byte on the next turn.
+    let again = remote.call("budget/apply", apply("s1", msgs)).await;
+    assert_eq!(again["messages"], r["messages"]);
+    assert_eq!(again["records"], json!([]));
+    // An id with nothing saved is artifactNotFound, as on disk.
+    remote
+        .fails(
+            "artifact/read",
+            json!({"sessionId": "s1", "toolUseId": "toolu_none"}),
+            -32015,
+        )
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_writer_reuses_the_first_object_and_other_bytes_are_refused() {
+    let s3 = server();
+    let options = objects_options(&s3, "race");
+    let text = lines(5000);
+    let msgs = json!([
+        assistant_calls(&["toolu_r"]),
+        user(vec![tr(json!(text), "toolu_r")]),
+    ]);
+    // Two servers with their own data directories (two replicas) decide
+    // the same result at once.
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut a = client(dirs[0].path(), options.clone()).await;
+    let mut b = client(dirs[1].path(), options.clone()).await;
+    let (ra, rb) = tokio::join!(
+        a.call("budget/apply", apply("s1", msgs.clone())),
+        b.call("budget/apply", apply("s1", msgs.clone())),
+    );
+    assert_eq!(ra["messages"], rb["messages"]);
+    let mut reused = [&ra, &rb].map(|r| r["persisted"][0]["reused"].as_bool().unwrap());
+    reused.sort();
+    assert_eq!(reused, [false, true], "exactly one wrote: {ra} {rb}");
+    assert_eq!(
+        s3.keys(BUCKET, "race/"),
+        vec![
+            "race/sessions/s1/tool-results/toolu_r.txt",
+            "race/sessions/s1/tool-results/toolu_r.txt.idx",
+        ]
+    );
+    // A third replica with other bytes under the same name is refused and
+    // told so; the object keeps the first bytes.
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = client(dir.path(), options).await;
+    let other = json!([
+        assistant_calls(&["toolu_r"]),
+        user(vec![tr(json!(lines(5001)), "toolu_r")]),
+    ]);
+    let rc = c.call("budget/apply", apply("s1", other)).await;
+    assert_eq!(rc["persisted"], json!([]));
+    let message = rc["failures"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("already exists with other content"),
+        "{message}"
+    );
+    let page = a
+        .call(
+            "artifact/read",
+            json!({"sessionId": "s1", "toolUseId": "toolu_r", "limit": 10000}),
+        )
+        .await;
+    assert_eq!(page["text"], json!(text));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_and_grep_of_a_large_object_read_ranges() {
+    let s3 = server();
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = client(dir.path(), objects_options(&s3, "big")).await;
+    // About 12 MB: many line-index checkpoints and ranged reads.
+    let mut text = lines(400_000);
+    text.push_str("FATAL: the one failure\nno newline at the end");
+    let msgs = json!([
+        assistant_calls(&["toolu_big"]),
+        user(vec![tr(json!(text), "toolu_big")]),
+    ]);
+    c.call("budget/apply", apply("s1", msgs)).await;
+    let all: Vec<&str> = text.split_inclusive('\n').collect();
+    let check_pages = |page: &Value, offset: usize, limit: usize| {
+        assert_eq!(page["text"], json!(all[offset..offset + limit].concat()));
+        assert_eq!(page["startLine"], json!(offset));
+        assert_eq!(page["endLine"], json!(offset + limit));
+        assert_eq!(page["totalLines"], json!(all.len()));
+        assert_eq!(page["totalChars"], json!(text.chars().count()));
+    };
+    let read =
+        json!({"sessionId": "s1", "toolUseId": "toolu_big", "offset": 350_123, "limit": 2000});
+    let page = c.call("artifact/read", read.clone()).await;
+    check_pages(&page, 350_123, 2000);
+    assert_eq!(page["truncated"], json!(true));
+    let grep = json!({"sessionId": "s1", "toolUseId": "toolu_big", "grep": "^FATAL", "context": 1});
+    let found = c.call("artifact/read", grep.clone()).await;
+    assert_eq!(
+        found["text"],
+        json!(
+            "400000-line 399999 of the build log\n400001:FATAL: the one failure\n400002-no newline at the end\n"
+        )
+    );
+    assert_eq!(found["truncated"], json!(false));
+    // Without the stored index (an object written by something else), one
+    // pass over ranged reads builds it: the same answers.
+    s3.delete(BUCKET, "big/sessions/s1/tool-results/toolu_big.txt.idx");
+    let page = c.call("artifact/read", read).await;
+    check_pages(&page, 350_123, 2000);
+    assert_eq!(c.call("artifact/read", grep).await, found);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_stops_answering_fails_the_request_and_decides_nothing() {
+    let mut s3 = server();
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = client(dir.path(), objects_options(&s3, "down")).await;
+    s3.stop();
+    let msgs = json!([
+        assistant_calls(&["toolu_1"]),
+        user(vec![tr(json!(lines(5000)), "toolu_1")]),
+    ]);
+    let err = c
+        .fails("budget/apply", apply("s1", msgs.clone()), -32014)
+        .await;
+    assert_eq!(err["data"]["kind"], json!("storage"), "{err}");
+    let state = c.call("state/get", json!({"sessionId": "s1"})).await;
+    assert_eq!(state["seenIds"], json!([]), "{state}");
+    assert_eq!(state["replacements"], json!({}));
+    // Nothing journaled either: a restart decides afresh.
+    let transcript = dir.path().join(".toolwire/sessions/s1.jsonl");
+    assert!(
+        !transcript.exists() || transcript_lines(&transcript).is_empty(),
+        "{:?}",
+        std::fs::read_to_string(&transcript)
+    );
+    c.fails(
+        "artifact/read",
+        json!({"sessionId": "s1", "toolUseId": "toolu_1"}),
+        -32014,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn bad_object_settings_are_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut c, _task) = connect(new_server());
+    for (objects, path) in [
+        (json!({"url": "ftp://x/y"}), "storage.objects.url"),
+        (json!({"url": "not a url"}), "storage.objects.url"),
+        (
+            json!({"url": "s3://b/p", "options": {"no_such_option": "1"}}),
+            "storage.objects.options.noSuchOption",
+        ),
+    ] {
+        let err = c
+            .fails(
+                "initialize",
+                json!({"processId": null, "rootUri": file_uri(dir.path()),
+                       "initializationOptions": {"storage": {"objects": objects}}}),
+                -32602,
+            )
+            .await;
+        assert_eq!(err["data"]["path"], json!(path), "{err}");
+    }
+}
