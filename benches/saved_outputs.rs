@@ -2,7 +2,7 @@
 //! measured in the same run on the same files.
 //!
 //!     cargo bench --bench saved_outputs            # both (a few minutes, ~3 GB of disk)
-//!     cargo bench --bench saved_outputs -- gc      # or: read
+//!     cargo bench --bench saved_outputs -- gc      # or: read, objects
 //!
 //! - **gc**: `toolwire gc` on a store of 10,000 sessions and 100,000
 //!   artifacts (each session a transcript whose replacement lines point at
@@ -17,11 +17,19 @@
 //!   server pays for every later page). The file is in the page cache for
 //!   both (it was just written); the caches are not dropped, the machine
 //!   being shared.
+//! - **objects** (needs tests/setup.d/50-objects.sh): on a real S3 server
+//!   (moto) on loopback, writing a 1 MB artifact create-only (with its line
+//!   index) next to the local store's durable write, and a page of 2000
+//!   lines from the middle of a 64 MB artifact by ranged reads next to the
+//!   local store's page once its index is cached.
 
 use std::io::Write;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
+
+#[path = "../tests/common/s3.rs"]
+mod s3;
 
 use toolwire::artifact::read::{ReadRequest, read_artifact};
 use toolwire::config::SizeUnit;
@@ -41,6 +49,9 @@ fn main() {
     }
     if want("read") {
         read();
+    }
+    if want("objects") {
+        objects();
     }
 }
 
@@ -294,4 +305,107 @@ fn ms(d: Duration) -> f64 {
 
 fn ratio(a: Duration, b: Duration) -> f64 {
     a.as_secs_f64() / b.as_secs_f64()
+}
+
+/// Saved outputs on object storage next to the local store, same run: a
+/// real S3 server (moto, as the tests start it) on loopback.
+fn objects() {
+    use toolwire::artifact::objects::ObjectArtifacts;
+    use toolwire::artifact::{ArtifactStore, FsArtifactStore};
+    let s3 = s3::S3Server::start();
+    s3.create_bucket("bench");
+    let config: toolwire::config::ObjectsConfig =
+        serde_json::from_value(s3.objects_config("bench", "b")).unwrap();
+    let store = ObjectArtifacts::open(&config).unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let data_dir = ws.path().join(".toolwire");
+
+    // Writes: 1 MB text artifacts, create-only PUT (with its line index)
+    // next to the local write (temporary file, fsync, no-clobber rename).
+    let body: String = (0..20_000)
+        .map(|i| format!("line {i:06} of a build log, padded out a bit\n"))
+        .collect();
+    let n = 20;
+    let local_dir = toolwire::artifact::session_dir(&data_dir, "w");
+    let start = Instant::now();
+    for i in 0..n {
+        FsArtifactStore
+            .write_once(
+                &local_dir.join(format!("toolu_{i}.txt")),
+                body.as_bytes(),
+                true,
+            )
+            .unwrap();
+    }
+    let local_write = start.elapsed() / n;
+    let start = Instant::now();
+    for i in 0..n {
+        let url = format!("{}/toolu_{i}.txt", store.session_url("w"));
+        store
+            .write_once(Path::new(&url), body.as_bytes(), true)
+            .unwrap();
+    }
+    let object_write = start.elapsed() / n;
+    println!(
+        "objects: write a 1 MB artifact   object store {:>8.2} ms   local (fsync) {:>8.2} ms   ratio {:.1}x",
+        ms(object_write),
+        ms(local_write),
+        ratio(object_write, local_write)
+    );
+
+    // A page of 2000 lines from the middle of a 64 MB artifact.
+    let lines = 1_400_000u64;
+    let mut big = String::with_capacity(64 << 20);
+    for i in 0..lines {
+        big.push_str(&format!("line {i:07} of a very long build log, padded\n"));
+    }
+    let session = SessionId::try_from("r".to_owned()).unwrap();
+    FsArtifactStore
+        .write_once(
+            &toolwire::artifact::session_dir(&data_dir, "r").join("toolu_big.txt"),
+            big.as_bytes(),
+            false,
+        )
+        .unwrap();
+    let url = format!("{}/toolu_big.txt", store.session_url("r"));
+    store
+        .write_once(Path::new(&url), big.as_bytes(), false)
+        .unwrap();
+    let runs = 20u64;
+    let page = |objects: Option<&toolwire::config::ObjectsConfig>, i: u64| {
+        let request = ReadRequest {
+            offset: lines / 2 + i * 7919,
+            limit: Some(2000),
+            ..ReadRequest::default()
+        };
+        let page = read_artifact(
+            &data_dir,
+            objects,
+            &session,
+            "toolu_big",
+            &request,
+            SizeUnit::Chars,
+        )
+        .unwrap();
+        assert_eq!(page.end_line - page.start_line, 2000);
+        assert_eq!(page.total_lines, lines);
+    };
+    // The local store's first read indexes the file; later ones use it.
+    page(None, 0);
+    let start = Instant::now();
+    for i in 0..runs {
+        page(None, i);
+    }
+    let local_read = start.elapsed() / runs as u32;
+    let start = Instant::now();
+    for i in 0..runs {
+        page(Some(&config), i);
+    }
+    let object_read = start.elapsed() / runs as u32;
+    println!(
+        "objects: 2000 lines of a 64 MB artifact   object store {:>8.2} ms   local {:>8.2} ms   ratio {:.1}x",
+        ms(object_read),
+        ms(local_read),
+        ratio(object_read, local_read)
+    );
 }

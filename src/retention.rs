@@ -45,6 +45,7 @@ use std::time::{Duration, SystemTime};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::artifact::objects::{INDEX_SUFFIX, ObjectArtifacts};
 use crate::artifact::{TEMP_PREFIX, is_artifact_name};
 
 use crate::error::{Error, Result};
@@ -111,12 +112,20 @@ struct Found {
     /// (`<id>.jsonl.base-*`, see [`crate::transcript::fork`]): name and
     /// status-change time.
     links: Vec<(String, SystemTime)>,
+    /// Its artifacts on object storage: name, size, last modified.
+    objects: Vec<(String, u64, SystemTime)>,
+    /// Line indexes on object storage (`<artifact>.idx`): name, size, last
+    /// modified. They go with their artifact.
+    indexes: Vec<(String, u64, SystemTime)>,
 }
 
-/// Run retention over `data_dir`. `is_open(id)` says whether this process
-/// holds the session open (it is then never touched).
+/// Run retention over `data_dir` and, when saved outputs are on object
+/// storage, over `objects` by the same rules (listed, then deleted one by
+/// one). `is_open(id)` says whether this process holds the session open (it
+/// is then never touched).
 pub fn collect(
     data_dir: &Path,
+    objects: Option<&ObjectArtifacts>,
     policy: &Policy,
     dry_run: bool,
     is_open: &dyn Fn(&str) -> bool,
@@ -126,17 +135,30 @@ pub fn collect(
     let storage = |err: io::Error| Error::storage(&sessions_dir, &err);
     let mut report = GcReport::default();
     let entries = match fs::read_dir(&sessions_dir) {
-        Ok(entries) => entries,
-        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(report),
+        Ok(entries) => Some(entries),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => None,
         Err(err) => return Err(storage(err)),
     };
+    let mut listed = match objects {
+        Some(objects) => list_objects(objects)
+            .map_err(|err| Error::storage(Path::new(&objects.url_of(&objects.sessions())), &err))?,
+        None => HashMap::new(),
+    };
+    if entries.is_none() && listed.is_empty() {
+        return Ok(report);
+    }
 
     // Scan: which sessions there are, and the leftovers beside them.
     let mut ids: Vec<String> = Vec::new();
     let mut seen: HashSet<String> = HashSet::new();
     let mut top_leftovers: Vec<(PathBuf, u64, bool)> = Vec::new();
     let mut links: HashMap<String, Vec<(String, SystemTime)>> = HashMap::new();
-    for entry in entries {
+    for id in listed.keys() {
+        if seen.insert(id.clone()) {
+            ids.push(id.clone());
+        }
+    }
+    for entry in entries.into_iter().flatten() {
         let entry = entry.map_err(storage)?;
         let name = entry.file_name().to_string_lossy().into_owned();
         let Ok(meta) = entry.metadata() else { continue };
@@ -185,6 +207,20 @@ pub fn collect(
         let mut f = scan(&sessions_dir, id).map_err(storage)?;
         f.held = f.held || is_open(id);
         f.links = links.remove(id).unwrap_or_default();
+        for (name, size, modified) in listed.remove(id).unwrap_or_default() {
+            f.bytes += size;
+            if f.transcript.is_none() {
+                f.last_written = f.last_written.max(Some(modified));
+            }
+            if is_artifact_name(&name) {
+                f.objects.push((name, size, modified));
+            } else if name
+                .strip_suffix(INDEX_SUFFIX)
+                .is_some_and(is_artifact_name)
+            {
+                f.indexes.push((name, size, modified));
+            }
+        }
         found.insert(id.clone(), f);
         if i.is_multiple_of(64) || i as u64 + 1 == total {
             progress(Progress {
@@ -220,7 +256,20 @@ pub fn collect(
             let removed = if dry_run {
                 Some(f.bytes)
             } else {
-                remove_session(&sessions_dir, id, f).map_err(storage)?
+                let removed = remove_session(&sessions_dir, id, f).map_err(storage)?;
+                if removed.is_some()
+                    && let Some(objects) = objects
+                {
+                    // After the journal, as on disk: never a journal
+                    // pointing at removed objects.
+                    for (name, _, _) in f.objects.iter().chain(&f.indexes) {
+                        let key = objects.key(id, name);
+                        objects.delete(&key).map_err(|err| {
+                            Error::storage(Path::new(&objects.url_of(&key)), &err)
+                        })?;
+                    }
+                }
+                removed
             };
             match removed {
                 Some(bytes) => {
@@ -231,10 +280,20 @@ pub fn collect(
             }
         } else {
             report.kept += 1;
-            let keep = referenced.get(id.as_str());
-            sweep_session(&sessions_dir, id, f, keep, policy, dry_run, &mut report)
-                .map_err(storage)?;
+            let sweep = Sweep {
+                sessions_dir: &sessions_dir,
+                id,
+                f,
+                referenced: referenced.get(id.as_str()),
+                policy,
+                dry_run,
+            };
+            sweep_session(&sweep, &mut report).map_err(storage)?;
             sweep_links(&sessions_dir, id, f, policy, dry_run, &mut report).map_err(storage)?;
+            if let Some(objects) = objects {
+                sweep_objects(objects, &sweep, &mut report)
+                    .map_err(|err| Error::storage(Path::new(&objects.session_url(id)), &err))?;
+            }
         }
         if done.is_multiple_of(64) || done == total {
             progress(Progress {
@@ -600,17 +659,35 @@ fn remove_session(sessions_dir: &Path, id: &str, f: &Found) -> io::Result<Option
     Ok(Some(f.bytes))
 }
 
+/// One kept session to sweep, as the scan found it.
+struct Sweep<'a> {
+    sessions_dir: &'a Path,
+    id: &'a str,
+    f: &'a Found,
+    /// Its artifacts that other kept sessions point at.
+    referenced: Option<&'a HashSet<&'a str>>,
+    policy: &'a Policy,
+    dry_run: bool,
+}
+
+impl Sweep<'_> {
+    /// Older than the grace period.
+    fn old(&self, modified: SystemTime) -> bool {
+        modified + self.policy.grace < self.policy.now
+    }
+}
+
 /// In a kept session: remove artifacts nothing points at and temporary
 /// files, both older than the grace period.
-fn sweep_session(
-    sessions_dir: &Path,
-    id: &str,
-    f: &Found,
-    referenced: Option<&HashSet<&str>>,
-    policy: &Policy,
-    dry_run: bool,
-    report: &mut GcReport,
-) -> io::Result<()> {
+fn sweep_session(sweep: &Sweep, report: &mut GcReport) -> io::Result<()> {
+    let Sweep {
+        sessions_dir,
+        id,
+        f,
+        referenced,
+        policy,
+        dry_run,
+    } = *sweep;
     let old = |modified: SystemTime| modified + policy.grace < policy.now;
     let temps: Vec<&(String, u64, SystemTime)> = f.temps.iter().filter(|t| old(t.2)).collect();
     // Without a journal, what its replacements point at is unknown: its
@@ -696,6 +773,79 @@ fn sweep_links(
     Ok(())
 }
 
+/// Objects of one session: name, size, last modified.
+type Listed = Vec<(String, u64, SystemTime)>;
+
+/// The objects under the store's `sessions/`, by session:
+/// `sessions/<id>/tool-results/<name>` gives `(name, size, last modified)`
+/// under `id`. Anything else there is not ours and left alone.
+fn list_objects(objects: &ObjectArtifacts) -> io::Result<HashMap<String, Listed>> {
+    let root = objects.sessions();
+    let mut by_session: HashMap<String, Listed> = HashMap::new();
+    for meta in objects.list(&root)? {
+        let Some(rest) = meta.location.prefix_match(&root) else {
+            continue;
+        };
+        let parts: Vec<String> = rest.map(|p| p.as_ref().to_owned()).collect();
+        let [id, dir, name] = &parts[..] else {
+            continue;
+        };
+        if dir != "tool-results" || SessionId::try_from(id.clone()).is_err() {
+            continue;
+        }
+        by_session.entry(id.clone()).or_default().push((
+            name.clone(),
+            meta.size,
+            SystemTime::from(meta.last_modified),
+        ));
+    }
+    Ok(by_session)
+}
+
+/// [`sweep_session`] on object storage: in a kept session with a journal,
+/// remove the artifacts nothing points at (with their indexes), and
+/// indexes whose artifact is gone, all older than the grace period.
+fn sweep_objects(
+    objects: &ObjectArtifacts,
+    sweep: &Sweep,
+    report: &mut GcReport,
+) -> io::Result<()> {
+    let (id, f) = (sweep.id, sweep.f);
+    // Without a journal, what its replacements point at is unknown.
+    if f.transcript.is_none() {
+        return Ok(());
+    }
+    // Read again now: an apply that journaled since the scan is seen.
+    let fresh = references(&sweep.sessions_dir.join(format!("{id}.jsonl")))?;
+    let kept = |name: &str| {
+        fresh.contains(&(id.to_owned(), name.to_owned()))
+            || f.refs.contains(&(id.to_owned(), name.to_owned()))
+            || sweep.referenced.is_some_and(|r| r.contains(name))
+    };
+    let mut doomed: Vec<(&str, u64)> = Vec::new();
+    for (name, size, modified) in &f.objects {
+        if sweep.old(*modified) && !kept(name) {
+            doomed.push((name, *size));
+        }
+    }
+    for (name, size, modified) in &f.indexes {
+        let artifact = name.strip_suffix(INDEX_SUFFIX).unwrap_or(name);
+        let artifact_there = f.objects.iter().any(|(n, _, _)| n == artifact);
+        let artifact_goes = doomed.iter().any(|(n, _)| *n == artifact);
+        if artifact_goes || (!artifact_there && sweep.old(*modified)) {
+            doomed.push((name, *size));
+        }
+    }
+    for (name, size) in doomed {
+        let key = objects.key(id, name);
+        if sweep.dry_run || objects.delete(&key)? {
+            report.artifacts_removed.push(objects.url_of(&key));
+            report.bytes_freed += size;
+        }
+    }
+    Ok(())
+}
+
 fn remove_file_if_there(path: &Path) -> io::Result<bool> {
     match fs::remove_file(path) {
         Ok(()) => Ok(true),
@@ -760,8 +910,13 @@ pub fn run_if_due(
     let file = File::create(&stamp).map_err(|err| Error::storage(&stamp, &err))?;
     file.set_modified(now)
         .map_err(|err| Error::storage(&stamp, &err))?;
+    let objects = match &config.storage.objects {
+        Some(objects) => Some(crate::artifact::objects::ObjectArtifacts::open(objects)?),
+        None => None,
+    };
     collect(
         &config.data_dir,
+        objects.as_deref(),
         &retention.policy(now),
         false,
         is_open,

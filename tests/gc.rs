@@ -336,7 +336,8 @@ async fn apply_racing_gc_never_leaves_a_preview_pointing_at_nothing() {
                     now: SystemTime::now() + Duration::from_secs(1),
                 };
                 let r =
-                    retention::collect(&data_dir, &policy, false, &|_| false, &mut |_| {}).unwrap();
+                    retention::collect(&data_dir, None, &policy, false, &|_| false, &mut |_| {})
+                        .unwrap();
                 swept.fetch_add(r.artifacts_removed.len(), Ordering::SeqCst);
                 runs += 1;
             }

@@ -5,6 +5,7 @@
 //! store that stops answering.
 
 mod common;
+mod mcp_peer;
 #[path = "common/s3.rs"]
 mod s3;
 
@@ -281,4 +282,190 @@ async fn bad_object_settings_are_refused_by_name() {
             .await;
         assert_eq!(err["data"]["path"], json!(path), "{err}");
     }
+}
+
+/// The object a test puts in the bucket itself, as another client would.
+fn put_object(s3: &S3Server, key: &str, body: &str) {
+    s3.put(BUCKET, key, body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_removes_and_keeps_the_right_objects() {
+    use std::time::{Duration, SystemTime};
+    use toolwire::retention::{self, Policy};
+    let s3 = server();
+    let dir = tempfile::tempdir().unwrap();
+    let server = new_server();
+    let (mut c, _task) = connect(server.clone());
+    let options = objects_options(&s3, "gc");
+    c.initialize(dir.path(), options.clone()).await;
+    for (session, id) in [("expired", "toolu_e"), ("live", "toolu_l")] {
+        let msgs = json!([
+            assistant_calls(&[id]),
+            user(vec![tr(json!(lines(3000)), id)]),
+        ]);
+        c.call("budget/apply", apply(session, msgs)).await;
+    }
+    let results = "gc/sessions/live/tool-results";
+    // In `live`: an artifact nothing points at with its index, an index
+    // whose artifact is gone, and an object that is not ours.
+    for name in [
+        "toolu_orphan.txt",
+        "toolu_orphan.txt.idx",
+        "toolu_gone.txt.idx",
+        "notes.bin",
+    ] {
+        put_object(&s3, &format!("{results}/{name}"), "x");
+    }
+    server.registry.close_all().await;
+    let transcript = dir.path().join(".toolwire/sessions/expired.jsonl");
+    let file = std::fs::File::options()
+        .write(true)
+        .open(&transcript)
+        .unwrap();
+    file.set_modified(SystemTime::now() - Duration::from_secs(40 * 86_400))
+        .unwrap();
+
+    // Now: `expired` goes whole, objects and all; every object of `live`
+    // is too recent to judge.
+    let dry = c.call("storage/gc", json!({"dryRun": true})).await;
+    let before = s3.keys(BUCKET, "gc/");
+    assert_eq!(before.len(), 8, "{before:?}");
+    let real = c.call("storage/gc", json!({})).await;
+    assert_eq!(dry, real);
+    assert_eq!(real["sessionsRemoved"], json!(["expired"]), "{real}");
+    assert_eq!(real["artifactsRemoved"], json!([]));
+    let after: Vec<String> = before
+        .iter()
+        .filter(|k| !k.starts_with("gc/sessions/expired/"))
+        .cloned()
+        .collect();
+    assert_eq!(s3.keys(BUCKET, "gc/"), after);
+
+    // Two hours on: past the grace period, what nothing points at goes;
+    // the referenced artifact, its index and the foreign object stay.
+    let data_dir = dir.path().canonicalize().unwrap().join(".toolwire");
+    let objects_config: toolwire::config::ObjectsConfig =
+        serde_json::from_value(s3.objects_config(BUCKET, "gc")).unwrap();
+    let objects = toolwire::artifact::objects::ObjectArtifacts::open(&objects_config).unwrap();
+    let policy = Policy {
+        max_age: Some(Duration::from_secs(30 * 86_400)),
+        max_total_bytes: None,
+        grace: retention::GRACE,
+        now: SystemTime::now() + Duration::from_secs(2 * 3600),
+    };
+    let report = tokio::task::spawn_blocking(move || {
+        retention::collect(
+            &data_dir,
+            Some(&objects),
+            &policy,
+            false,
+            &|_| false,
+            &mut |_| {},
+        )
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let url = format!("s3://{BUCKET}/{results}");
+    let mut removed = report.artifacts_removed.clone();
+    removed.sort();
+    assert_eq!(
+        removed,
+        vec![
+            format!("{url}/toolu_gone.txt.idx"),
+            format!("{url}/toolu_orphan.txt"),
+            format!("{url}/toolu_orphan.txt.idx"),
+        ]
+    );
+    assert_eq!(
+        s3.keys(BUCKET, "gc/"),
+        vec![
+            format!("{results}/notes.bin"),
+            format!("{results}/toolu_l.txt"),
+            format!("{results}/toolu_l.txt.idx"),
+        ]
+    );
+    // What is kept still reads.
+    let page = c
+        .call(
+            "artifact/read",
+            json!({"sessionId": "live", "toolUseId": "toolu_l", "limit": 1}),
+        )
+        .await;
+    assert_eq!(page["text"], json!("line 000000 of the build log\n"));
+}
+
+/// `toolwire mcp` with saved outputs in the bucket: the preview names the
+/// object, and `resources/read` of the link (and `read_saved_output`)
+/// return it from there.
+#[test]
+fn the_mcp_link_reads_the_object() {
+    use mcp_peer::{Peer, front_argv, sized_server};
+    let s3 = server();
+    let ws = tempfile::tempdir().unwrap();
+    let objects = s3.objects_config(BUCKET, "mcp");
+    let options = objects["options"].as_object().unwrap();
+    let mut toml = format!(
+        "[storage.objects]\nurl = {}\n[storage.objects.options]\n",
+        objects["url"]
+    );
+    for (key, value) in options {
+        toml.push_str(&format!("{key} = {value}\n"));
+    }
+    std::fs::write(ws.path().join("toolwire.toml"), toml).unwrap();
+    let mut peer = Peer::start(&front_argv("m1", &[], &sized_server()), ws.path());
+    let line = |id: i64, method: &str, params: Value| {
+        json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
+    };
+    peer.request(
+        1,
+        &line(
+            1,
+            "initialize",
+            json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}),
+        ),
+    );
+    peer.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    let called: Value = serde_json::from_str(&peer.request(
+        2,
+        &line(
+            2,
+            "tools/call",
+            json!({"name": "text", "arguments": {"size": 200_000}}),
+        ),
+    ))
+    .unwrap();
+    let content = called["result"]["content"].as_array().unwrap();
+    let preview = content[0]["text"].as_str().unwrap();
+    let url = format!("s3://{BUCKET}/mcp/sessions/m1/tool-results/");
+    assert!(preview.contains(&url), "{preview}");
+    let uri = content
+        .iter()
+        .find(|c| c["type"] == "resource_link")
+        .and_then(|c| c["uri"].as_str())
+        .unwrap()
+        .to_owned();
+    let keys = s3.keys(BUCKET, "mcp/");
+    assert_eq!(keys.len(), 2, "the artifact and its index: {keys:?}");
+    let read: Value =
+        serde_json::from_str(&peer.request(3, &line(3, "resources/read", json!({"uri": uri}))))
+            .unwrap();
+    let whole = read["result"]["contents"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(whole.chars().count(), 200_000);
+    let paged: Value = serde_json::from_str(&peer.request(
+        4,
+        &line(4, "tools/call", json!({"name": "read_saved_output", "arguments": {"uri": uri, "offset": 3, "limit": 2}})),
+    ))
+    .unwrap();
+    let expected: String = whole.split_inclusive('\n').skip(3).take(2).collect();
+    assert_eq!(
+        paged["result"]["structuredContent"]["text"],
+        json!(expected),
+        "{paged}"
+    );
+    assert!(peer.finish().success());
 }

@@ -60,8 +60,16 @@ fn gc(args: &Args) -> Result<GcReport, String> {
         indicatif::ProgressStyle::with_template("{msg:>9} {bar:40} {pos}/{len} sessions {elapsed}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
+    let objects = match &config.storage.objects {
+        Some(objects) => Some(
+            toolwire::artifact::objects::ObjectArtifacts::open(objects)
+                .map_err(|err| err.to_string())?,
+        ),
+        None => None,
+    };
     let report = retention::collect(
         &config.data_dir,
+        objects.as_deref(),
         &policy,
         args.dry_run,
         &|_| false,

@@ -32,6 +32,10 @@ async fn run(
     token: Option<crate::protocol::ProgressToken>,
 ) -> Result<GcReport> {
     let data_dir = cx.config.data_dir.clone();
+    let objects = match &cx.config.storage.objects {
+        Some(objects) => Some(crate::artifact::objects::ObjectArtifacts::open(objects)?),
+        None => None,
+    };
     let policy = cx.config.retention.policy(std::time::SystemTime::now());
     if let Some(shared) = cx.server.registry.storage().shared.clone() {
         return shared.collect(&data_dir, &policy, dry_run).await;
@@ -41,6 +45,7 @@ async fn run(
     tokio::task::spawn_blocking(move || {
         retention::collect(
             &data_dir,
+            objects.as_deref(),
             &policy,
             dry_run,
             &|id| open.contains(id),

@@ -142,17 +142,26 @@ impl S3Server {
 
     /// Remove an object, as another client of the bucket would (boto3).
     pub fn delete(&self, bucket: &str, key: &str) {
+        self.boto3(&format!("delete_object(Bucket={bucket:?}, Key={key:?})"));
+    }
+
+    /// Write an object, as another client of the bucket would (boto3).
+    pub fn put(&self, bucket: &str, key: &str, body: &str) {
+        self.boto3(&format!(
+            "put_object(Bucket={bucket:?}, Key={key:?}, Body={body:?})"
+        ));
+    }
+
+    /// Run one call of a boto3 S3 client of this server.
+    fn boto3(&self, call: &str) {
+        let script = format!(
+            "import sys, boto3; boto3.client('s3', endpoint_url=sys.argv[1], region_name='us-east-1', aws_access_key_id='test', aws_secret_access_key='test').{call}"
+        );
         let status = Command::new(python())
-            .args([
-                "-c",
-                "import sys, boto3; boto3.client('s3', endpoint_url=sys.argv[1], region_name='us-east-1', aws_access_key_id='test', aws_secret_access_key='test').delete_object(Bucket=sys.argv[2], Key=sys.argv[3])",
-                &self.endpoint(),
-                bucket,
-                key,
-            ])
+            .args(["-c", &script, &self.endpoint()])
             .status()
             .unwrap();
-        assert!(status.success(), "deleting {key}");
+        assert!(status.success(), "boto3: {call}");
     }
 
     /// The `storage.objects` configuration for `s3://bucket/prefix` here.
