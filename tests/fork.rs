@@ -279,6 +279,7 @@ async fn a_repaired_or_collected_parent_leaves_its_forks_whole() {
     };
     let report = retention::collect(
         &dir.path().join(".toolwire"),
+        None,
         &policy,
         false,
         &|_| false,
@@ -303,6 +304,7 @@ async fn a_repaired_or_collected_parent_leaves_its_forks_whole() {
     };
     retention::collect(
         &dir.path().join(".toolwire"),
+        None,
         &later,
         false,
         &|_| false,
@@ -321,6 +323,7 @@ async fn a_repaired_or_collected_parent_leaves_its_forks_whole() {
     };
     let report = retention::collect(
         &dir.path().join(".toolwire"),
+        None,
         &expired,
         false,
         &|_| false,
