@@ -37,8 +37,28 @@ pub struct Prepared {
 ///   transcript commit, rolled back) or a `failures` entry (an artifact).
 pub fn prepare() -> Prepared {
     ignore_sigxfsz();
+    tune_allocator();
     Prepared {
         open_files: raise_open_files(),
+    }
+}
+
+/// Keep glibc's malloc from holding on to memory a long-lived server has
+/// freed. By default it raises its mmap threshold to the largest block
+/// freed so far (up to 32 MiB), so after one large reply every later large
+/// buffer comes from the heap and stays there; it also keeps up to eight
+/// arenas per core, each holding its own free memory. A fixed threshold
+/// sends every block of 128 KiB or more (request and reply frames, a
+/// transcript's read buffer, big vectors) to mmap, returned whole on free;
+/// two arenas are plenty for a runtime of a few threads.
+pub fn tune_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets allocator parameters; called before any
+    // thread of ours starts.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 << 10);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 20);
     }
 }
 

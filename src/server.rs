@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::StreamExt;
 use serde_json::Value;
+use serde_json::value::RawValue;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 use tokio_util::codec::FramedRead;
@@ -91,6 +92,22 @@ impl ReplySink {
             }
         }
     }
+
+    /// Reply with a result already encoded; written out as it is.
+    fn reply_encoded(&self, id: &Value, result: Result<Box<RawValue>>) {
+        match self {
+            ReplySink::Direct(outbox) => {
+                outbox.send_raw(transport::response_bytes(id, result).into());
+            }
+            // A batch is answered as one array of values.
+            ReplySink::Batch(_) => self.reply(
+                id,
+                result.and_then(|raw| {
+                    serde_json::from_str(raw.get()).map_err(|e| Error::Internal(e.to_string()))
+                }),
+            ),
+        }
+    }
 }
 
 struct Connection {
@@ -127,7 +144,15 @@ where
     let mut frames = FramedRead::new(reader, LspCodec::default());
     while let Some(frame) = frames.next().await {
         match frame {
-            Ok(Frame::Body(body)) => conn.on_body(&body),
+            Ok(Frame::Body(body)) => {
+                conn.on_body(&body);
+                // A large request leaves a read buffer of its size behind
+                // for the connection's life: copy out what follows it.
+                if body.len() > transport::BUFFER_KEPT {
+                    let buffer = frames.read_buffer_mut();
+                    *buffer = bytes::BytesMut::from(&buffer[..]);
+                }
+            }
             Ok(Frame::Malformed(reason)) => {
                 tracing::warn!(%reason, "malformed frame");
                 ReplySink::Direct(conn.shared.outbox.clone())
@@ -305,7 +330,7 @@ impl Connection {
                 tokio::spawn(async move {
                     let result = pending.await;
                     done();
-                    sink.reply(&id, result);
+                    sink.reply_encoded(&id, result);
                 });
             }
         }

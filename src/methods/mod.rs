@@ -6,7 +6,8 @@
 //!   pushes it onto that session's queue at once, so it takes effect in
 //!   arrival order; the handler gets the session exclusively.
 //! - `concurrent`: it reads published snapshots or touches no session; it
-//!   runs on its own task.
+//!   runs on its own task. (`raw`: the same, serializing its result
+//!   itself, for replies too large to build as values first.)
 //!
 //! Adding a method is a file here, its types in `protocol.rs` and one line
 //! in [`method_table!`].
@@ -26,6 +27,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 
 use futures_util::future::BoxFuture;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -97,8 +99,16 @@ pub trait ConcurrentMethod: Method {
     fn run(cx: RequestCx, params: Self::Params) -> BoxFuture<'static, Result<Self::Result>>;
 }
 
-/// The answer to a request, once it is ready.
-pub type Pending = BoxFuture<'static, Result<Value>>;
+/// A concurrent method whose result is serialized straight from what it
+/// reads (its reply may be tens of MB: `state/get` of a large session),
+/// never built as a tree of values first. Its JSON must match
+/// `Self::Result`, which still gives its schema.
+pub trait ConcurrentRawMethod: Method {
+    fn run(cx: RequestCx, params: Self::Params) -> BoxFuture<'static, Result<Box<RawValue>>>;
+}
+
+/// The answer to a request, once it is ready: its result, already encoded.
+pub type Pending = BoxFuture<'static, Result<Box<RawValue>>>;
 type Route = fn(RequestCx, Value) -> Result<Pending>;
 
 /// Decode a method's params: an object (by name), or nothing at all.
@@ -120,8 +130,10 @@ pub fn by_position() -> Error {
     )
 }
 
-fn encode<T: serde::Serialize>(result: T) -> Result<Value> {
-    serde_json::to_value(result).map_err(|err| Error::Internal(format!("encoding result: {err}")))
+/// Encode a result straight to JSON text (no intermediate `Value`).
+pub fn encode<T: serde::Serialize>(result: T) -> Result<Box<RawValue>> {
+    serde_json::value::to_raw_value(&result)
+        .map_err(|err| Error::Internal(format!("encoding result: {err}")))
 }
 
 fn route_session<M: SessionMethod>(cx: RequestCx, raw: Value) -> Result<Pending> {
@@ -151,6 +163,11 @@ fn route_session<M: SessionMethod>(cx: RequestCx, raw: Value) -> Result<Pending>
 fn route_concurrent<M: ConcurrentMethod>(cx: RequestCx, raw: Value) -> Result<Pending> {
     let params: M::Params = params(raw)?;
     Ok(Box::pin(async move { encode(M::run(cx, params).await?) }))
+}
+
+fn route_raw<M: ConcurrentRawMethod>(cx: RequestCx, raw: Value) -> Result<Pending> {
+    let params: M::Params = params(raw)?;
+    Ok(M::run(cx, params))
 }
 
 /// Something that wants to see every method with its types (schemas, docs).
@@ -183,15 +200,17 @@ macro_rules! method_table {
     };
     (@route session $ty:ident) => { route_session::<protocol::$ty> as Route };
     (@route concurrent $ty:ident) => { route_concurrent::<protocol::$ty> as Route };
+    (@route raw $ty:ident) => { route_raw::<protocol::$ty> as Route };
     (@exec session) => { Exec::Session };
     (@exec concurrent) => { Exec::Concurrent };
+    (@exec raw) => { Exec::Concurrent };
 }
 
 method_table! {
     session BudgetApply,
     session StateFork,
     session StateReconstruct,
-    concurrent StateGet,
+    raw StateGet,
     session PairAppend,
     session PairFlush,
     concurrent TranscriptRepair,

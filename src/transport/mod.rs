@@ -8,6 +8,7 @@ pub mod codec;
 pub mod lines;
 
 use bytes::Bytes;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::io::AsyncWrite;
 use tokio::sync::mpsc;
@@ -41,6 +42,9 @@ impl Outbox {
     }
 }
 
+/// The largest read or write buffer a connection keeps between frames.
+pub const BUFFER_KEPT: usize = 1 << 20;
+
 /// Start the writer task for `writer`; it ends when every [`Outbox`] clone
 /// is dropped, after flushing.
 pub fn spawn_writer<W>(writer: W) -> (Outbox, tokio::task::JoinHandle<()>)
@@ -62,10 +66,12 @@ where
         let mut framed = FramedWrite::new(writer, codec);
         while let Some(body) = rx.recv().await {
             // Write everything queued, then flush once.
+            let mut large = body.len() > BUFFER_KEPT;
             if framed.feed(body).await.is_err() {
                 return;
             }
             while let Ok(more) = rx.try_recv() {
+                large |= more.len() > BUFFER_KEPT;
                 if framed.feed(more).await.is_err() {
                     return;
                 }
@@ -73,9 +79,35 @@ where
             if framed.flush().await.is_err() {
                 return;
             }
+            // One large reply would otherwise keep a buffer of its size
+            // (resident, since it was written to) for the connection's life.
+            if large {
+                *framed.write_buffer_mut() = bytes::BytesMut::new();
+            }
         }
     });
     (Outbox(tx), task)
+}
+
+/// A response frame's body for a result already encoded: the result's
+/// bytes are copied once, into the frame, never parsed again.
+pub fn response_bytes(id: &Value, result: Result<Box<RawValue>, Error>) -> Vec<u8> {
+    #[derive(serde::Serialize)]
+    struct Success<'a> {
+        jsonrpc: &'static str,
+        id: &'a Value,
+        result: &'a RawValue,
+    }
+    let encoded = match &result {
+        Ok(raw) => serde_json::to_vec(&Success {
+            jsonrpc: "2.0",
+            id,
+            result: raw,
+        }),
+        Err(err) => serde_json::to_vec(&response(id, Err(err.clone()))),
+    };
+    // Plain strings and values: serializing them cannot fail.
+    encoded.unwrap_or_default()
 }
 
 pub fn response(id: &Value, result: Result<Value, Error>) -> Value {
