@@ -2,7 +2,7 @@
 //! a baseline measured in the same run: the same server idle after
 //! `initialize`.
 //!
-//!     cargo bench --bench memory              # every figure (about two minutes)
+//!     cargo bench --bench memory              # every figure (about three minutes)
 //!     cargo bench --bench memory -- ids       # one part: reconstruct resume apply ids
 //!
 //! A session of 100,000 seen ids and 10,000 replacements (2 KB previews, as
@@ -364,7 +364,10 @@ fn many_ids(root: &Path, rows: &mut Vec<Row>) {
     let dir = root.join("ids");
     std::fs::create_dir_all(&dir).unwrap();
     let idle_ms = 500;
-    let settle = Duration::from_millis(idle_ms * 3);
+    // Idle sessions go after `idle_ms`, the memory they freed is handed
+    // back a second after the evictions, and the blocking threads their
+    // loads started (each with the stack it touched) end after 10 s idle.
+    let settle = Duration::from_millis(idle_ms * 3 + 12_000);
     let mut server = Served::start(
         &dir,
         &[("TOOLWIRE_SESSION_IDLE_MS", &idle_ms.to_string())],

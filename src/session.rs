@@ -169,6 +169,8 @@ struct Slots {
     storage: Arc<Storage>,
     idle: Duration,
     open: Arc<OpenTranscripts>,
+    /// A release of freed memory is scheduled (see [`Slots::retired`]).
+    release_due: std::sync::atomic::AtomicBool,
 }
 
 impl Slots {
@@ -219,6 +221,7 @@ impl Slots {
             return false;
         }
         *sender = None;
+        drop(sender);
         if map.get(&slot.key).is_some_and(|s| Arc::ptr_eq(s, slot)) {
             map.remove(&slot.key);
             // A burst of sessions leaves a table sized for it: give it back
@@ -229,6 +232,36 @@ impl Slots {
             }
         }
         true
+    }
+
+    /// Sessions were evicted: a second later, once the evictions around
+    /// this one are done too, hand the memory they freed back to the
+    /// system. glibc returns only the top of its heaps by itself, so a
+    /// burst of sessions would otherwise leave the server at its peak for
+    /// good. One release covers every eviction of that second, runs on a
+    /// blocking thread, and is never on a request's path.
+    fn retired(self: &Arc<Self>) {
+        use std::sync::atomic::Ordering;
+        if self.release_due.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let slots = Arc::downgrade(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            if let Some(slots) = slots.upgrade() {
+                slots.release_due.store(false, Ordering::Release);
+            }
+            let _ = tokio::task::spawn_blocking(release_free_memory).await;
+        });
+    }
+}
+
+/// Give memory the allocator holds free back to the system.
+fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free pages back to the kernel.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
@@ -356,6 +389,7 @@ impl Registry {
                 storage: Arc::new(storage),
                 idle,
                 open: Arc::new(open),
+                release_due: Default::default(),
             }),
         }
     }
@@ -768,7 +802,11 @@ impl Session {
         let Some(slots) = slot.registry.upgrade() else {
             return false;
         };
-        slots.retire(&slot, queue)
+        let retired = slots.retire(&slot, queue);
+        if retired {
+            slots.retired();
+        }
+        retired
     }
 
     /// Report whether the transcript is open to the bound on open

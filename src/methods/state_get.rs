@@ -35,16 +35,16 @@ impl ConcurrentRawMethod for StateGet {
             if cx.server.registry.storage().shared.is_some() {
                 // Shared store: another replica may have committed since
                 // the snapshot; read it in queue order.
-                let slot = cx.slot(&params.session_id);
-                return slot
+                let published = cx
+                    .slot(&params.session_id)
                     .run(|session| {
                         Box::pin(async move {
                             session.load().await?;
-                            Ok(())
+                            Ok(session.snapshot())
                         })
                     })
-                    .await
-                    .map(|()| describe(&slot.published().unwrap_or_default()));
+                    .await?;
+                return encode_snapshot(published).await;
             }
             let slot = match cx.server.registry.existing(data_dir, &params.session_id) {
                 Some(slot) => slot,
@@ -67,9 +67,7 @@ impl ConcurrentRawMethod for StateGet {
                     .await?
                 }
             };
-            tokio::task::spawn_blocking(move || encode(Reply::of(&published)))
-                .await
-                .map_err(|e| crate::error::Error::Internal(e.to_string()))?
+            encode_snapshot(published).await
         })
     }
 }
@@ -82,6 +80,13 @@ fn session_on_disk(data_dir: &std::path::Path, id: &crate::protocol::SessionId) 
         id: id.clone(),
     };
     key.transcript_path().symlink_metadata().is_ok() || key.session_dir().symlink_metadata().is_ok()
+}
+
+/// Serialize the reply off the async workers (tens of MB take a while).
+async fn encode_snapshot(published: Arc<Published>) -> Result<Box<RawValue>> {
+    tokio::task::spawn_blocking(move || encode(Reply::of(&published)))
+        .await
+        .map_err(|e| crate::error::Error::Internal(e.to_string()))?
 }
 
 /// The reply, in the shape of [`StateGetResult`] (ids sorted, replacements
