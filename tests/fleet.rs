@@ -6,6 +6,8 @@
 
 mod common;
 mod fake_provider;
+#[path = "common/s3.rs"]
+mod s3;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -357,18 +359,22 @@ async fn three_replicas_on_one_database_decide_once_and_replay_the_same_bytes() 
     assert_eq!(records, 12, "one decision per result after the kill");
 }
 
+/// An in-process server on the shared store at `db`.
+fn shared_server(db: &str) -> std::sync::Arc<toolwire::server::Server> {
+    toolwire::server::Server::new(toolwire::session::Storage {
+        shared: Some(std::sync::Arc::new(
+            toolwire::store::postgres::Postgres::connect(db, 4).unwrap(),
+        )),
+        ..Default::default()
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gc_on_the_shared_store_removes_expired_sessions_and_keeps_fork_parents() {
     let (db, store) = common::pg::migrated_database();
     let data = tempfile::tempdir().unwrap();
     let data_dir = data.path().canonicalize().unwrap();
-    let server = toolwire::server::Server::new(toolwire::session::Storage {
-        shared: Some(std::sync::Arc::new(
-            toolwire::store::postgres::Postgres::connect(&db, 4).unwrap(),
-        )),
-        ..Default::default()
-    });
-    let (mut c, _task) = common::connect(server.clone());
+    let (mut c, _task) = common::connect(shared_server(&db));
     let ws = tempfile::tempdir().unwrap();
     c.initialize(
         ws.path(),
@@ -436,4 +442,92 @@ async fn gc_on_the_shared_store_removes_expired_sessions_and_keeps_fork_parents(
     let report = gc(false);
     assert_eq!(report["sessionsRemoved"], json!(["old"]));
     assert!(saved_outputs(&data_dir, "old").is_empty());
+}
+
+/// On the shared store with saved outputs in a bucket: gc deletes an
+/// expired session's objects with its rows, through `toolwire gc` as
+/// through `storage/gc`, and a dry run deletes nothing but counts them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_on_the_shared_store_deletes_expired_sessions_objects_from_the_bucket() {
+    const BUCKET: &str = "fleet-gc";
+    let s3 = s3::S3Server::start();
+    s3.create_bucket(BUCKET);
+    let objects = s3.objects_config(BUCKET, "team");
+    let (db, store) = common::pg::migrated_database();
+    let data = tempfile::tempdir().unwrap();
+    let data_dir = data.path().canonicalize().unwrap();
+    let (mut c, _task) = common::connect(shared_server(&db));
+    let ws = tempfile::tempdir().unwrap();
+    c.initialize(
+        ws.path(),
+        json!({"dataDir": data_dir, "durability": "none", "limits": {"maxResultChars": 100},
+               "storage": {"objects": objects}, "retention": {"maxAgeDays": 0}}),
+    )
+    .await;
+    for session in ["one", "two"] {
+        let reply = c
+            .call(
+                "budget/apply",
+                json!({"sessionId": session, "messages": conversation(session, 1)}),
+            )
+            .await;
+        assert_eq!(
+            reply["persisted"].as_array().map(Vec::len),
+            Some(1),
+            "{reply}"
+        );
+    }
+    let keys = s3.keys(BUCKET, "team/sessions/");
+    for session in ["one", "two"] {
+        assert!(
+            keys.iter()
+                .any(|k| k.starts_with(&format!("team/sessions/{session}/"))),
+            "{keys:?}"
+        );
+    }
+    assert!(
+        saved_outputs(&data_dir, "one").is_empty(),
+        "saved outputs went to the bucket"
+    );
+
+    // `toolwire gc --dry-run` over the same database and bucket.
+    let gc_ws = tempfile::tempdir().unwrap();
+    let o = &objects["options"];
+    std::fs::write(
+        gc_ws.path().join("toolwire.toml"),
+        format!(
+            "data_dir = {data:?}\n[storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl = {db:?}\n\
+             [storage.objects]\nurl = {url:?}\n[storage.objects.options]\nendpoint = {endpoint:?}\n\
+             region = \"us-east-1\"\nallow_http = true\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\n\
+             [retention]\nmax_age_days = 0\n",
+            data = data_dir.display().to_string(),
+            url = objects["url"].as_str().unwrap(),
+            endpoint = o["endpoint"].as_str().unwrap(),
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolwire"))
+        .args(["gc", "--json", "--dry-run", "--workspace"])
+        .arg(gc_ws.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dry: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(dry["sessionsRemoved"], json!(["one", "two"]), "{dry}");
+    assert!(dry["bytesFreed"].as_u64().unwrap() > 0, "{dry}");
+    assert_eq!(
+        s3.keys(BUCKET, "team/sessions/"),
+        keys,
+        "a dry run deletes nothing"
+    );
+
+    // `storage/gc` for real: the same report, rows and objects gone.
+    let real = c.call("storage/gc", json!({})).await;
+    assert_eq!(real, dry);
+    assert!(store.read("one", 0).await.unwrap().is_none());
+    assert_eq!(s3.keys(BUCKET, "team/sessions/"), Vec::<String>::new());
 }

@@ -45,13 +45,21 @@ fn gc(args: &Args) -> Result<GcReport, String> {
         .map_err(|err| format!("no workspace directory: {err}"))?;
     let config = toolwire::config::load(&workspace, None).map_err(|err| err.to_string())?;
     let policy = config.retention.policy(std::time::SystemTime::now());
+    let objects = match &config.storage.objects {
+        Some(objects) => Some(
+            toolwire::artifact::objects::ObjectArtifacts::open(objects)
+                .map_err(|err| err.to_string())?,
+        ),
+        None => None,
+    };
     if let Some(pg) = toolwire::store::postgres_of(&config.storage).map_err(|e| e.to_string())? {
         use toolwire::store::SharedStore;
         let rt = super::runtime().map_err(|err| format!("cannot start the runtime: {err}"))?;
         return rt
             .block_on(async {
                 pg.check_schema().await?;
-                pg.collect(&config.data_dir, &policy, args.dry_run).await
+                pg.collect(&config.data_dir, objects, &policy, args.dry_run)
+                    .await
             })
             .map_err(|err| err.to_string());
     }
@@ -60,13 +68,6 @@ fn gc(args: &Args) -> Result<GcReport, String> {
         indicatif::ProgressStyle::with_template("{msg:>9} {bar:40} {pos}/{len} sessions {elapsed}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
-    let objects = match &config.storage.objects {
-        Some(objects) => Some(
-            toolwire::artifact::objects::ObjectArtifacts::open(objects)
-                .map_err(|err| err.to_string())?,
-        ),
-        None => None,
-    };
     let report = retention::collect(
         &config.data_dir,
         objects.as_deref(),

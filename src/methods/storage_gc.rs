@@ -38,7 +38,7 @@ async fn run(
     };
     let policy = cx.config.retention.policy(std::time::SystemTime::now());
     if let Some(shared) = cx.server.registry.storage().shared.clone() {
-        return shared.collect(&data_dir, &policy, dry_run).await;
+        return shared.collect(&data_dir, objects, &policy, dry_run).await;
     }
     let open = cx.server.registry.open_sessions(&data_dir);
     let progress_cx = cx.clone();

@@ -1,6 +1,9 @@
 //! `toolwire gc` and `storage/gc` on the shared store: sessions whose last
 //! commit is older than `retention.maxAgeDays` go, with their commits and
-//! decisions and their saved outputs under the data directory.
+//! decisions and their saved outputs: under the data directory, and on
+//! object storage when `storage.objects` puts them there (every object
+//! under `sessions/<id>/`, deleted after the session's rows, so a session
+//! is never left with decisions whose saved outputs are gone).
 //!
 //! What the local collector does on files holds here too: a session some
 //! `budget/apply` is persisting into is never touched (the apply holds its
@@ -14,8 +17,10 @@
 //! alone.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use super::postgres::Postgres;
+use crate::artifact::objects::ObjectArtifacts;
 use crate::error::{Error, Result};
 use crate::retention::{GcReport, Policy};
 
@@ -23,6 +28,7 @@ use crate::retention::{GcReport, Policy};
 pub async fn collect(
     store: &Postgres,
     data_dir: &Path,
+    objects: Option<Arc<ObjectArtifacts>>,
     policy: &Policy,
     dry_run: bool,
 ) -> Result<GcReport> {
@@ -38,6 +44,9 @@ pub async fn collect(
         let session_dir = dir.parent().map(Path::to_path_buf);
         if dry_run {
             report.bytes_freed += session_dir.as_deref().map_or(0, dir_bytes);
+            if let Some(objects) = &objects {
+                report.bytes_freed += session_objects(objects, &id, false).await?;
+            }
             report.sessions_removed.push(id);
             continue;
         }
@@ -61,6 +70,9 @@ pub async fn collect(
                 Err(err) => return Err(Error::storage(d, &err)),
             }
         }
+        if let Some(objects) = &objects {
+            report.bytes_freed += session_objects(objects, &id, true).await?;
+        }
         drop(hold);
         report.sessions_removed.push(id);
     }
@@ -71,6 +83,28 @@ pub async fn collect(
             .saturating_sub(report.sessions_removed.len() as u64);
     }
     Ok(report)
+}
+
+/// The bytes of every object under `sessions/<id>/` in `objects`, each
+/// deleted too when `delete`. The store's client is blocking (it runs its
+/// own runtime), so this runs on a blocking thread.
+async fn session_objects(objects: &Arc<ObjectArtifacts>, id: &str, delete: bool) -> Result<u64> {
+    let objects = objects.clone();
+    let prefix = objects.sessions().join(id);
+    let url = objects.url_of(&prefix);
+    tokio::task::spawn_blocking(move || {
+        let mut bytes = 0;
+        for meta in objects.list(&prefix)? {
+            if delete {
+                objects.delete(&meta.location)?;
+            }
+            bytes += meta.size;
+        }
+        Ok::<_, std::io::Error>(bytes)
+    })
+    .await
+    .map_err(|err| Error::Internal(format!("gc task failed: {err}")))?
+    .map_err(|err| Error::storage(Path::new(&url), &err))
 }
 
 /// The directory opened and locked exclusively, or `None` when someone

@@ -63,11 +63,13 @@ pub trait SharedStore: Send + Sync + 'static {
     /// exists already.
     fn fork<'a>(&'a self, parent: &'a str, child: &'a str) -> BoxFuture<'a, Result<()>>;
 
-    /// Retention over the store and the saved outputs in `data_dir`
-    /// (`toolwire gc`, `storage/gc`; see [`gc`]).
+    /// Retention over the store and the saved outputs in `data_dir`, or in
+    /// `objects` when they are on object storage (`toolwire gc`,
+    /// `storage/gc`; see [`gc`]).
     fn collect<'a>(
         &'a self,
         data_dir: &'a std::path::Path,
+        objects: Option<std::sync::Arc<crate::artifact::objects::ObjectArtifacts>>,
         policy: &'a crate::retention::Policy,
         dry_run: bool,
     ) -> BoxFuture<'a, Result<crate::retention::GcReport>>;

@@ -349,10 +349,11 @@ impl SharedStore for Postgres {
     fn collect<'a>(
         &'a self,
         data_dir: &'a std::path::Path,
+        objects: Option<std::sync::Arc<crate::artifact::objects::ObjectArtifacts>>,
         policy: &'a crate::retention::Policy,
         dry_run: bool,
     ) -> BoxFuture<'a, Result<crate::retention::GcReport>> {
-        Box::pin(super::gc::collect(self, data_dir, policy, dry_run))
+        Box::pin(super::gc::collect(self, data_dir, objects, policy, dry_run))
     }
 
     fn fork<'a>(&'a self, parent: &'a str, child: &'a str) -> BoxFuture<'a, Result<()>> {
