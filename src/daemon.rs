@@ -279,6 +279,10 @@ fn check_paths(paths: &Paths) -> io::Result<()> {
     Ok(())
 }
 
+/// Bytes a forwarder moves per read: a whole small frame, or a big one in
+/// few system calls.
+const FORWARD_BUFFER: usize = 64 * 1024;
+
 /// Forward this process's stdio to the workspace daemon, starting it if
 /// needed. Returns when the daemon ends the connection, which it does
 /// after answering everything the client sent (when stdin ends, every
@@ -288,7 +292,7 @@ pub async fn forward(workspace: &Path, idle: Duration) -> io::Result<()> {
     check_paths(&paths)?;
     let stream = connect_or_start(&paths, workspace, idle).await?;
     let (read, mut write) = stream.into_split();
-    let mut read = BufReader::new(read);
+    let mut read = BufReader::with_capacity(FORWARD_BUFFER, read);
     write
         .write_all(format!("toolwire/{VERSION}\n").as_bytes())
         .await?;
@@ -300,16 +304,19 @@ pub async fn forward(workspace: &Path, idle: Duration) -> io::Result<()> {
             answer.trim_end()
         )));
     }
+    // stdio on epoll when it is a pipe or a socket (see
+    // `transport::stdio`): a forwarded frame then costs one read and one
+    // write each way, with no blocking-pool hop.
     let upstream = async move {
-        let mut stdin = tokio::io::stdin();
-        let copied = tokio::io::copy(&mut stdin, &mut write).await;
+        let mut stdin = BufReader::with_capacity(FORWARD_BUFFER, crate::transport::stdio::stdin());
+        let copied = tokio::io::copy_buf(&mut stdin, &mut write).await;
         // The client is gone: tell the daemon, which flushes its pairs.
         let _ = write.shutdown().await;
         copied
     };
     let downstream = async move {
-        let mut stdout = tokio::io::stdout();
-        let copied = tokio::io::copy(&mut read, &mut stdout).await;
+        let mut stdout = crate::transport::stdio::stdout();
+        let copied = tokio::io::copy_buf(&mut read, &mut stdout).await;
         let _ = stdout.flush().await;
         copied
     };

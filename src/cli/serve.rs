@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use toolwire::server::{self, Server};
 use toolwire::session::Storage;
+use toolwire::transport::stdio;
 
 use super::runtime;
 
@@ -74,13 +75,17 @@ fn shared(workspace: Option<PathBuf>, idle_timeout: u64, daemon: bool) -> ExitCo
         tracing::info!(open_files = prepared.open_files, "daemon starting");
     }
     let outcome = runtime().and_then(|rt| {
-        let outcome = rt.block_on(async {
+        // On a runtime worker, not this thread (see `serve`).
+        let task = rt.spawn(async move {
             if daemon {
                 toolwire::daemon::run_daemon(&workspace, idle).await
             } else {
                 toolwire::daemon::forward(&workspace, idle).await
             }
         });
+        let outcome = rt
+            .block_on(task)
+            .unwrap_or_else(|err| Err(std::io::Error::other(format!("the task failed: {err}"))));
         rt.shutdown_background();
         outcome
     });
@@ -118,11 +123,13 @@ fn serve() -> ExitCode {
             Err(err) => return Err(err.to_string()),
         };
         let server = Server::new(storage);
-        // On a runtime thread (sized for deep messages), not this one.
+        // On a runtime worker (sized for deep messages), not this thread:
+        // the reader, its handlers and the writer then share the workers
+        // instead of hopping to and from the thread that blocks here.
         let connection = tokio::spawn(server::serve_connection(
             server.clone(),
-            tokio::io::stdin(),
-            tokio::io::stdout(),
+            stdio::stdin(),
+            stdio::stdout(),
         ));
         let end = connection.await;
         server.registry.close_all().await;

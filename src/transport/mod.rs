@@ -6,6 +6,7 @@
 
 pub mod codec;
 pub mod lines;
+pub mod stdio;
 
 use bytes::Bytes;
 use serde_json::value::RawValue;
