@@ -166,8 +166,18 @@ impl AsyncRead for NonBlocking {
         let this = self.get_mut();
         loop {
             let mut guard = ready!(this.fd.poll_read_ready(cx))?;
+            let wanted = buf.remaining();
             match guard.try_io(|_| this.read_once(buf)) {
-                Ok(result) => return Poll::Ready(result.map(|_| ())),
+                Ok(Ok(n)) => {
+                    // A short read drained the pipe or socket: wait for the
+                    // next edge instead of paying a read that says EAGAIN
+                    // (what tokio's own sockets do).
+                    if n > 0 && n < wanted {
+                        guard.clear_ready();
+                    }
+                    return Poll::Ready(Ok(()));
+                }
+                Ok(Err(err)) => return Poll::Ready(Err(err)),
                 Err(_would_block) => continue,
             }
         }
