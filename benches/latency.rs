@@ -112,6 +112,13 @@ fn bench(calls: usize, rounds: usize) {
         .prefix("toolwire-bench-latency-")
         .tempdir()
         .expect("workspace");
+    // The shared daemon keeps the session it served loaded (holding its
+    // transcript's lock) for its idle period, so it gets a workspace of its
+    // own; otherwise the next round's `toolwire serve` finds the lock taken.
+    let shared_workspace = tempfile::Builder::new()
+        .prefix("toolwire-bench-latency-shared-")
+        .tempdir()
+        .expect("workspace");
     let run = tempfile::Builder::new()
         .prefix("toolwire-bench-run-")
         .tempdir()
@@ -162,7 +169,12 @@ fn bench(calls: usize, rounds: usize) {
     for round in 0..rounds {
         for k in 0..targets.len() {
             let i = (k + round) % targets.len();
-            let ns = run_client(&modules, workspace.path(), run.path(), &targets[i], calls);
+            let ws = if targets[i].command.iter().any(|a| a == "--shared") {
+                shared_workspace.path()
+            } else {
+                workspace.path()
+            };
+            let ns = run_client(&modules, ws, run.path(), &targets[i], calls);
             samples[i].push(ns);
         }
     }
