@@ -149,11 +149,7 @@ impl Report {
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
     let large = std::env::args().any(|a| a == "--large");
-    let root = tempfile::tempdir_in(
-        std::env::var("TOOLWIRE_BENCH_DIR")
-            .unwrap_or_else(|_| std::env::temp_dir().display().to_string()),
-    )
-    .unwrap();
+    let root = support::bench_root();
     let mut report = Report(Vec::new());
     println!(
         "toolwire end-to-end benchmarks ({} cores)\n",
@@ -161,11 +157,8 @@ async fn main() {
     );
 
     // `cargo bench --bench e2e -- pairs rss` runs only the named figures.
-    let only: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with("--"))
-        .collect();
-    let want = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
+    let parts = support::Parts::from_args();
+    let want = |name: &str| parts.want(name);
     let dir = root.path();
     if want("reapply") {
         for format in ["anthropic", "openai-chat", "openai-responses", "gemini"] {

@@ -19,6 +19,9 @@ use serde_json::{Value, json};
 use tokio_util::codec::{FramedRead, FramedWrite};
 use toolwire::server::{self, Server};
 use toolwire::session::Storage;
+
+mod support;
+use support::pair;
 use toolwire::transport::codec::{Frame, LspCodec};
 
 type Reader = FramedRead<tokio::io::ReadHalf<tokio::io::DuplexStream>, LspCodec>;
@@ -90,13 +93,6 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
-fn pair(id: &str, body: &str) -> [Value; 2] {
-    [
-        json!({"role": "assistant", "content": [{"type": "tool_use", "id": id, "name": "Bash", "input": {"command": "make"}}]}),
-        json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": body}]}),
-    ]
-}
-
 fn line(message: &Value) -> String {
     json!({"type": "message", "message": message}).to_string()
 }
@@ -110,16 +106,9 @@ fn report(name: &str, value: String, baseline: String, ratio: f64, target: &str,
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
-    let root = tempfile::tempdir_in(
-        std::env::var("TOOLWIRE_BENCH_DIR")
-            .unwrap_or_else(|_| std::env::temp_dir().display().to_string()),
-    )
-    .unwrap();
-    let only: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with("--"))
-        .collect();
-    let want = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
+    let root = support::bench_root();
+    let parts = support::Parts::from_args();
+    let want = |name: &str| parts.want(name);
     println!(
         "toolwire storage benchmarks ({} cores)\n",
         std::thread::available_parallelism().map_or(0, |n| n.get())

@@ -170,16 +170,9 @@ fn row(name: &str, value: f64, unit: &str, baseline: f64, target: &str, met: boo
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
-    let root = tempfile::tempdir_in(
-        std::env::var("TOOLWIRE_BENCH_DIR")
-            .unwrap_or_else(|_| std::env::temp_dir().display().to_string()),
-    )
-    .unwrap();
-    let only: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with("--"))
-        .collect();
-    let want = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
+    let root = support::bench_root();
+    let parts = support::Parts::from_args();
+    let want = |name: &str| parts.want(name);
     println!(
         "toolwire throughput benchmarks ({} cores)\n",
         std::thread::available_parallelism().map_or(0, |n| n.get())

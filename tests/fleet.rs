@@ -6,6 +6,8 @@
 
 mod common;
 mod fake_provider;
+#[path = "common/proxy_process.rs"]
+mod proxy_process;
 #[path = "common/s3.rs"]
 mod s3;
 
@@ -15,8 +17,7 @@ use std::time::Duration;
 
 use fake_provider::FakeProvider;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use toolwire::store::SharedStore;
 
 const LIMIT: Duration = Duration::from_secs(120);
@@ -49,28 +50,13 @@ fn workspace(db: &str, data_dir: &Path, upstream: &str) -> tempfile::TempDir {
 impl Replica {
     async fn start(db: &str, data_dir: &Path, upstream: &str) -> Replica {
         let ws = workspace(db, data_dir, upstream);
-        let mut child = Command::new(env!("CARGO_BIN_EXE_toolwire"))
-            .args(["proxy", "--listen", "127.0.0.1:0"])
-            .current_dir(ws.path())
-            .env("RUST_LOG", "toolwire=warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let url = tokio::time::timeout(LIMIT, async {
-            while let Some(line) = lines.next_line().await.unwrap() {
-                if let Some(url) = line.strip_prefix("toolwire proxy listening on ") {
-                    return url.to_owned();
-                }
-                eprintln!("replica: {line}");
-            }
-            panic!("the replica exited before listening");
-        })
-        .await
-        .unwrap();
+        let (child, url, mut lines) = proxy_process::start(
+            ws.path(),
+            &["--listen", "127.0.0.1:0"],
+            "toolwire=warn",
+            "replica",
+        )
+        .await;
         tokio::spawn(async move {
             while let Ok(Some(line)) = lines.next_line().await {
                 eprintln!("replica: {line}");

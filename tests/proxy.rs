@@ -4,15 +4,15 @@
 //! simulates prompt caching by byte prefix (tests/fake_provider).
 
 mod fake_provider;
+#[path = "common/proxy_process.rs"]
+mod proxy_process;
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use fake_provider::{FakeProvider, Received};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 const LIMIT: Duration = Duration::from_secs(300);
@@ -40,29 +40,7 @@ impl Proxy {
     async fn start_with(toml: &str, args: &[&str], log: &str) -> Proxy {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("toolwire.toml"), toml).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_toolwire"))
-            .arg("proxy")
-            .args(args)
-            .current_dir(dir.path())
-            .env("RUST_LOG", log)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let url = tokio::time::timeout(LIMIT, async {
-            while let Some(line) = lines.next_line().await.unwrap() {
-                if let Some(url) = line.strip_prefix("toolwire proxy listening on ") {
-                    return url.to_owned();
-                }
-                eprintln!("proxy: {line}");
-            }
-            panic!("the proxy exited before listening");
-        })
-        .await
-        .unwrap();
+        let (child, url, mut lines) = proxy_process::start(dir.path(), args, log, "proxy").await;
         // Keep draining stderr (the log) so the proxy never blocks on it.
         let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
         let sink = stderr.clone();

@@ -1,4 +1,7 @@
-//! Conversations the benchmarks send, shared by the bench targets.
+//! What the bench targets share: the conversations they send, where they
+//! work, and which of their parts a run asked for. Each target uses part
+//! of it.
+#![allow(dead_code)]
 
 use serde_json::{Value, json};
 
@@ -26,5 +29,36 @@ pub fn pair_in(format: &str, id: &str, body: &str) -> [Value; 2] {
             json!({"role": "user", "parts": [{"functionResponse": {"id": id, "name": "Bash", "response": {"output": body}}}]}),
         ],
         _ => pair(id, body),
+    }
+}
+
+/// The directory a bench works in: a fresh temporary directory under
+/// `TOOLWIRE_BENCH_DIR` when set (to measure another disk), else under the
+/// system's temporary directory; removed when dropped.
+pub fn bench_root() -> tempfile::TempDir {
+    tempfile::tempdir_in(
+        std::env::var("TOOLWIRE_BENCH_DIR")
+            .unwrap_or_else(|_| std::env::temp_dir().display().to_string()),
+    )
+    .unwrap()
+}
+
+/// The parts named on the command line (`cargo bench --bench X -- a b`;
+/// flags such as `--large` are not parts): a part runs when none is named
+/// or when it is one of them.
+pub struct Parts(Vec<String>);
+
+impl Parts {
+    pub fn from_args() -> Parts {
+        Parts(
+            std::env::args()
+                .skip(1)
+                .filter(|a| !a.starts_with("--"))
+                .collect(),
+        )
+    }
+
+    pub fn want(&self, name: &str) -> bool {
+        self.0.is_empty() || self.0.iter().any(|o| o == name)
     }
 }

@@ -1,0 +1,51 @@
+//! A real `toolwire proxy` process for the tests: started in a workspace
+//! directory on a port the system picks, and ready once it has said where
+//! it listens. Include it with `#[path = "common/proxy_process.rs"] mod
+//! proxy_process;`.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStderr, Command};
+
+/// How long a proxy may take to start listening.
+const START_LIMIT: Duration = Duration::from_secs(300);
+
+/// Start `toolwire proxy ARGS` in `dir` with `RUST_LOG=log`; returns the
+/// process (killed when dropped), the URL it listens on, and the rest of
+/// its log, which the caller must keep draining so the proxy never blocks
+/// on a full pipe. `tag` prefixes the log lines echoed before it listens.
+pub async fn start(
+    dir: &Path,
+    args: &[&str],
+    log: &str,
+    tag: &str,
+) -> (Child, String, Lines<BufReader<ChildStderr>>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolwire"))
+        .arg("proxy")
+        .args(args)
+        .current_dir(dir)
+        .env("RUST_LOG", log)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let url = tokio::time::timeout(START_LIMIT, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(url) = line.strip_prefix("toolwire proxy listening on ") {
+                return url.to_owned();
+            }
+            eprintln!("{tag}: {line}");
+        }
+        panic!("the {tag} exited before listening");
+    })
+    .await
+    .unwrap();
+    (child, url, lines)
+}
