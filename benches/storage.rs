@@ -88,6 +88,24 @@ fn settle() {
     unsafe { libc::sync() };
 }
 
+/// CPU time this process has used (user + system) and the context
+/// switches of its threads, for what each figure costs besides its wall
+/// time.
+fn usage() -> (Duration, i64) {
+    // SAFETY: getrusage fills the struct it is given and cannot fail for
+    // RUSAGE_SELF.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    (
+        tv(usage.ru_utime) + tv(usage.ru_stime),
+        usage.ru_nvcsw + usage.ru_nivcsw,
+    )
+}
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort_unstable();
     v[v.len() / 2]
@@ -187,6 +205,25 @@ async fn fork(root: &Path) {
     );
 }
 
+/// Pairs per second, CPU microseconds and context switches per pair of
+/// one timed run.
+struct Rate {
+    per_s: f64,
+    cpu_us: f64,
+    switches: f64,
+}
+
+impl Rate {
+    fn since(start: Instant, (cpu, switches): (Duration, i64), pairs: usize) -> Rate {
+        let (cpu_now, switches_now) = usage();
+        Rate {
+            per_s: pairs as f64 / start.elapsed().as_secs_f64(),
+            cpu_us: (cpu_now - cpu).as_secs_f64() * 1e6 / pairs as f64,
+            switches: (switches_now - switches) as f64 / pairs as f64,
+        }
+    }
+}
+
 /// `TOOLWIRE_BENCH_DURABILITY=none` measures the commit path without its
 /// sync (the same baseline), to tell the sync's cost from the request's.
 fn durability() -> String {
@@ -203,11 +240,11 @@ async fn pairs(root: &Path) {
     std::fs::create_dir_all(&dir).unwrap();
     let [a, u] = pair("toolu_base", "exit status 0");
     let bytes = format!("{}\n{}\n", line(&a), line(&u));
-    let loops = |tag: &str| -> f64 {
+    let loops = |tag: &str| -> Rate {
         let files: Vec<PathBuf> = (0..SESSIONS)
             .map(|i| dir.join(format!("loop-{tag}-{i}.jsonl")))
             .collect();
-        let t = Instant::now();
+        let (t, cpu) = (Instant::now(), usage());
         std::thread::scope(|s| {
             for path in &files {
                 let bytes = bytes.as_bytes();
@@ -224,9 +261,9 @@ async fn pairs(root: &Path) {
                 });
             }
         });
-        (SESSIONS * PAIRS) as f64 / t.elapsed().as_secs_f64()
+        Rate::since(t, cpu, SESSIONS * PAIRS)
     };
-    let ours = async |tag: &str| -> f64 {
+    let ours = async |tag: &str| -> Rate {
         let server = Server::new(Storage::default());
         let mut clients = Vec::new();
         for s in 0..SESSIONS {
@@ -255,7 +292,7 @@ async fn pairs(root: &Path) {
                 (c, frames)
             })
             .collect();
-        let t = Instant::now();
+        let (t, cpu) = (Instant::now(), usage());
         let tasks: Vec<_> = prepared
             .into_iter()
             .map(|(mut c, frames)| {
@@ -270,7 +307,7 @@ async fn pairs(root: &Path) {
         for task in tasks {
             task.await.unwrap();
         }
-        (SESSIONS * PAIRS) as f64 / t.elapsed().as_secs_f64()
+        Rate::since(t, cpu, SESSIONS * PAIRS)
     };
     // Interleaved, so a disk that slows down through the run weighs on both.
     let mut rates = Vec::new();
@@ -281,9 +318,21 @@ async fn pairs(root: &Path) {
         settle();
         rates.push((own, base));
     }
-    let own: f64 = rates.iter().map(|r| r.0).sum::<f64>() / rates.len() as f64;
-    let base: f64 = rates.iter().map(|r| r.1).sum::<f64>() / rates.len() as f64;
+    let mean =
+        |f: &dyn Fn(&(Rate, Rate)) -> f64| rates.iter().map(f).sum::<f64>() / rates.len() as f64;
+    let own = mean(&|r| r.0.per_s);
+    let base = mean(&|r| r.1.per_s);
     let ratio = own / base;
+    // The CPU both sides spend per pair (this process, user + system),
+    // which on a machine of two cores bounds how many syncs can be kept
+    // in flight.
+    println!(
+        "  per pair: {:.1} us CPU, {:.1} context switches (loops: {:.1} us, {:.1})",
+        mean(&|r| r.0.cpu_us),
+        mean(&|r| r.0.switches),
+        mean(&|r| r.1.cpu_us),
+        mean(&|r| r.1.switches),
+    );
     report(
         &format!("pair commits, 16 sessions ({})", durability()),
         format!("{own:.0} /s"),
