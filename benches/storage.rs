@@ -232,7 +232,10 @@ fn durability() -> String {
 
 /// 16 sessions committing pairs durably (`fsync`), concurrently, vs 16
 /// threads each appending the same pair lines to a file of its own with
-/// `write` + `fdatasync`, both in this run on the same disk.
+/// `write` + `fdatasync`, both in this run on the same disk. A third side,
+/// reported next to them, does what the loops do from 16 async tasks that
+/// hand each write + sync to a blocking thread: what that handoff alone
+/// costs, without any request.
 async fn pairs(root: &Path) {
     const SESSIONS: usize = 16;
     const PAIRS: usize = 250;
@@ -261,6 +264,44 @@ async fn pairs(root: &Path) {
                 });
             }
         });
+        Rate::since(t, cpu, SESSIONS * PAIRS)
+    };
+    // The floor of any server that keeps the sync off its async workers:
+    // 16 tasks on this runtime, each handing the same write + fdatasync of
+    // its own file to a blocking thread and waiting for it, with no request
+    // path at all.
+    let handed = async |tag: &str| -> Rate {
+        let files: Vec<std::fs::File> = (0..SESSIONS)
+            .map(|i| {
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(dir.join(format!("handed-{tag}-{i}.jsonl")))
+                    .unwrap()
+            })
+            .collect();
+        let (t, cpu) = (Instant::now(), usage());
+        let tasks: Vec<_> = files
+            .into_iter()
+            .map(|mut f| {
+                let bytes = Arc::new(bytes.clone().into_bytes());
+                tokio::spawn(async move {
+                    for _ in 0..PAIRS {
+                        let bytes = bytes.clone();
+                        f = tokio::task::spawn_blocking(move || {
+                            f.write_all(&bytes).unwrap();
+                            f.sync_data().unwrap();
+                            f
+                        })
+                        .await
+                        .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
         Rate::since(t, cpu, SESSIONS * PAIRS)
     };
     let ours = async |tag: &str| -> Rate {
@@ -314,24 +355,42 @@ async fn pairs(root: &Path) {
     for round in 0..3 {
         let base = loops(&format!("r{round}"));
         settle();
+        let hand = handed(&format!("r{round}")).await;
+        settle();
         let own = ours(&format!("r{round}")).await;
         settle();
-        rates.push((own, base));
+        rates.push((own, base, hand));
     }
-    let mean =
-        |f: &dyn Fn(&(Rate, Rate)) -> f64| rates.iter().map(f).sum::<f64>() / rates.len() as f64;
+    let mean = |f: &dyn Fn(&(Rate, Rate, Rate)) -> f64| {
+        rates.iter().map(f).sum::<f64>() / rates.len() as f64
+    };
     let own = mean(&|r| r.0.per_s);
     let base = mean(&|r| r.1.per_s);
+    let hand = mean(&|r| r.2.per_s);
     let ratio = own / base;
-    // The CPU both sides spend per pair (this process, user + system),
-    // which on a machine of two cores bounds how many syncs can be kept
-    // in flight.
-    println!(
-        "  per pair: {:.1} us CPU, {:.1} context switches (loops: {:.1} us, {:.1})",
-        mean(&|r| r.0.cpu_us),
-        mean(&|r| r.0.switches),
-        mean(&|r| r.1.cpu_us),
-        mean(&|r| r.1.switches),
+    // What each side spends per pair besides the disk (this process's CPU,
+    // user + system, and its threads' context switches): on two cores this
+    // bounds how many syncs stay in flight.
+    type Pick = fn(&(Rate, Rate, Rate)) -> &Rate;
+    let sides: [(&str, Pick); 3] = [
+        ("toolwire", |r| &r.0),
+        ("loops", |r| &r.1),
+        ("handed off", |r| &r.2),
+    ];
+    for (name, pick) in sides {
+        println!(
+            "  {name:<11} {:5.1} us CPU, {:4.1} context switches per pair",
+            mean(&|r| pick(r).cpu_us),
+            mean(&|r| pick(r).switches),
+        );
+    }
+    report(
+        "sync handed off from async tasks, no request path",
+        format!("{hand:.0} /s"),
+        format!("{base:.0} /s: 16 write+fdatasync loops"),
+        hand / base,
+        "report",
+        true,
     );
     report(
         &format!("pair commits, 16 sessions ({})", durability()),
