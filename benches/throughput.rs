@@ -234,7 +234,12 @@ async fn reapply_over_stdio(root: &Path, format: &str) {
         let t = Instant::now();
         for m in v["params"]["messages"].as_array().unwrap() {
             for (i, _) in toolwire::format::results(dialect, m) {
-                std::hint::black_box(toolwire::budget::original_digest(dialect, m, i));
+                std::hint::black_box(toolwire::budget::original_digest(
+                    dialect,
+                    m,
+                    i,
+                    toolwire::format::Digest::NEW,
+                ));
             }
         }
         digest.push(t.elapsed());

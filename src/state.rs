@@ -17,7 +17,7 @@
 use std::sync::Arc;
 
 use crate::config::SizeUnit;
-use crate::format::Digest;
+use crate::format::{Digest, DigestKind};
 
 /// One replacement string, stored compactly.
 pub struct Replacement {
@@ -170,15 +170,33 @@ impl ReplacementState {
         self.shards.get(shard_of(id))?.as_ref()?.get(id)
     }
 
+    /// The kind of digest the originals of `id` are to be compared in: that
+    /// of its first decision when that one carries a digest (a decision
+    /// journaled with a SHA-256 digest keeps binding to the SHA-256 of the
+    /// result), else the kind new decisions use.
+    pub fn digest_kind(&self, id: &str) -> DigestKind {
+        self.get(id)
+            .and_then(|d| d.digest.kind())
+            .unwrap_or(Digest::NEW)
+    }
+
     /// The fate of the result `id` whose original has `digest`. A decision
     /// belongs to the original it was made on: the same id with other
     /// content is fresh (PROTOCOL.md 10.1). [`Digest::ANY`] on either side
-    /// matches the id's first decision.
+    /// matches the id's first decision, and so does a digest of another
+    /// kind than the first decision's: callers digest an id's originals in
+    /// [`Self::digest_kind`], so two kinds only meet when a journal read
+    /// back names, in its old kind, an original already taken in from a
+    /// message before it; nothing then tells the two apart.
     pub fn fate(&self, id: &str, digest: Digest) -> Fate<'_> {
         let Some(first) = self.get(id) else {
             return Fate::Fresh;
         };
-        if first.digest == digest || first.digest == Digest::ANY || digest == Digest::ANY {
+        if first.digest == digest
+            || first.digest == Digest::ANY
+            || digest == Digest::ANY
+            || first.digest.kind() != digest.kind()
+        {
             return fate_of(&first.replacement);
         }
         if self.reused.is_empty() {

@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use crate::artifact::{self, ArtifactKind};
 use crate::config::{Limits, SizeUnit, ToolPolicy};
-use crate::format::{self, Dialect, Digest, ResultContent};
+use crate::format::{self, Dialect, Digest, DigestKind, ResultContent};
 use crate::state::{Fate, ReplacementState};
 use planner::Candidate;
 
@@ -120,7 +120,7 @@ pub fn plan_message(unit: &[&Value], state: &ReplacementState, cx: &PlanContext)
             let size = content.size(cx.unit);
             let eligible = is_eligible(&content, &id, cx);
             let digest = if eligible {
-                original_digest(cx.dialect, msg, block)
+                original_digest(cx.dialect, msg, block, state.digest_kind(&id))
             } else {
                 Digest::ANY
             };
@@ -233,12 +233,18 @@ pub fn plan_message(unit: &[&Value], state: &ReplacementState, cx: &PlanContext)
     plan
 }
 
-/// The digest of a result's original content.
-pub fn original_digest(dialect: &dyn Dialect, message: &Value, index: usize) -> Digest {
-    match dialect.result_value(message, index) {
-        Some(value) => Digest::of_value(value),
-        None => Digest::of_value(&Value::Null),
-    }
+/// The digest of a result's original content, in `kind` (the one its id's
+/// decisions use, [`ReplacementState::digest_kind`]).
+pub fn original_digest(
+    dialect: &dyn Dialect,
+    message: &Value,
+    index: usize,
+    kind: DigestKind,
+) -> Digest {
+    Digest::of_value_as(
+        kind,
+        dialect.result_value(message, index).unwrap_or(&Value::Null),
+    )
 }
 
 /// Step 1 of the contract: results with non-text content, of exempt tools,
@@ -275,7 +281,7 @@ pub fn render_message_known(
         while known.next_if(|(block, _)| *block < index).is_some() {}
         let digest = match known.next_if(|(block, _)| *block == index) {
             Some((_, digest)) => *digest,
-            None => original_digest(cx.dialect, message, index),
+            None => original_digest(cx.dialect, message, index, state.digest_kind(&id)),
         };
         if let Fate::Replaced(replacement) = state.fate(&id, digest) {
             put.push((index, replacement.text()));

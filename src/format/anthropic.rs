@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::{
-    Dialect, Digest, Fault, Format, Item, ItemKind, ResultContent, Side, Skim, SkimResult,
+    Dialect, Fault, Format, Item, ItemKind, Original, ResultContent, Side, Skim, SkimResult,
 };
 use crate::budget::preview::OPEN_TAG;
 use crate::error::{Error, Result};
@@ -243,11 +243,9 @@ pub fn skim_head(head: MessageHead<'_>) -> Skim<'_> {
                 .push((block.id.unwrap_or_default(), block.name.unwrap_or_default())),
             Some("tool_result") if side == Some(Side::User) => {
                 let raw = block.content.map(RawValue::get).unwrap_or("null");
-                let digest =
-                    (!is_replacement_json(raw)).then(|| Digest::of_json_bytes(raw.as_bytes()));
                 skim.results.push(SkimResult {
                     id: block.tool_use_id.unwrap_or_default(),
-                    digest,
+                    original: (!is_replacement_json(raw)).then_some(Original::Raw(raw)),
                 });
             }
             _ => {}
@@ -336,17 +334,38 @@ mod tests {
 
     #[test]
     fn skim_digest_matches_the_digest_of_the_parsed_content() {
+        use crate::format::{Digest, DigestKind};
         let msg = json!({"role":"user","content":[
             {"type":"tool_result","tool_use_id":"a","content":"line\n\"q\" é \u{1F600}"},
             {"type":"tool_result","tool_use_id":"b","content":[{"type":"text","text":"x"}]},
             {"type":"tool_result","tool_use_id":"c","content":"<persisted-output>\nkept"},
         ]});
-        let line = serde_json::to_vec(&msg).unwrap();
-        let skim = Anthropic.skim(&line).unwrap();
-        let digests: Vec<Option<Digest>> = skim.results.iter().map(|r| r.digest).collect();
+        let compact = serde_json::to_vec(&msg).unwrap();
+        // The same message as another writer might spell it: spaces, and
+        // escapes serde_json does not use.
+        let imported = br#"{"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "a", "content": "line\n\"q\" \u00e9 \ud83d\ude00"},
+            {"type": "tool_result", "tool_use_id": "b", "content": [ {"type": "text", "text": "\u0078"} ]},
+            {"type": "tool_result", "tool_use_id": "c", "content": "<persisted-output>\nkept"}]}"#;
         let blocks = msg["content"].as_array().unwrap();
-        assert_eq!(digests[0], Some(Digest::of_value(&blocks[0]["content"])));
-        assert_eq!(digests[1], Some(Digest::of_value(&blocks[1]["content"])));
-        assert_eq!(digests[2], None);
+        for line in [&compact[..], &imported[..]] {
+            let skim = Anthropic.skim(line).unwrap();
+            for kind in [DigestKind::Sha256, DigestKind::Xxh3] {
+                let digests: Vec<Option<Digest>> = skim
+                    .results
+                    .iter()
+                    .map(|r| r.original.as_ref().map(|o| o.digest(kind)))
+                    .collect();
+                assert_eq!(
+                    digests[0],
+                    Some(Digest::of_value_as(kind, &blocks[0]["content"]))
+                );
+                assert_eq!(
+                    digests[1],
+                    Some(Digest::of_value_as(kind, &blocks[1]["content"]))
+                );
+                assert_eq!(digests[2], None);
+            }
+        }
     }
 }

@@ -136,62 +136,250 @@ pub struct Skim<'a> {
 #[derive(Debug)]
 pub struct SkimResult<'a> {
     pub id: Cow<'a, str>,
-    /// Digest of the result's original content, `None` when the content is
-    /// itself a replacement (a `<persisted-output>` preview).
-    pub digest: Option<Digest>,
+    /// The result's original content, `None` when the content is itself a
+    /// replacement (a `<persisted-output>` preview). Digested by whoever
+    /// takes it in, in the kind that id's decisions use.
+    pub original: Option<Original<'a>>,
 }
 
-/// Binds a decision to the original it was made from: the first 8 bytes of
-/// the SHA-256 of the result's content as compact JSON (see
-/// [`Dialect::result_value`]), written as 16 lowercase hex digits.
+/// A result's original content as a skim found it.
+#[derive(Debug)]
+pub enum Original<'a> {
+    /// Its raw JSON, borrowed from the transcript line.
+    Raw(&'a str),
+    /// Its parsed value (dialects whose skim parses the whole message).
+    Value(Value),
+}
+
+impl Original<'_> {
+    /// The digest of this original in `kind`: that of its compact JSON as
+    /// serde_json writes it. Raw JSON already in that form (as toolwire
+    /// writes it) is hashed as it stands; anything else (an imported
+    /// transcript with spaces or other escapes) is parsed first.
+    pub fn digest(&self, kind: DigestKind) -> Digest {
+        match self {
+            Original::Raw(raw) if is_compact_json(raw.as_bytes()) => {
+                Digest::of_json_bytes_as(kind, raw.as_bytes())
+            }
+            Original::Raw(raw) => match crate::json::from_slice::<Value>(raw.as_bytes()) {
+                Ok(value) => Digest::of_value_as(kind, &value),
+                Err(_) => Digest::of_json_bytes_as(kind, raw.as_bytes()),
+            },
+            Original::Value(value) => Digest::of_value_as(kind, value),
+        }
+    }
+}
+
+/// Whether `raw` (valid JSON) is byte for byte what `serde_json::to_writer`
+/// makes of its value: no whitespace between tokens, every escape the one
+/// serde_json writes (`\"`, `\\`, `\n`, `\r`, `\t`, `\b`, `\f`, else
+/// `\u00xx` in lowercase, only for control characters), no key twice in an
+/// object. Numbers are kept as spelled (`arbitrary_precision`) and keys in
+/// order (`preserve_order`), so they need no check.
+pub fn is_compact_json(raw: &[u8]) -> bool {
+    /// Objects with more keys than this are parsed instead (the duplicate
+    /// check below is quadratic); tool results rarely have them.
+    const MAX_KEYS: usize = 32;
+    let mut stack: Vec<Option<Vec<&[u8]>>> = Vec::new();
+    let mut expect_key = false;
+    let mut i = 0;
+    while let Some(&b) = raw.get(i) {
+        match b {
+            b'"' => {
+                let Some(end) = string_end(raw, i + 1) else {
+                    return false;
+                };
+                if expect_key && let Some(Some(keys)) = stack.last_mut() {
+                    let key = &raw[i + 1..end];
+                    if keys.len() >= MAX_KEYS || keys.contains(&key) {
+                        return false;
+                    }
+                    keys.push(key);
+                }
+                expect_key = false;
+                i = end + 1;
+            }
+            b'{' => {
+                stack.push(Some(Vec::new()));
+                expect_key = true;
+                i += 1;
+            }
+            b'[' => {
+                stack.push(None);
+                i += 1;
+            }
+            b'}' | b']' => {
+                stack.pop();
+                i += 1;
+            }
+            b',' => {
+                expect_key = matches!(stack.last(), Some(Some(_)));
+                i += 1;
+            }
+            b' ' | b'\t' | b'\n' | b'\r' => return false,
+            _ => i += 1,
+        }
+    }
+    true
+}
+
+/// The index of the quote closing the string whose content starts at
+/// `start`; `None` when an escape in it is not the one serde_json writes.
+fn string_end(raw: &[u8], start: usize) -> Option<usize> {
+    let mut i = start;
+    loop {
+        i += memchr::memchr2(b'"', b'\\', raw.get(i..)?)?;
+        if raw[i] == b'"' {
+            return Some(i);
+        }
+        match *raw.get(i + 1)? {
+            b'"' | b'\\' | b'n' | b'r' | b't' | b'b' | b'f' => i += 2,
+            b'u' => {
+                let hex = raw.get(i + 2..i + 6)?;
+                let low = |c: u8| matches!(c, b'0'..=b'9' | b'a'..=b'f');
+                if !(hex[0] == b'0'
+                    && hex[1] == b'0'
+                    && matches!(hex[2], b'0' | b'1')
+                    && low(hex[3]))
+                {
+                    return None;
+                }
+                // These five have a letter escape, which serde_json uses.
+                if hex[2] == b'0' && matches!(hex[3], b'8' | b'9' | b'a' | b'c' | b'd') {
+                    return None;
+                }
+                i += 6;
+            }
+            _ => return None,
+        }
+    }
+}
+
+/// Which hash a [`Digest`] was made with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Digest(u64);
+pub enum DigestKind {
+    /// The first 8 bytes of SHA-256, written as 16 lowercase hex digits:
+    /// every digest written before xxh3 was introduced. Still read, and
+    /// still computed for the ids whose decisions carry one.
+    Sha256,
+    /// XXH3-64, written as `xxh3:` and 16 lowercase hex digits: every new
+    /// decision.
+    Xxh3,
+}
+
+/// Binds a decision to the original it was made from: a hash of the
+/// result's content as compact JSON (see [`Dialect::result_value`]), of one
+/// [`DigestKind`]. Two digests of different kinds say nothing about each
+/// other: an id decided under one kind is digested in that kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Digest(Option<(DigestKind, u64)>);
 
 impl Digest {
     /// Stands for any original: decisions read from version-1 journals
     /// (which carry no digest) and results sent as a replacement.
-    pub const ANY: Digest = Digest(0);
+    pub const ANY: Digest = Digest(None);
 
-    fn from_hash(hash: &[u8]) -> Digest {
+    /// The kind new decisions are made with.
+    pub const NEW: DigestKind = DigestKind::Xxh3;
+
+    /// Prefix of the written form of an XXH3 digest.
+    const XXH3_PREFIX: &str = "xxh3:";
+
+    fn sha256(hash: &[u8]) -> Digest {
         let mut first = [0u8; 8];
         first.copy_from_slice(&hash[..8]);
-        // Zero is taken by `ANY`; a real digest is never zero.
-        Digest(u64::from_be_bytes(first).max(1))
+        // Zero stood for `ANY` when this was the only kind: a real SHA-256
+        // digest was never written as zero.
+        Digest(Some((DigestKind::Sha256, u64::from_be_bytes(first).max(1))))
     }
 
+    /// The digest of compact JSON bytes, in the kind new decisions use.
     pub fn of_json_bytes(bytes: &[u8]) -> Digest {
-        use sha2::{Digest as _, Sha256};
-        Digest::from_hash(&Sha256::digest(bytes))
+        Digest::of_json_bytes_as(Digest::NEW, bytes)
+    }
+
+    pub fn of_json_bytes_as(kind: DigestKind, bytes: &[u8]) -> Digest {
+        match kind {
+            DigestKind::Sha256 => {
+                use sha2::{Digest as _, Sha256};
+                Digest::sha256(&Sha256::digest(bytes))
+            }
+            DigestKind::Xxh3 => Digest(Some((kind, xxhash_rust::xxh3::xxh3_64(bytes)))),
+        }
+    }
+
+    /// The digest of a value, in the kind new decisions use.
+    pub fn of_value(value: &Value) -> Digest {
+        Digest::of_value_as(Digest::NEW, value)
     }
 
     /// The digest of a value, as it would be written compactly: exactly
     /// the bytes `serde_json::to_writer` writes (keys in order, numbers as
     /// spelled, its escapes), streamed into the hash without being built.
-    pub fn of_value(value: &Value) -> Digest {
-        use sha2::{Digest as _, Sha256};
-        let mut out = HashWriter {
-            sha: Sha256::new(),
-            buf: Vec::with_capacity(HashWriter::BLOCK),
-        };
-        out.value(value);
-        out.sha.update(&out.buf);
-        Digest::from_hash(&out.sha.finalize())
+    pub fn of_value_as(kind: DigestKind, value: &Value) -> Digest {
+        match kind {
+            DigestKind::Sha256 => {
+                let sha: sha2::Sha256 = HashWriter::digest(value);
+                use sha2::Digest as _;
+                Digest::sha256(&sha.finalize())
+            }
+            DigestKind::Xxh3 => {
+                let xxh: xxhash_rust::xxh3::Xxh3 = HashWriter::digest(value);
+                Digest(Some((kind, xxh.digest())))
+            }
+        }
     }
 
-    /// 16 hex digits; `None` for [`Digest::ANY`] (written as no digest).
+    /// The kind of hash; `None` for [`Digest::ANY`].
+    pub fn kind(self) -> Option<DigestKind> {
+        self.0.map(|(kind, _)| kind)
+    }
+
+    /// The written form (16 hex digits for SHA-256, `xxh3:` and 16 hex
+    /// digits for XXH3); `None` for [`Digest::ANY`] (written as no digest).
     pub fn hex(self) -> Option<String> {
-        (self != Digest::ANY).then(|| format!("{:016x}", self.0))
+        self.0.map(|(kind, value)| match kind {
+            DigestKind::Sha256 => format!("{value:016x}"),
+            DigestKind::Xxh3 => format!("{}{value:016x}", Digest::XXH3_PREFIX),
+        })
     }
 
-    pub fn parse(hex: &str) -> Option<Digest> {
-        (hex.len() == 16)
+    /// Read a written digest; `None` when it is neither form.
+    pub fn parse(text: &str) -> Option<Digest> {
+        let (kind, hex) = match text.strip_prefix(Digest::XXH3_PREFIX) {
+            Some(hex) => (DigestKind::Xxh3, hex),
+            None => (DigestKind::Sha256, text),
+        };
+        let value = (hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
             .then(|| u64::from_str_radix(hex, 16).ok())
-            .flatten()
-            .map(Digest)
+            .flatten()?;
+        Some(match (kind, value) {
+            // Version 2's first journals wrote no zero digest; one read is
+            // taken as it was then: any original.
+            (DigestKind::Sha256, 0) => Digest::ANY,
+            (kind, value) => Digest(Some((kind, value))),
+        })
     }
 }
 
-/// Compact JSON written straight into a SHA-256, for [`Digest::of_value`].
+/// A hash that [`HashWriter`] feeds.
+trait Sink: Default {
+    fn update(&mut self, bytes: &[u8]);
+}
+
+impl Sink for sha2::Sha256 {
+    fn update(&mut self, bytes: &[u8]) {
+        sha2::Digest::update(self, bytes);
+    }
+}
+
+impl Sink for xxhash_rust::xxh3::Xxh3 {
+    fn update(&mut self, bytes: &[u8]) {
+        xxhash_rust::xxh3::Xxh3::update(self, bytes);
+    }
+}
+
+/// Compact JSON written straight into a hash, for [`Digest::of_value_as`].
 ///
 /// Tool output is mostly long strings; serde_json's writer hands them over
 /// in a piece per escaped character (every newline), which the hash then
@@ -199,21 +387,30 @@ impl Digest {
 /// time for the few bytes JSON escapes, and everything reaches the hash in
 /// large blocks. The bytes are serde_json's own (the digests of transcripts
 /// already written depend on it): a unit test holds the two together.
-struct HashWriter {
-    sha: sha2::Sha256,
+struct HashWriter<H> {
+    hash: H,
     buf: Vec<u8>,
 }
 
-impl HashWriter {
+impl<H: Sink> HashWriter<H> {
     const BLOCK: usize = 16 << 10;
 
+    fn digest(value: &Value) -> H {
+        let mut out = HashWriter {
+            hash: H::default(),
+            buf: Vec::with_capacity(Self::BLOCK),
+        };
+        out.value(value);
+        out.hash.update(&out.buf);
+        out.hash
+    }
+
     fn put(&mut self, bytes: &[u8]) {
-        use sha2::Digest as _;
         if self.buf.len() + bytes.len() > Self::BLOCK {
-            self.sha.update(&self.buf);
+            self.hash.update(&self.buf);
             self.buf.clear();
             if bytes.len() >= Self::BLOCK {
-                self.sha.update(bytes);
+                self.hash.update(bytes);
                 return;
             }
         }
@@ -480,8 +677,8 @@ pub trait Dialect: Send + Sync {
 }
 
 /// A skim built from the parsed message, for dialects whose transcripts
-/// are read whole (the digest is that of [`Dialect::result_value`], as the
-/// budget computes it).
+/// are read whole (the original is [`Dialect::result_value`], as the
+/// budget digests it).
 pub fn skim_value<'a>(dialect: &dyn Dialect, message: &'a [u8]) -> Option<Skim<'a>> {
     let value: Value = serde_json::from_slice(message).ok()?;
     if !value.is_object() {
@@ -506,16 +703,17 @@ pub fn skim_value<'a>(dialect: &dyn Dialect, message: &'a [u8]) -> Option<Skim<'
                     .result_content(&value, item.index)
                     .first_text()
                     .starts_with(crate::budget::preview::OPEN_TAG);
-                let digest = (!replacement).then(|| {
-                    Digest::of_value(
+                let original = (!replacement).then(|| {
+                    Original::Value(
                         dialect
                             .result_value(&value, item.index)
-                            .unwrap_or(&Value::Null),
+                            .cloned()
+                            .unwrap_or(Value::Null),
                     )
                 });
                 skim.results.push(SkimResult {
                     id: Cow::Owned(item.id.into_owned()),
-                    digest,
+                    original,
                 });
             }
             ItemKind::Other => {}
@@ -578,9 +776,11 @@ mod tests {
     use proptest::prelude::*;
     use serde_json::json;
 
-    fn serde_digest(value: &Value) -> Digest {
-        Digest::of_json_bytes(&serde_json::to_vec(value).unwrap_or_default())
+    fn serde_digest(kind: DigestKind, value: &Value) -> Digest {
+        Digest::of_json_bytes_as(kind, &serde_json::to_vec(value).unwrap_or_default())
     }
+
+    const KINDS: [DigestKind; 2] = [DigestKind::Sha256, DigestKind::Xxh3];
 
     /// JSON values with the strings tool output has: every control
     /// character, quotes, backslashes, multi-byte text, long runs.
@@ -624,7 +824,76 @@ mod tests {
         /// serde_json's bytes: the streamed writer must make the same.
         #[test]
         fn the_streamed_digest_is_that_of_serde_json_bytes(value in json_value()) {
-            prop_assert_eq!(Digest::of_value(&value), serde_digest(&value));
+            for kind in KINDS {
+                prop_assert_eq!(Digest::of_value_as(kind, &value), serde_digest(kind, &value));
+            }
+        }
+
+        /// serde_json's own bytes pass as compact (and are hashed as they
+        /// stand); the same value pretty-printed does not, unless nothing
+        /// in it could be spelled otherwise.
+        #[test]
+        fn serde_json_bytes_are_compact(value in json_value()) {
+            let compact = serde_json::to_vec(&value).unwrap_or_default();
+            prop_assert!(is_compact_json(&compact));
+            let pretty = serde_json::to_vec_pretty(&value).unwrap_or_default();
+            prop_assert_eq!(is_compact_json(&pretty), pretty == compact);
+        }
+    }
+
+    #[test]
+    fn other_spellings_are_not_compact() {
+        for raw in [
+            r#""a\/b""#,
+            r#""\u00e9""#,
+            r#""\u001F""#,
+            r#""\u000a""#,
+            r#"{"a":1,"a":2}"#,
+            r#"[1, 2]"#,
+            "[\n1]",
+        ] {
+            assert!(!is_compact_json(raw.as_bytes()), "{raw}");
+        }
+        for raw in [
+            r#""\u001f\n\"\\""#,
+            r#"{"a":{"a":1},"b":[{"a":2}]}"#,
+            "-1.50e3",
+        ] {
+            assert!(is_compact_json(raw.as_bytes()), "{raw}");
+        }
+    }
+
+    /// The written forms: a SHA-256 digest as version 2 always wrote it
+    /// (the first 8 bytes of the hash, 16 hex digits), an XXH3 one with
+    /// its prefix; each reads back as itself.
+    #[test]
+    fn digests_are_written_in_forms_that_tell_their_kind() {
+        let value = json!("first original");
+        let sha = Digest::of_value_as(DigestKind::Sha256, &value);
+        // python3: hashlib.sha256(b'"first original"').hexdigest()[:16]
+        assert_eq!(sha.hex().as_deref(), Some("b2cb85c76de358c6"));
+        let new = Digest::of_value(&value);
+        assert_eq!(new.kind(), Some(DigestKind::Xxh3));
+        let written = new.hex().unwrap_or_default();
+        assert!(
+            written.starts_with("xxh3:") && written.len() == 21,
+            "{written}"
+        );
+        for digest in [sha, new] {
+            assert_eq!(
+                Digest::parse(&digest.hex().unwrap_or_default()),
+                Some(digest)
+            );
+        }
+        assert_eq!(Digest::parse("0000000000000000"), Some(Digest::ANY));
+        for bad in [
+            "",
+            "xxh3:",
+            "b2cb85c76de358c",
+            "+2c2b5e9f8ef1b2b",
+            "sha:b2cb85c76de358c6",
+        ] {
+            assert_eq!(Digest::parse(bad), None, "{bad}");
         }
     }
 
@@ -636,7 +905,12 @@ mod tests {
             json!([{"type": "text", "text": text}]),
             json!({"output": text, "n": 1.50, "e": 1e3}),
         ] {
-            assert_eq!(Digest::of_value(&value), serde_digest(&value));
+            for kind in KINDS {
+                assert_eq!(
+                    Digest::of_value_as(kind, &value),
+                    serde_digest(kind, &value)
+                );
+            }
         }
     }
 }

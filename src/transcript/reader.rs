@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::format::{Digest, Format, Side, Skim, anthropic};
+use crate::format::{Digest, DigestKind, Format, Side, Skim, anthropic};
 use crate::protocol::{RECORD_KIND, ReplacementRecord, SeenLine};
 use crate::state::Replacement;
 
@@ -302,6 +302,11 @@ pub struct SessionImage {
     /// Calls whose result has not been seen: id → tool name.
     pub undecided_names: HashMap<Arc<str>, Arc<str>>,
     interned: HashSet<Arc<str>>,
+    /// Ids a record or `seen` line names with a SHA-256 digest (written
+    /// before XXH3 digests were introduced): the originals of these in
+    /// later messages are digested in SHA-256 too, so the old decision
+    /// binds to them exactly as it did. Empty for new journals.
+    legacy: HashSet<Arc<str>>,
     pub messages: usize,
     pub records: usize,
     pub skipped: usize,
@@ -337,6 +342,7 @@ impl SessionImage {
             .as_deref()
             .and_then(Digest::parse)
             .unwrap_or(Digest::ANY);
+        self.note_kind(&record.tool_use_id, digest);
         self.replacements.push((
             Arc::from(record.tool_use_id.as_str()),
             digest,
@@ -353,11 +359,27 @@ impl SessionImage {
                 .get(i)
                 .and_then(|d| Digest::parse(d))
                 .unwrap_or(Digest::ANY);
+            self.note_kind(id, digest);
             let key = match self.undecided_names.remove_entry(id.as_str()) {
                 Some((key, _)) => key,
                 None => Arc::from(id.as_str()),
             };
             self.seen.push((key, digest));
+        }
+    }
+
+    fn note_kind(&mut self, id: &str, digest: Digest) {
+        if digest.kind() == Some(DigestKind::Sha256) && !self.legacy.contains(id) {
+            self.legacy.insert(Arc::from(id));
+        }
+    }
+
+    /// The kind the originals of `id` are digested in (see `legacy`).
+    fn kind_of(&self, id: &str) -> DigestKind {
+        if !self.legacy.is_empty() && self.legacy.contains(id) {
+            DigestKind::Sha256
+        } else {
+            Digest::NEW
         }
     }
 
@@ -404,7 +426,11 @@ impl SessionImage {
             {
                 open.outstanding = open.outstanding.saturating_sub(1);
             }
-            self.seen.push((key, result.digest.unwrap_or(Digest::ANY)));
+            let digest = match &result.original {
+                Some(original) => original.digest(self.kind_of(id)),
+                None => Digest::ANY,
+            };
+            self.seen.push((key, digest));
         }
         if self.open.as_ref().is_some_and(|o| o.outstanding == 0) {
             self.open = None;

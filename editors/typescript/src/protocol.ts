@@ -372,9 +372,11 @@ kind: string
 toolUseId: string
 replacement: string
 /**
- * Digest of the original the replacement was made from (16 hex
- * digits: the first 8 bytes of the SHA-256 of the result's content as
- * compact JSON). The replacement is put back only on that original.
+ * Digest of the original the replacement was made from, a hash of
+ * the result's content as compact JSON: `xxh3:` and 16 hex digits
+ * (XXH3-64), or 16 hex digits (the first 8 bytes of SHA-256, written
+ * before XXH3 and still read). The replacement is put back only on
+ * that original.
  * Absent in version-1 transcripts: then it applies to any original
  * with this id.
  */
