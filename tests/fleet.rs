@@ -1,8 +1,10 @@
 //! A fleet: three `toolwire proxy` replicas (the real binary) on one real
-//! PostgreSQL database (tests/common/pg.rs) and one shared data directory
-//! for saved outputs, in front of the fake provider. A conversation's turns
-//! go round robin; the same first decision is raced from all three; a
-//! replica is SIGKILLed in the middle of a request and the others carry on.
+//! PostgreSQL database (tests/common/pg.rs) and one bucket of a real S3
+//! server (moto, tests/common/s3.rs) for saved outputs, in front of the
+//! fake provider. A conversation's turns go round robin; the same first
+//! decision is raced from all three; a replica is SIGKILLed in the middle of
+//! a request and the others carry on. Then the shared store's other faces:
+//! gc, and reading back an output a fork inherited.
 
 mod common;
 mod fake_provider;
@@ -22,34 +24,56 @@ use toolwire::store::SharedStore;
 
 const LIMIT: Duration = Duration::from_secs(120);
 
-/// One replica: its own workspace and toolwire.toml, the shared database
-/// and data directory.
+/// The fleet's bucket on the test's S3 server.
+const BUCKET: &str = "fleet";
+
+/// One replica: its own workspace, data directory and toolwire.toml, the
+/// shared database and bucket.
 struct Replica {
     child: Child,
     url: String,
     _workspace: tempfile::TempDir,
+    _data: tempfile::TempDir,
 }
 
 fn toml(db: &str, data_dir: &Path, upstream: &str) -> String {
     format!(
-        "data_dir = {data:?}\ndurability = \"none\"\n[storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl = {db:?}\n[proxy.upstreams]\nanthropic = {upstream:?}\n",
+        "data_dir = {data:?}\ndurability = \"none\"\n[proxy.upstreams]\nanthropic = {upstream:?}\n[storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl = {db:?}\n",
         data = data_dir.display().to_string(),
     )
 }
 
-fn workspace(db: &str, data_dir: &Path, upstream: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("toolwire.toml"),
-        toml(db, data_dir, upstream),
+/// The `[storage.objects]` table of `objects` (an S3 server's config).
+fn objects_toml(objects: &Value) -> String {
+    let o = &objects["options"];
+    format!(
+        "[storage.objects]\nurl = {url:?}\n[storage.objects.options]\nendpoint = {endpoint:?}\n\
+         region = \"us-east-1\"\nallow_http = true\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\n",
+        url = objects["url"].as_str().unwrap(),
+        endpoint = o["endpoint"].as_str().unwrap(),
     )
-    .unwrap();
+}
+
+fn workspace(db: &str, data_dir: &Path, upstream: &str) -> tempfile::TempDir {
+    workspace_with(&toml(db, data_dir, upstream))
+}
+
+fn workspace_with(toml: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("toolwire.toml"), toml).unwrap();
     dir
 }
 
 impl Replica {
-    async fn start(db: &str, data_dir: &Path, upstream: &str) -> Replica {
-        let ws = workspace(db, data_dir, upstream);
+    /// A replica on `db` with its saved outputs in the bucket `objects`
+    /// names, and a data directory of its own (nothing else is shared).
+    async fn start(db: &str, objects: &Value, upstream: &str) -> Replica {
+        let data = tempfile::tempdir().unwrap();
+        let ws = workspace_with(&format!(
+            "{}{}",
+            toml(db, data.path(), upstream),
+            objects_toml(objects)
+        ));
         let (child, url, mut lines) = proxy_process::start(
             ws.path(),
             &["--listen", "127.0.0.1:0"],
@@ -66,6 +90,7 @@ impl Replica {
             child,
             url,
             _workspace: ws,
+            _data: data,
         }
     }
 }
@@ -151,6 +176,45 @@ async fn journal(store: &toolwire::store::postgres::Postgres, session: &str) -> 
         .collect()
 }
 
+/// The saved outputs of `session` in the fleet's bucket (without the line
+/// indexes beside them).
+fn saved_objects(s3: &s3::S3Server, session: &str) -> Vec<String> {
+    s3.keys(BUCKET, &format!("fleet/sessions/{session}/tool-results/"))
+        .into_iter()
+        .filter(|k| !k.ends_with(".idx"))
+        .collect()
+}
+
+/// Assert that every decision the store holds for `session` names an
+/// object that exists in the bucket (no decision without its object);
+/// returns how many decisions there are.
+async fn assert_decisions_have_objects(
+    s3: &s3::S3Server,
+    store: &toolwire::store::postgres::Postgres,
+    session: &str,
+) -> usize {
+    let objects = saved_objects(s3, session);
+    let lines = journal(store, session).await;
+    let mut decided = 0;
+    for line in lines.iter().filter(|l| l["type"] == "replacement") {
+        let text = line["record"]["replacement"].as_str().unwrap();
+        let url = text
+            .split("Full output saved to: ")
+            .nth(1)
+            .and_then(|rest| rest.lines().next())
+            .unwrap();
+        let key = url
+            .strip_prefix(&format!("s3://{BUCKET}/"))
+            .unwrap_or_else(|| panic!("not an object of the bucket: {url}"));
+        assert!(
+            objects.iter().any(|o| o == key),
+            "decision without its object: {url} (bucket: {objects:?})"
+        );
+        decided += 1;
+    }
+    decided
+}
+
 fn saved_outputs(data_dir: &Path, session: &str) -> Vec<PathBuf> {
     let dir = data_dir.join("sessions").join(session).join("tool-results");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
@@ -161,7 +225,10 @@ fn saved_outputs(data_dir: &Path, session: &str) -> Vec<PathBuf> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn three_replicas_on_one_database_decide_once_and_replay_the_same_bytes() {
+async fn three_replicas_on_one_database_and_one_bucket_decide_once_and_replay_the_same_bytes() {
+    let s3 = s3::S3Server::start();
+    s3.create_bucket(BUCKET);
+    let objects = s3.objects_config(BUCKET, "fleet");
     let db = common::pg::fresh_database();
     let data = tempfile::tempdir().unwrap();
     let data_dir = data.path().canonicalize().unwrap();
@@ -208,7 +275,7 @@ async fn three_replicas_on_one_database_decide_once_and_replay_the_same_bytes() 
 
     let mut replicas = Vec::new();
     for _ in 0..3 {
-        replicas.push(Replica::start(&db, &data_dir, &provider.url()).await);
+        replicas.push(Replica::start(&db, &objects, &provider.url()).await);
     }
     let urls: Vec<String> = replicas.iter().map(|r| r.url.clone()).collect();
     let http = reqwest::Client::new();
@@ -223,13 +290,19 @@ async fn three_replicas_on_one_database_decide_once_and_replay_the_same_bytes() 
     let received = provider.received();
     assert_eq!(received.len(), 6);
     // Every result was replaced once and every later turn, whichever
-    // replica served it, sent the very same bytes for it.
+    // replica served it, sent the very same bytes for it, naming its object.
     let mut first_seen: std::collections::HashMap<String, String> = Default::default();
     for r in &received {
         for (id, content) in results_sent(&r.json()) {
             assert!(
                 content.starts_with("<persisted-output>"),
                 "{id}: {content:.80}"
+            );
+            assert!(
+                content.contains(&format!(
+                    "Full output saved to: s3://{BUCKET}/fleet/sessions/fleet-rr/tool-results/"
+                )),
+                "{id} does not name its object: {content:.300}"
             );
             let first = first_seen.entry(id.clone()).or_insert(content.clone());
             assert_eq!(*first, content, "{id} changed between replicas");
@@ -241,7 +314,16 @@ async fn three_replicas_on_one_database_decide_once_and_replay_the_same_bytes() 
         .filter(|l| l["type"] == "replacement")
         .collect();
     assert_eq!(records.len(), 6, "one decision per result: {lines:?}");
-    assert_eq!(saved_outputs(&data_dir, "fleet-rr").len(), 6);
+    assert_eq!(
+        saved_objects(&s3, "fleet-rr").len(),
+        6,
+        "one object per result"
+    );
+    assert_decisions_have_objects(&s3, &store, "fleet-rr").await;
+    assert!(
+        saved_outputs(&data_dir, "fleet-rr").is_empty(),
+        "saved outputs went to the bucket"
+    );
 
     // A race: the same first decision from all three at once.
     provider.clear();
@@ -261,11 +343,12 @@ async fn three_replicas_on_one_database_decide_once_and_replay_the_same_bytes() 
         bodies.iter().all(|b| *b == bodies[0]),
         "replicas sent different bytes"
     );
-    assert!(
-        bodies[0]
-            .iter()
-            .all(|(_, c)| c.starts_with("<persisted-output>"))
-    );
+    assert!(bodies[0].iter().all(|(_, c)| {
+        c.starts_with("<persisted-output>")
+            && c.contains(&format!(
+                "s3://{BUCKET}/fleet/sessions/fleet-race/tool-results/"
+            ))
+    }));
     let lines = journal(&store, "fleet-race").await;
     let mut ids: Vec<&str> = lines
         .iter()
@@ -278,11 +361,16 @@ async fn three_replicas_on_one_database_decide_once_and_replay_the_same_bytes() 
         ["race-call-0", "race-call-1", "race-call-2"],
         "one decision each"
     );
-    assert_eq!(saved_outputs(&data_dir, "fleet-race").len(), 3);
+    assert_eq!(
+        saved_objects(&s3, "fleet-race").len(),
+        3,
+        "one object per result, whoever wrote it"
+    );
+    assert_decisions_have_objects(&s3, &store, "fleet-race").await;
 
-    // SIGKILL one replica in the middle of a request (once its first saved
-    // output is on disk, before or while it commits): the others carry on
-    // and no decision is left without its saved output.
+    // SIGKILL one replica in the middle of a request (once its first object
+    // is in the bucket, before or while it commits): the others carry on
+    // and no decision is left without its object.
     provider.clear();
     let messages = conversation("kill", 12);
     let victim = replicas.remove(0);
@@ -301,11 +389,8 @@ async fn three_replicas_on_one_database_decide_once_and_replay_the_same_bytes() 
         })
     };
     let deadline = std::time::Instant::now() + LIMIT;
-    while saved_outputs(&data_dir, "fleet-kill").is_empty() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no saved output appeared"
-        );
+    while s3.keys(BUCKET, "fleet/sessions/fleet-kill/").is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no object appeared");
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     // SAFETY: killing the replica this test started.
@@ -323,26 +408,13 @@ async fn three_replicas_on_one_database_decide_once_and_replay_the_same_bytes() 
         .collect();
     let survivors = &bodies[bodies.len() - 2..];
     assert_eq!(survivors[0], survivors[1]);
-    for line in journal(&store, "fleet-kill").await {
-        if line["type"] == "replacement" {
-            let text = line["record"]["replacement"].as_str().unwrap();
-            let path = text
-                .split("Full output saved to: ")
-                .nth(1)
-                .and_then(|rest| rest.lines().next())
-                .unwrap();
-            assert!(
-                Path::new(path).is_file(),
-                "decision without its saved output: {path}"
-            );
-        }
-    }
-    let records = journal(&store, "fleet-kill")
-        .await
-        .iter()
-        .filter(|l| l["type"] == "replacement")
-        .count();
-    assert_eq!(records, 12, "one decision per result after the kill");
+    let decided = assert_decisions_have_objects(&s3, &store, "fleet-kill").await;
+    assert_eq!(decided, 12, "one decision per result after the kill");
+    assert_eq!(
+        saved_objects(&s3, "fleet-kill").len(),
+        12,
+        "one object per result after the kill"
+    );
 }
 
 /// An in-process server on the shared store at `db`.
@@ -477,21 +549,11 @@ async fn gc_on_the_shared_store_deletes_expired_sessions_objects_from_the_bucket
     );
 
     // `toolwire gc --dry-run` over the same database and bucket.
-    let gc_ws = tempfile::tempdir().unwrap();
-    let o = &objects["options"];
-    std::fs::write(
-        gc_ws.path().join("toolwire.toml"),
-        format!(
-            "data_dir = {data:?}\n[storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl = {db:?}\n\
-             [storage.objects]\nurl = {url:?}\n[storage.objects.options]\nendpoint = {endpoint:?}\n\
-             region = \"us-east-1\"\nallow_http = true\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\n\
-             [retention]\nmax_age_days = 0\n",
-            data = data_dir.display().to_string(),
-            url = objects["url"].as_str().unwrap(),
-            endpoint = o["endpoint"].as_str().unwrap(),
-        ),
-    )
-    .unwrap();
+    let gc_ws = workspace_with(&format!(
+        "{}{}[retention]\nmax_age_days = 0\n",
+        toml(&db, &data_dir, "http://127.0.0.1:9"),
+        objects_toml(&objects)
+    ));
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolwire"))
         .args(["gc", "--json", "--dry-run", "--workspace"])
         .arg(gc_ws.path())
@@ -516,4 +578,73 @@ async fn gc_on_the_shared_store_deletes_expired_sessions_objects_from_the_bucket
     assert_eq!(real, dry);
     assert!(store.read("one", 0).await.unwrap().is_none());
     assert_eq!(s3.keys(BUCKET, "team/sessions/"), Vec::<String>::new());
+}
+
+/// On the shared store a fork reads its parent's rows, and the outputs it
+/// inherited were saved under the parent's directory or prefix: there is no
+/// transcript file to find them through, so `artifact/read` of the fork
+/// looks them up in its commits. With saved outputs in a directory and in
+/// a bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_on_the_shared_store_reads_the_outputs_it_inherited() {
+    let s3 = s3::S3Server::start();
+    s3.create_bucket("fleet-fork");
+    for objects in [None, Some(s3.objects_config("fleet-fork", "forks"))] {
+        let (db, _store) = common::pg::migrated_database();
+        let data = tempfile::tempdir().unwrap();
+        let (mut c, _task) = common::connect(shared_server(&db));
+        let ws = tempfile::tempdir().unwrap();
+        let mut options = json!({"dataDir": data.path(), "durability": "none",
+                                 "limits": {"maxResultChars": 100}});
+        if let Some(objects) = &objects {
+            options["storage"] = json!({"objects": objects});
+        }
+        c.initialize(ws.path(), options).await;
+        let messages = conversation("parent", 1);
+        let reply = c
+            .call(
+                "budget/apply",
+                json!({"sessionId": "parent", "messages": messages}),
+            )
+            .await;
+        assert_eq!(
+            reply["persisted"].as_array().map(Vec::len),
+            Some(1),
+            "{reply}"
+        );
+        c.call(
+            "state/fork",
+            json!({"sessionId": "parent", "newSessionId": "child"}),
+        )
+        .await;
+        let original = messages[2]["content"][0]["content"].as_str().unwrap();
+        for session in ["parent", "child"] {
+            let page = c
+                .call(
+                    "artifact/read",
+                    json!({"sessionId": session, "toolUseId": "parent-call-0"}),
+                )
+                .await;
+            assert_eq!(page["text"], original, "{session} ({objects:?})");
+            let found = c
+                .call(
+                    "artifact/read",
+                    json!({"sessionId": session, "toolUseId": "parent-call-0", "grep": "^parent-call-0: x"}),
+                )
+                .await;
+            assert_eq!(
+                found["text"].as_str().unwrap().lines().count(),
+                1,
+                "{found}"
+            );
+        }
+        // The fork's later decisions are its own; an id neither made is
+        // not found.
+        c.fails(
+            "artifact/read",
+            json!({"sessionId": "child", "toolUseId": "nobody"}),
+            -32015,
+        )
+        .await;
+    }
 }

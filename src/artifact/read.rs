@@ -138,18 +138,56 @@ pub fn read_artifact(
         objects,
         session_id,
         tool_use_id,
+        None,
         request,
         unit,
         &|| false,
     )
 }
 
-/// [`read_artifact`], giving up with [`Error::Cancelled`] once `stop` says so.
+/// Where a session's journal says the output of `tool_use_id` was saved,
+/// as (session, file name), read from the shared store: on PostgreSQL there
+/// is no transcript file to find an output a fork inherited from its
+/// parent through, so the caller looks it up here first (the fork's
+/// commits include its parent's replacement lines) and hands it to
+/// [`read_artifact_until`] or [`read_whole`].
+pub async fn shared_target(
+    shared: &dyn crate::store::SharedStore,
+    session_id: &SessionId,
+    tool_use_id: &str,
+) -> Result<Option<(String, String)>> {
+    let Some(commits) = shared.read(session_id.as_str(), 0).await? else {
+        return Ok(None);
+    };
+    let mut found = None;
+    for line in commits.iter().flat_map(|c| c.lines.split(|b| *b == b'\n')) {
+        // Only replacement lines are parsed (message lines may be large).
+        if !line.windows(13).any(|w| w == b"\"replacement\"") {
+            continue;
+        }
+        let Ok(value) = crate::json::from_slice::<serde_json::Value>(line) else {
+            continue;
+        };
+        let record = &value["record"];
+        if record["toolUseId"] == tool_use_id
+            && let Some(text) = record["replacement"].as_str()
+        {
+            found = crate::retention::preview_target(text);
+        }
+    }
+    Ok(found)
+}
+
+/// [`read_artifact`], giving up with [`Error::Cancelled`] once `stop` says
+/// so. `inherited`: where the session's journal says the output was saved
+/// (see [`shared_target`]); `None` reads that from its transcript file.
+#[allow(clippy::too_many_arguments)]
 pub fn read_artifact_until(
     data_dir: &Path,
     objects: Option<&ObjectsConfig>,
     session_id: &SessionId,
     tool_use_id: &str,
+    inherited: Option<(String, String)>,
     request: &ReadRequest,
     unit: SizeUnit,
     stop: &dyn Fn() -> bool,
@@ -171,13 +209,14 @@ pub fn read_artifact_until(
             data_dir,
             session_id,
             tool_use_id,
+            inherited,
             grep.as_ref(),
             request,
             unit,
             stop,
         );
     }
-    let found = open(data_dir, session_id, tool_use_id)?;
+    let found = open_inherited(data_dir, session_id, tool_use_id, inherited)?;
     let storage = |err: io::Error| {
         if stop() {
             Error::Cancelled
@@ -203,16 +242,17 @@ pub fn read_artifact_until(
 }
 
 /// The saved output exactly as stored, and its kind (the MCP link's
-/// `resources/read`).
+/// `resources/read`); `inherited` as for [`read_artifact_until`].
 pub fn read_whole(
     data_dir: &Path,
     objects: Option<&ObjectsConfig>,
     session_id: &SessionId,
     tool_use_id: &str,
+    inherited: Option<(String, String)>,
 ) -> Result<(Vec<u8>, ArtifactKind)> {
     if let Some(objects) = objects {
         let store = ObjectArtifacts::open(objects)?;
-        let found = find_object(&store, data_dir, session_id, tool_use_id)?;
+        let found = find_object(&store, data_dir, session_id, tool_use_id, inherited)?;
         let storage = |err: io::Error| Error::storage(Path::new(&found.url), &err);
         let bytes = store
             .get(&found.key)
@@ -220,7 +260,7 @@ pub fn read_whole(
             .ok_or_else(|| not_found(session_id, tool_use_id))?;
         return Ok((bytes.to_vec(), found.kind));
     }
-    let mut found = open(data_dir, session_id, tool_use_id)?;
+    let mut found = open_inherited(data_dir, session_id, tool_use_id, inherited)?;
     let mut bytes = Vec::new();
     found
         .file
@@ -253,26 +293,15 @@ fn find_object(
     data_dir: &Path,
     session_id: &SessionId,
     tool_use_id: &str,
+    inherited: Option<(String, String)>,
 ) -> Result<FoundObject> {
     let mut candidates: Vec<(String, String, ArtifactKind)> =
         [ArtifactKind::Text, ArtifactKind::Json]
             .into_iter()
             .map(|kind| (session_id.to_string(), file_name(tool_use_id, kind), kind))
             .collect();
-    let transcript = data_dir
-        .join("sessions")
-        .join(format!("{}.jsonl", session_id.as_str()));
-    if let Ok(Some((other, name))) = crate::retention::replacement_target(&transcript, tool_use_id)
-        && other != session_id.as_str()
-        && SessionId::try_from(other.clone()).is_ok()
-        && crate::artifact::is_artifact_name(&name)
-    {
-        let kind = if name.ends_with(".json") {
-            ArtifactKind::Json
-        } else {
-            ArtifactKind::Text
-        };
-        candidates.push((other, name, kind));
+    if let Some(found) = inherited_artifact(data_dir, session_id, tool_use_id, inherited) {
+        candidates.push(found);
     }
     for (session, name, kind) in candidates {
         let key = store.key(&session, &name);
@@ -301,12 +330,13 @@ fn read_object(
     data_dir: &Path,
     session_id: &SessionId,
     tool_use_id: &str,
+    inherited: Option<(String, String)>,
     grep: Option<&regex::bytes::Regex>,
     request: &ReadRequest,
     unit: SizeUnit,
     stop: &dyn Fn() -> bool,
 ) -> Result<ReadResult> {
-    let found = find_object(store, data_dir, session_id, tool_use_id)?;
+    let found = find_object(store, data_dir, session_id, tool_use_id, inherited)?;
     let storage = |err: io::Error| {
         if stop() {
             Error::Cancelled
@@ -359,6 +389,49 @@ pub struct Found {
 /// Open a session's artifact for `tool_use_id` (`.txt` or `.json`), or
 /// `artifactNotFound`. Refuses links and anything but a regular file.
 pub fn open(data_dir: &Path, session_id: &SessionId, tool_use_id: &str) -> Result<Found> {
+    open_inherited(data_dir, session_id, tool_use_id, None)
+}
+
+/// Where the session's journal says `tool_use_id`'s output was saved when
+/// that is another session's (a fork's inherited output), as (session,
+/// file name, kind): the target the caller read from the shared store,
+/// else the one in the session's transcript file's replacement lines.
+fn inherited_artifact(
+    data_dir: &Path,
+    session_id: &SessionId,
+    tool_use_id: &str,
+    inherited: Option<(String, String)>,
+) -> Option<(String, String, ArtifactKind)> {
+    let (other, name) = match inherited {
+        Some(target) => target,
+        None => {
+            let transcript = data_dir
+                .join("sessions")
+                .join(format!("{}.jsonl", session_id.as_str()));
+            crate::retention::replacement_target(&transcript, tool_use_id).ok()??
+        }
+    };
+    if other == session_id.as_str()
+        || SessionId::try_from(other.clone()).is_err()
+        || !crate::artifact::is_artifact_name(&name)
+    {
+        return None;
+    }
+    let kind = if name.ends_with(".json") {
+        ArtifactKind::Json
+    } else {
+        ArtifactKind::Text
+    };
+    Some((other, name, kind))
+}
+
+/// [`open`], with `inherited` as for [`read_artifact_until`].
+fn open_inherited(
+    data_dir: &Path,
+    session_id: &SessionId,
+    tool_use_id: &str,
+    inherited: Option<(String, String)>,
+) -> Result<Found> {
     let dir = session_dir(data_dir, session_id.as_str());
     let mut own = true;
     for d in [dir.parent(), Some(dir.as_path())].into_iter().flatten() {
@@ -382,24 +455,12 @@ pub fn open(data_dir: &Path, session_id: &SessionId, tool_use_id: &str) -> Resul
         .filter(|_| own)
         .map(|kind| (dir.join(file_name(tool_use_id, kind)), kind))
         .collect();
-    if candidates.iter().all(|(path, _)| !path.exists()) {
-        let transcript = data_dir
-            .join("sessions")
-            .join(format!("{}.jsonl", session_id.as_str()));
-        if let Ok(Some((other, name))) =
-            crate::retention::replacement_target(&transcript, tool_use_id)
-            && other != session_id.as_str()
-            && SessionId::try_from(other.clone()).is_ok()
-            && crate::artifact::is_artifact_name(&name)
-            && is_real_dir(&session_dir(data_dir, &other))
-        {
-            let kind = if name.ends_with(".json") {
-                ArtifactKind::Json
-            } else {
-                ArtifactKind::Text
-            };
-            candidates = vec![(session_dir(data_dir, &other).join(name), kind)];
-        }
+    if candidates.iter().all(|(path, _)| !path.exists())
+        && let Some((other, name, kind)) =
+            inherited_artifact(data_dir, session_id, tool_use_id, inherited)
+        && is_real_dir(&session_dir(data_dir, &other))
+    {
+        candidates = vec![(session_dir(data_dir, &other).join(name), kind)];
     }
     for (path, kind) in candidates {
         let file = match OpenOptions::new()

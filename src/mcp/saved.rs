@@ -281,8 +281,18 @@ async fn read_page(front: &Front, id: &str, page: Page) -> Result<ReadResult> {
         front.config.size_unit,
         id.to_owned(),
     );
+    let inherited = inherited(front, &session, &id).await?;
     tokio::task::spawn_blocking(move || {
-        artifact_read::read_artifact(&data_dir, objects.as_ref(), &session, &id, &request, unit)
+        artifact_read::read_artifact_until(
+            &data_dir,
+            objects.as_ref(),
+            &session,
+            &id,
+            inherited,
+            &request,
+            unit,
+            &|| false,
+        )
     })
     .await
     .map_err(|err| Error::Internal(format!("reading a saved output: {err}")))?
@@ -296,9 +306,23 @@ async fn read_whole(front: &Front, id: &str) -> Result<(Vec<u8>, ArtifactKind)> 
         front.session.clone(),
         id.to_owned(),
     );
+    let inherited = inherited(front, &session, &id).await?;
     tokio::task::spawn_blocking(move || {
-        artifact_read::read_whole(&data_dir, objects.as_ref(), &session, &id)
+        artifact_read::read_whole(&data_dir, objects.as_ref(), &session, &id, inherited)
     })
     .await
     .map_err(|err| Error::Internal(format!("reading a saved output: {err}")))?
+}
+
+/// Where the shared store's journal says the output was saved (an output a
+/// fork inherited); `None` on transcript files, which the reader reads.
+async fn inherited(
+    front: &Front,
+    session: &SessionId,
+    id: &str,
+) -> Result<Option<(String, String)>> {
+    match front.registry.storage().shared.clone() {
+        Some(shared) => artifact_read::shared_target(&*shared, session, id).await,
+        None => Ok(None),
+    }
 }

@@ -1,6 +1,7 @@
 //! `artifact/read`: a page of a saved output, or the lines matching a
-//! pattern. Reads files only (no session state), so it runs beside the
-//! session's work on a blocking thread; the core is
+//! pattern. Reads saved outputs only (no session state; on the shared store
+//! the session's commits, to find an output a fork inherited), so it runs
+//! beside the session's work, the reading on a blocking thread; the core is
 //! [`crate::artifact::read::read_artifact`].
 
 use futures_util::future::BoxFuture;
@@ -17,12 +18,21 @@ impl ConcurrentMethod for ArtifactRead {
             let objects = cx.config.storage.objects.clone();
             let unit = cx.config.size_unit;
             let cancel = cx.cancel.clone();
+            // On the shared store a fork's inherited outputs are found
+            // through its commits, there being no transcript file.
+            let inherited = match cx.server.registry.storage().shared.clone() {
+                Some(shared) => {
+                    read::shared_target(&*shared, &params.session_id, &params.tool_use_id).await?
+                }
+                None => None,
+            };
             tokio::task::spawn_blocking(move || {
                 read::read_artifact_until(
                     &data_dir,
                     objects.as_ref(),
                     &params.session_id,
                     &params.tool_use_id,
+                    inherited,
                     &params.request(),
                     unit,
                     &|| cancel.is_cancelled(),
