@@ -21,7 +21,6 @@
 //! why a request racing an eviction still runs in order.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{BufReader, Read};
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock, Weak};
@@ -37,11 +36,9 @@ use crate::error::{Error, Result};
 use crate::format::Format;
 use crate::protocol::SessionId;
 use crate::state::ReplacementState;
-use crate::store::SharedStore;
+use crate::store::{SessionStore, SharedStore};
 use crate::transcript::Lines;
-use crate::transcript::fork;
 use crate::transcript::guard::PairGuard;
-use crate::transcript::reader::{self, SessionImage};
 use crate::transcript::writer::{self, LogFileFactory, TranscriptWriter};
 
 /// Sessions are told apart by data directory and id: two clients with
@@ -83,6 +80,16 @@ impl Default for Storage {
             artifacts: Arc::new(crate::artifact::FsArtifactStore),
             files: Arc::new(writer::PlainFiles),
             shared: None,
+        }
+    }
+}
+
+impl Storage {
+    /// The backend sessions load, commit, fork and collect through.
+    pub fn store(&self) -> crate::store::Store<'_> {
+        match &self.shared {
+            Some(db) => crate::store::Store::Shared(crate::store::shared::Shared { db: &**db }),
+            None => crate::store::Store::Local(crate::store::local::Local { files: &self.files }),
         }
     }
 }
@@ -560,79 +567,19 @@ impl Session {
     }
 
     /// The session's contents, read from disk on first use: its transcript
-    /// (locked, a torn tail cut off) and the state it records.
+    /// (locked, a torn tail cut off) and the state it records. On a shared
+    /// store, also what other replicas committed since the last read.
     pub async fn load(&mut self) -> Result<&mut Loaded> {
-        if let Some(shared) = self.storage.shared.clone() {
-            if self.loaded.is_none() || self.stale {
-                self.refresh(&*shared).await?;
+        if self.loaded.is_none() || self.stale {
+            let storage = self.storage.clone();
+            if storage.store().load(&self.key, &mut self.loaded).await? {
+                self.publish();
             }
-        } else if self.loaded.is_none() {
-            let key = self.key.clone();
-            let files = self.storage.files.clone();
-            let loaded = tokio::task::spawn_blocking(move || load_from_disk(&key, &*files))
-                .await
-                .map_err(|err| Error::Internal(format!("loading session: {err}")))??;
-            self.loaded = Some(loaded);
-            self.publish();
+            self.stale = false;
         }
         self.loaded
             .as_mut()
             .ok_or_else(|| Error::Internal("session not loaded".into()))
-    }
-
-    /// Read what other replicas committed since this one last read (the
-    /// whole session on first use) and apply it: a request sees every
-    /// commit made before it started, whichever replica made it.
-    async fn refresh(&mut self, shared: &dyn SharedStore) -> Result<()> {
-        let after = self.loaded.as_ref().map_or(0, |l| l.shared_seq);
-        let commits = shared.read(self.key.id.as_str(), after).await?;
-        self.stale = false;
-        let loaded = self.loaded.get_or_insert_with(|| Loaded {
-            journaled: true,
-            ..Loaded::default()
-        });
-        let Some(commits) = commits else {
-            return Ok(());
-        };
-        loaded.exists = true;
-        let Some(last) = commits.last().map(|c| c.seq) else {
-            self.publish();
-            return Ok(());
-        };
-        let bytes: Vec<u8> = commits.into_iter().flat_map(|c| c.lines).collect();
-        let format = *loaded
-            .format
-            .get_or_insert_with(|| reader::detect_format(&bytes));
-        let mut image = SessionImage::default();
-        reader::read_lines(
-            format,
-            std::io::Cursor::new(&bytes),
-            reader::ReadLimits::default(),
-            || false,
-            |span, entry| image.add(span, entry),
-        )
-        .map_err(|err| Error::Internal(format!("reading shared commits: {err}")))?;
-        // Every commit is whole: a call without its results is taken as
-        // it stands, never cut.
-        image.finish_lenient();
-        loaded.state.commit_decisions(image.decisions());
-        for (id, name) in image.undecided_names {
-            if !loaded.state.is_decided(&id) {
-                loaded.tool_names.insert_mut(id, name);
-            }
-        }
-        let decided: Vec<Arc<str>> = loaded
-            .tool_names
-            .keys()
-            .filter(|id| loaded.state.is_decided(id))
-            .cloned()
-            .collect();
-        for id in decided {
-            loaded.tool_names.remove_mut(&id);
-        }
-        loaded.shared_seq = last;
-        self.publish();
-        Ok(())
     }
 
     /// Journal `budget/apply`'s decisions as one commit. On a shared store
@@ -645,45 +592,17 @@ impl Session {
         seen: &crate::protocol::SeenLine,
         fsync: bool,
     ) -> Result<bool> {
-        let Some(shared) = self.storage.shared.clone() else {
-            let mut lines = Lines::default();
-            for record in records {
-                lines.push_record(record);
-            }
-            if !seen.tool_use_ids.is_empty() {
-                lines.push_seen(seen);
-            }
-            self.write(lines, fsync, true).await?;
-            return Ok(false);
-        };
-        let format = *self.load().await?.format.get_or_insert_default();
-        let decisions = records
-            .iter()
-            .map(|r| crate::store::Decision {
-                tool_use_id: r.tool_use_id.clone(),
-                digest: r.digest.clone(),
-                replacement: Some(r.replacement.clone()),
-            })
-            .chain(
-                seen.tool_use_ids
-                    .iter()
-                    .enumerate()
-                    .map(|(i, id)| crate::store::Decision {
-                        tool_use_id: id.clone(),
-                        digest: seen.digests.get(i).cloned().filter(|d| !d.is_empty()),
-                        replacement: None,
-                    }),
-            )
-            .collect();
-        let append = crate::store::Append {
-            header: crate::transcript::session_line(format),
-            lines: Vec::new(),
-            decisions,
-        };
-        shared.append(self.key.id.as_str(), append).await?;
-        self.stale = true;
-        self.refresh(&*shared).await?;
-        Ok(true)
+        let storage = self.storage.clone();
+        let key = self.key.clone();
+        let loaded = self.load().await?;
+        let outcome = storage
+            .store()
+            .journal(&key, loaded, records, seen, fsync)
+            .await?;
+        if outcome.reread {
+            self.publish();
+        }
+        Ok(outcome.reread)
     }
 
     /// The contents if already loaded; never touches the disk.
@@ -832,85 +751,27 @@ impl Session {
     /// transcript, one is created when `create` is set; otherwise nothing is
     /// written and `false` is returned.
     pub async fn write(&mut self, lines: Lines, fsync: bool, create: bool) -> Result<bool> {
-        if let Some(shared) = self.storage.shared.clone() {
-            let loaded = self.load().await?;
-            if !loaded.exists && !create {
-                return Ok(false);
-            }
-            let format = *loaded.format.get_or_insert_default();
-            if lines.is_empty() && loaded.exists {
-                return Ok(true);
-            }
-            let append = crate::store::Append {
-                header: crate::transcript::session_line(format),
-                lines: lines.bytes,
-                decisions: Vec::new(),
-            };
-            shared.append(self.key.id.as_str(), append).await?;
-            // Read back (this commit and any other replica's) on next use.
-            self.stale = true;
-            self.load().await?.exists = true;
-            return Ok(true);
-        }
+        let storage = self.storage.clone();
         let key = self.key.clone();
-        let files = self.storage.files.clone();
         let loaded = self.load().await?;
-        let mut created = false;
-        if loaded.transcript.is_none() {
-            if !create {
-                return Ok(false);
-            }
-            let writer = tokio::task::spawn_blocking(move || create_transcript(&key, &*files))
-                .await
-                .map_err(|err| Error::Internal(format!("creating transcript: {err}")))??;
-            loaded.transcript = Some(Arc::new(Mutex::new(writer)));
-            created = true;
+        let outcome = storage
+            .store()
+            .commit(&key, loaded, lines, fsync, create)
+            .await?;
+        if outcome.reread {
+            self.publish();
         }
-        let format = *loaded.format.get_or_insert_default();
-        let Some(transcript) = loaded.transcript.clone() else {
-            return Ok(false);
-        };
-        let header = crate::transcript::session_line(format).filter(|_| {
-            transcript
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .is_empty()
-        });
-        if lines.is_empty() && header.is_none() {
-            return Ok(true);
+        Ok(outcome.done)
+    }
+
+    /// Make this (new) session a fork of `source`.
+    pub async fn fork_from(&mut self, source: crate::store::ForkSource) -> Result<&mut Loaded> {
+        let storage = self.storage.clone();
+        match storage.store().fork(&self.key, source).await? {
+            Some(loaded) => self.set_loaded(loaded),
+            None => self.unload(),
         }
-        let commit = move || {
-            let mut writer = transcript.lock().unwrap_or_else(|p| p.into_inner());
-            let outcome = match header {
-                // A new transcript starts with the line naming its format,
-                // in the same commit as its first lines.
-                Some(mut bytes) => {
-                    bytes.extend_from_slice(&lines.bytes);
-                    writer.commit(&bytes, fsync)
-                }
-                None => writer.commit(&lines.bytes, fsync),
-            };
-            if outcome.is_err() && created && writer.is_empty() {
-                // The first append of a new session was refused: the session
-                // must not come into being as an empty file. Removed while
-                // still locked, so no other process ever sees it.
-                let _ = std::fs::remove_file(writer.path());
-            }
-            outcome
-        };
-        let outcome = if fsync {
-            // fdatasync blocks for the device: keep it off the async workers.
-            tokio::task::spawn_blocking(commit)
-                .await
-                .map_err(|err| Error::Internal(format!("writing transcript: {err}")))?
-        } else {
-            // An append to the page cache is as quick as a thread handoff.
-            commit()
-        };
-        if outcome.is_err() && created {
-            loaded.transcript = None;
-        }
-        outcome.map(|()| true)
+        self.load().await
     }
 
     /// The format a request in `requested` (else `configured`) runs in: a
@@ -943,97 +804,4 @@ impl Session {
         self.loaded = Some(loaded);
         self.publish();
     }
-}
-
-fn create_transcript(key: &SessionKey, files: &dyn LogFileFactory) -> Result<TranscriptWriter> {
-    let path = key.transcript_path();
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|err| Error::storage(dir, &err))?;
-    }
-    let file = writer::open_locked(&path, true)?;
-    let len = file
-        .metadata()
-        .map_err(|err| Error::storage(&path, &err))?
-        .len();
-    Ok(TranscriptWriter::new(path, files.wrap(file), len))
-}
-
-fn load_from_disk(key: &SessionKey, files: &dyn LogFileFactory) -> Result<Loaded> {
-    let path = key.transcript_path();
-    let mut loaded = Loaded::default();
-    match std::fs::symlink_metadata(&path) {
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-            loaded.exists = key.session_dir().is_dir();
-            loaded.journaled = true;
-            return Ok(loaded);
-        }
-        Err(err) => return Err(Error::storage(&path, &err)),
-        // A FIFO or a device planted there would block or never end.
-        Ok(meta) if !meta.is_file() => {
-            return Err(Error::Storage {
-                message: format!("{} is not a regular file", path.display()),
-                path: Some(path.display().to_string()),
-            });
-        }
-        Ok(_) => {}
-    }
-    let file = writer::open_locked(&path, false)?;
-    let storage = |err: std::io::Error| Error::storage(&path, &err);
-    let actual = file.metadata().map_err(storage)?.len();
-    // A fork's transcript reads through its parent's bytes first.
-    let logical = fork::Logical::open(&file, &path, actual).map_err(storage)?;
-    let mut head = Vec::new();
-    logical
-        .reader()
-        .and_then(|r| r.take(reader::DETECT_HEAD).read_to_end(&mut head))
-        .map_err(storage)?;
-    let format = reader::detect_format(&head);
-    drop(head);
-    let mut image = SessionImage::default();
-    let (complete, torn) = reader::read_lines(
-        format,
-        BufReader::with_capacity(256 << 10, logical.reader().map_err(storage)?),
-        reader::ReadLimits::default(),
-        || false,
-        |span, entry| image.add(span, entry),
-    )
-    .map_err(storage)?;
-    // Only the file's own lines are ours to cut; a parent's committed
-    // bytes never end in an open call.
-    let keep = match image.open_call_at() {
-        Some(at) if at >= logical.inherited => {
-            image.cut_open_call();
-            at
-        }
-        _ => {
-            image.finish_lenient();
-            complete
-        }
-    };
-    let keep = logical.physical(keep);
-    if keep < actual {
-        // A crash between writing the two halves of a commit: cut the torn
-        // line and any call left without its results, so no reader ever sees
-        // an orphan.
-        tracing::warn!(path = %path.display(), torn, cut_bytes = actual - keep, "cutting an incomplete commit off the transcript tail");
-        file.set_len(keep).map_err(storage)?;
-        file.sync_all().map_err(storage)?;
-    }
-    // A replacement journaled by `budget/apply` whose message was never
-    // appended is still a decision already sent to the provider.
-    loaded.state.commit_decisions(image.decisions());
-    for (id, name) in image.undecided_names {
-        if !loaded.state.is_decided(&id) {
-            loaded.tool_names.insert_mut(id, name);
-        }
-    }
-    loaded.transcript = Some(Arc::new(Mutex::new(TranscriptWriter::new(
-        path,
-        files.wrap(file),
-        keep,
-    ))));
-    loaded.exists = true;
-    loaded.format = Some(format);
-    loaded.journaled = true;
-    Ok(loaded)
 }

@@ -6,9 +6,9 @@ use futures_util::future::BoxFuture;
 use serde_json::json;
 
 use super::{ConcurrentMethod, RequestCx};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::protocol::{GcReport, StorageGc, StorageGcParams};
-use crate::retention;
+use crate::store::{Collect, SessionStore};
 
 impl ConcurrentMethod for StorageGc {
     fn run(cx: RequestCx, params: StorageGcParams) -> BoxFuture<'static, Result<GcReport>> {
@@ -37,27 +37,20 @@ async fn run(
         None => None,
     };
     let policy = cx.config.retention.policy(std::time::SystemTime::now());
-    if let Some(shared) = cx.server.registry.storage().shared.clone() {
-        return shared.collect(&data_dir, objects, &policy, dry_run).await;
-    }
-    let open = cx.server.registry.open_sessions(&data_dir);
     let progress_cx = cx.clone();
-    tokio::task::spawn_blocking(move || {
-        retention::collect(
-            &data_dir,
-            objects.as_deref(),
-            &policy,
-            dry_run,
-            &|id| open.contains(id),
-            &mut |p| {
-                let percentage = (p.done * 100).checked_div(p.total).unwrap_or(100);
-                progress_cx.progress(
-                    token.as_ref(),
-                    json!({"kind": "report", "message": p.phase, "percentage": percentage}),
-                );
-            },
-        )
-    })
-    .await
-    .map_err(|err| Error::Internal(format!("gc task failed: {err}")))?
+    let gc = Collect {
+        open: cx.server.registry.open_sessions(&data_dir),
+        data_dir,
+        objects,
+        policy,
+        dry_run,
+        progress: Box::new(move |p| {
+            let percentage = (p.done * 100).checked_div(p.total).unwrap_or(100);
+            progress_cx.progress(
+                token.as_ref(),
+                json!({"kind": "report", "message": p.phase, "percentage": percentage}),
+            );
+        }),
+    };
+    cx.server.registry.storage().store().collect(gc).await
 }

@@ -12,7 +12,9 @@
 //! loading state, `transcript/check` and `repair` read them the same way.
 
 pub mod gc;
+pub mod local;
 pub mod postgres;
+pub mod shared;
 
 use futures_util::future::BoxFuture;
 
@@ -73,6 +75,164 @@ pub trait SharedStore: Send + Sync + 'static {
         policy: &'a crate::retention::Policy,
         dry_run: bool,
     ) -> BoxFuture<'a, Result<crate::retention::GcReport>>;
+}
+
+/// What a commit did, for the session that asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    /// Whether the lines are committed (false: the session has no
+    /// transcript and none was to be created).
+    pub done: bool,
+    /// Whether the loaded state was read back and changed, so the session
+    /// publishes a new snapshot.
+    pub reread: bool,
+}
+
+impl Outcome {
+    pub const NOTHING: Outcome = Outcome {
+        done: false,
+        reread: false,
+    };
+    pub const WRITTEN: Outcome = Outcome {
+        done: true,
+        reread: false,
+    };
+}
+
+/// A session as `state/fork` found it in the source's queue.
+pub struct ForkSource {
+    pub parent: crate::protocol::SessionId,
+    /// The source's committed transcript file and its length, when it is
+    /// to be shared (local backend).
+    pub transcript: Option<(std::path::PathBuf, u64)>,
+    pub state: crate::state::ReplacementState,
+    pub tool_names: rpds::HashTrieMapSync<std::sync::Arc<str>, std::sync::Arc<str>>,
+    pub format: Option<crate::format::Format>,
+    pub journaled: bool,
+}
+
+/// One retention run (`toolwire gc`, `storage/gc`).
+pub struct Collect {
+    pub data_dir: std::path::PathBuf,
+    pub objects: Option<std::sync::Arc<crate::artifact::objects::ObjectArtifacts>>,
+    pub policy: crate::retention::Policy,
+    pub dry_run: bool,
+    /// Sessions this process holds open (left alone by the local backend).
+    pub open: std::collections::HashSet<String>,
+    pub progress: Box<dyn FnMut(crate::retention::Progress) + Send>,
+}
+
+/// Where a session's transcript and state live, as its worker sees them:
+/// [`local::Local`] files, or [`shared::Shared`] on a [`SharedStore`].
+/// The session ([`crate::session`]) loads, commits, journals, forks and
+/// collects through this trait only; [`Store`] picks the implementation
+/// the configuration names, with static dispatch (no boxed future on the
+/// commit path).
+pub trait SessionStore {
+    /// Bring `loaded` up to date: read the session on first use (local),
+    /// or what any replica committed since the last read (shared). Returns
+    /// whether the session publishes a new snapshot.
+    fn load(
+        &self,
+        key: &crate::session::SessionKey,
+        loaded: &mut Option<crate::session::Loaded>,
+    ) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Commit `lines` as one durable commit; without a transcript one is
+    /// created when `create` is set.
+    fn commit(
+        &self,
+        key: &crate::session::SessionKey,
+        loaded: &mut crate::session::Loaded,
+        lines: crate::transcript::Lines,
+        fsync: bool,
+        create: bool,
+    ) -> impl Future<Output = Result<Outcome>> + Send;
+
+    /// Journal `budget/apply`'s decisions as one commit; `reread` when
+    /// the decisions were raced and `loaded.state` now holds the winners.
+    fn journal(
+        &self,
+        key: &crate::session::SessionKey,
+        loaded: &mut crate::session::Loaded,
+        records: &[crate::protocol::ReplacementRecord],
+        seen: &crate::protocol::SeenLine,
+        fsync: bool,
+    ) -> impl Future<Output = Result<Outcome>> + Send;
+
+    /// Make `target` a fork of `source`; the target's contents, or `None`
+    /// when the target is to be read back from the store.
+    fn fork(
+        &self,
+        target: &crate::session::SessionKey,
+        source: ForkSource,
+    ) -> impl Future<Output = Result<Option<crate::session::Loaded>>> + Send;
+
+    /// Retention over the sessions and their saved outputs.
+    fn collect(
+        &self,
+        gc: Collect,
+    ) -> impl Future<Output = Result<crate::retention::GcReport>> + Send;
+}
+
+/// The backend a process is configured with.
+pub enum Store<'a> {
+    Local(local::Local<'a>),
+    Shared(shared::Shared<'a>),
+}
+
+/// Run `$call` on whichever backend `$store` is.
+macro_rules! dispatch {
+    ($store:expr, $s:ident => $call:expr) => {
+        match $store {
+            Store::Local($s) => $call.await,
+            Store::Shared($s) => $call.await,
+        }
+    };
+}
+
+impl SessionStore for Store<'_> {
+    async fn load(
+        &self,
+        key: &crate::session::SessionKey,
+        loaded: &mut Option<crate::session::Loaded>,
+    ) -> Result<bool> {
+        dispatch!(self, s => s.load(key, loaded))
+    }
+
+    async fn commit(
+        &self,
+        key: &crate::session::SessionKey,
+        loaded: &mut crate::session::Loaded,
+        lines: crate::transcript::Lines,
+        fsync: bool,
+        create: bool,
+    ) -> Result<Outcome> {
+        dispatch!(self, s => s.commit(key, loaded, lines, fsync, create))
+    }
+
+    async fn journal(
+        &self,
+        key: &crate::session::SessionKey,
+        loaded: &mut crate::session::Loaded,
+        records: &[crate::protocol::ReplacementRecord],
+        seen: &crate::protocol::SeenLine,
+        fsync: bool,
+    ) -> Result<Outcome> {
+        dispatch!(self, s => s.journal(key, loaded, records, seen, fsync))
+    }
+
+    async fn fork(
+        &self,
+        target: &crate::session::SessionKey,
+        source: ForkSource,
+    ) -> Result<Option<crate::session::Loaded>> {
+        dispatch!(self, s => s.fork(target, source))
+    }
+
+    async fn collect(&self, gc: Collect) -> Result<crate::retention::GcReport> {
+        dispatch!(self, s => s.collect(gc))
+    }
 }
 
 /// The PostgreSQL store `config` names, if any (`storage.backend =

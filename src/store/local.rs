@@ -1,0 +1,333 @@
+//! The local backend (`storage.backend = "local"`, the default): each
+//! session's transcript is a JSONL file under the data directory that one
+//! process holds locked, committed by [`TranscriptWriter`], read back by
+//! [`reader`], forked through hard links ([`fork`]) and collected by
+//! [`crate::retention`].
+
+use std::io::{BufReader, Read, Write};
+use std::sync::{Arc, Mutex};
+
+use super::{ForkSource, Outcome, SessionStore};
+use crate::error::{Error, Result};
+use crate::protocol::{ReplacementRecord, SeenLine};
+use crate::session::{Loaded, SessionKey};
+use crate::transcript::Lines;
+use crate::transcript::fork;
+use crate::transcript::reader::{self, SessionImage};
+use crate::transcript::writer::{self, LogFileFactory, TranscriptWriter};
+
+/// Transcript files, opened through `files` (fault-injecting in tests).
+pub struct Local<'a> {
+    pub files: &'a Arc<dyn LogFileFactory>,
+}
+
+impl SessionStore for Local<'_> {
+    async fn load(&self, key: &SessionKey, loaded: &mut Option<Loaded>) -> Result<bool> {
+        if loaded.is_some() {
+            return Ok(false);
+        }
+        let key = key.clone();
+        let files = self.files.clone();
+        let read = tokio::task::spawn_blocking(move || load_from_disk(&key, &*files))
+            .await
+            .map_err(|err| Error::Internal(format!("loading session: {err}")))??;
+        *loaded = Some(read);
+        Ok(true)
+    }
+
+    async fn commit(
+        &self,
+        key: &SessionKey,
+        loaded: &mut Loaded,
+        lines: Lines,
+        fsync: bool,
+        create: bool,
+    ) -> Result<Outcome> {
+        let key = key.clone();
+        let files = self.files.clone();
+        let mut created = false;
+        if loaded.transcript.is_none() {
+            if !create {
+                return Ok(Outcome::NOTHING);
+            }
+            let writer = tokio::task::spawn_blocking(move || create_transcript(&key, &*files))
+                .await
+                .map_err(|err| Error::Internal(format!("creating transcript: {err}")))??;
+            loaded.transcript = Some(Arc::new(Mutex::new(writer)));
+            created = true;
+        }
+        let format = *loaded.format.get_or_insert_default();
+        let Some(transcript) = loaded.transcript.clone() else {
+            return Ok(Outcome::NOTHING);
+        };
+        let header = crate::transcript::session_line(format).filter(|_| {
+            transcript
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_empty()
+        });
+        if lines.is_empty() && header.is_none() {
+            return Ok(Outcome::WRITTEN);
+        }
+        let commit = move || {
+            let mut writer = transcript.lock().unwrap_or_else(|p| p.into_inner());
+            let outcome = match header {
+                // A new transcript starts with the line naming its format,
+                // in the same commit as its first lines.
+                Some(mut bytes) => {
+                    bytes.extend_from_slice(&lines.bytes);
+                    writer.commit(&bytes, fsync)
+                }
+                None => writer.commit(&lines.bytes, fsync),
+            };
+            if outcome.is_err() && created && writer.is_empty() {
+                // The first append of a new session was refused: the session
+                // must not come into being as an empty file. Removed while
+                // still locked, so no other process ever sees it.
+                let _ = std::fs::remove_file(writer.path());
+            }
+            outcome
+        };
+        let outcome = if fsync {
+            // fdatasync blocks for the device: keep it off the async workers.
+            tokio::task::spawn_blocking(commit)
+                .await
+                .map_err(|err| Error::Internal(format!("writing transcript: {err}")))?
+        } else {
+            // An append to the page cache is as quick as a thread handoff.
+            commit()
+        };
+        if outcome.is_err() && created {
+            loaded.transcript = None;
+        }
+        outcome.map(|()| Outcome::WRITTEN)
+    }
+
+    async fn journal(
+        &self,
+        key: &SessionKey,
+        loaded: &mut Loaded,
+        records: &[ReplacementRecord],
+        seen: &SeenLine,
+        fsync: bool,
+    ) -> Result<Outcome> {
+        let mut lines = Lines::default();
+        for record in records {
+            lines.push_record(record);
+        }
+        if !seen.tool_use_ids.is_empty() {
+            lines.push_seen(seen);
+        }
+        self.commit(key, loaded, lines, fsync, true).await?;
+        // The state is the caller's to update: nothing was read back.
+        Ok(Outcome::NOTHING)
+    }
+
+    async fn fork(&self, target: &SessionKey, source: ForkSource) -> Result<Option<Loaded>> {
+        let path = target.transcript_path();
+        let files = self.files.clone();
+        let parent_id = source.parent.to_string();
+        let writer = match source.transcript {
+            Some((from, len)) => Some(
+                tokio::task::spawn_blocking(move || {
+                    fork_transcript(&parent_id, &from, len, &path)
+                        .map(|(file, len)| TranscriptWriter::new(path, files.wrap(file), len))
+                })
+                .await
+                .map_err(|e| Error::Internal(e.to_string()))??,
+            ),
+            None => None,
+        };
+        let journaled = source.journaled && writer.is_some();
+        Ok(Some(Loaded {
+            exists: true,
+            state: source.state,
+            tool_names: source.tool_names,
+            transcript: writer.map(|w| Arc::new(Mutex::new(w))),
+            guard: Default::default(),
+            format: source.format,
+            journaled,
+            shared_seq: 0,
+        }))
+    }
+
+    async fn collect(&self, gc: super::Collect) -> Result<crate::retention::GcReport> {
+        let super::Collect {
+            data_dir,
+            objects,
+            policy,
+            dry_run,
+            open,
+            mut progress,
+        } = gc;
+        tokio::task::spawn_blocking(move || {
+            crate::retention::collect(
+                &data_dir,
+                objects.as_deref(),
+                &policy,
+                dry_run,
+                &|id| open.contains(id),
+                &mut *progress,
+            )
+        })
+        .await
+        .map_err(|err| Error::Internal(format!("gc task failed: {err}")))?
+    }
+}
+
+/// Start the transcript of the fork at `to`: one line naming the parent's
+/// committed bytes (hard-linked beside it, see [`fork`]) instead of a copy,
+/// so a fork costs the same whatever the parent's size. Atomic: the links
+/// are made and synced first, then the transcript is written under a
+/// temporary name, synced, and named without replacing anything; a crash at
+/// any point leaves no fork (at worst unnamed links gc removes). Returns
+/// the transcript opened for appending, locked, and its length.
+fn fork_transcript(
+    parent_id: &str,
+    from: &std::path::Path,
+    len: u64,
+    to: &std::path::Path,
+) -> Result<(std::fs::File, u64)> {
+    let storage = |err: std::io::Error| Error::storage(to, &err);
+    let dir = to
+        .parent()
+        .ok_or_else(|| Error::Internal("transcript path has no directory".into()))?;
+    let fork_id = to
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let parent = std::fs::File::open(from).map_err(|err| Error::storage(from, &err))?;
+    let (line, links) =
+        fork::start_fork(parent_id, &parent, from, len, &fork_id).map_err(storage)?;
+    let written = (|| {
+        let sync_dir = || std::fs::File::open(dir).and_then(|d| d.sync_all());
+        let bytes = line.to_line();
+        let mut tmp = tempfile::Builder::new()
+            .prefix(".fork-")
+            .tempfile_in(dir)
+            .map_err(storage)?;
+        writer::lock(tmp.as_file(), to)?;
+        tmp.write_all(&bytes).map_err(storage)?;
+        tmp.as_file().sync_data().map_err(storage)?;
+        // The links must be on disk before any name can point at them.
+        sync_dir().map_err(storage)?;
+        let file = tmp.persist_noclobber(to).map_err(|err| {
+            if err.error.kind() == std::io::ErrorKind::AlreadyExists {
+                Error::SessionExists {
+                    session_id: fork_id.clone(),
+                }
+            } else {
+                storage(err.error)
+            }
+        })?;
+        sync_dir().map_err(storage)?;
+        // Reopen for appending; the lock lives on the inode we still hold.
+        let appender = std::fs::OpenOptions::new()
+            .append(true)
+            .read(true)
+            .open(to)
+            .map_err(storage)?;
+        drop(file);
+        writer::lock(&appender, to)?;
+        Ok((appender, bytes.len() as u64))
+    })();
+    if written.is_err() {
+        for link in &links {
+            let _ = std::fs::remove_file(link);
+        }
+    }
+    written
+}
+
+fn create_transcript(key: &SessionKey, files: &dyn LogFileFactory) -> Result<TranscriptWriter> {
+    let path = key.transcript_path();
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|err| Error::storage(dir, &err))?;
+    }
+    let file = writer::open_locked(&path, true)?;
+    let len = file
+        .metadata()
+        .map_err(|err| Error::storage(&path, &err))?
+        .len();
+    Ok(TranscriptWriter::new(path, files.wrap(file), len))
+}
+
+fn load_from_disk(key: &SessionKey, files: &dyn LogFileFactory) -> Result<Loaded> {
+    let path = key.transcript_path();
+    let mut loaded = Loaded::default();
+    match std::fs::symlink_metadata(&path) {
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            loaded.exists = key.session_dir().is_dir();
+            loaded.journaled = true;
+            return Ok(loaded);
+        }
+        Err(err) => return Err(Error::storage(&path, &err)),
+        // A FIFO or a device planted there would block or never end.
+        Ok(meta) if !meta.is_file() => {
+            return Err(Error::Storage {
+                message: format!("{} is not a regular file", path.display()),
+                path: Some(path.display().to_string()),
+            });
+        }
+        Ok(_) => {}
+    }
+    let file = writer::open_locked(&path, false)?;
+    let storage = |err: std::io::Error| Error::storage(&path, &err);
+    let actual = file.metadata().map_err(storage)?.len();
+    // A fork's transcript reads through its parent's bytes first.
+    let logical = fork::Logical::open(&file, &path, actual).map_err(storage)?;
+    let mut head = Vec::new();
+    logical
+        .reader()
+        .and_then(|r| r.take(reader::DETECT_HEAD).read_to_end(&mut head))
+        .map_err(storage)?;
+    let format = reader::detect_format(&head);
+    drop(head);
+    let mut image = SessionImage::default();
+    let (complete, torn) = reader::read_lines(
+        format,
+        BufReader::with_capacity(256 << 10, logical.reader().map_err(storage)?),
+        reader::ReadLimits::default(),
+        || false,
+        |span, entry| image.add(span, entry),
+    )
+    .map_err(storage)?;
+    // Only the file's own lines are ours to cut; a parent's committed
+    // bytes never end in an open call.
+    let keep = match image.open_call_at() {
+        Some(at) if at >= logical.inherited => {
+            image.cut_open_call();
+            at
+        }
+        _ => {
+            image.finish_lenient();
+            complete
+        }
+    };
+    let keep = logical.physical(keep);
+    if keep < actual {
+        // A crash between writing the two halves of a commit: cut the torn
+        // line and any call left without its results, so no reader ever sees
+        // an orphan.
+        tracing::warn!(path = %path.display(), torn, cut_bytes = actual - keep, "cutting an incomplete commit off the transcript tail");
+        file.set_len(keep).map_err(storage)?;
+        file.sync_all().map_err(storage)?;
+    }
+    // A replacement journaled by `budget/apply` whose message was never
+    // appended is still a decision already sent to the provider.
+    loaded.state.commit_decisions(image.decisions());
+    for (id, name) in image.undecided_names {
+        if !loaded.state.is_decided(&id) {
+            loaded.tool_names.insert_mut(id, name);
+        }
+    }
+    loaded.transcript = Some(Arc::new(Mutex::new(TranscriptWriter::new(
+        path,
+        files.wrap(file),
+        keep,
+    ))));
+    loaded.exists = true;
+    loaded.format = Some(format);
+    loaded.journaled = true;
+    Ok(loaded)
+}

@@ -1,0 +1,161 @@
+//! The shared backend as a session sees it: a session's transcript is its
+//! commits in a [`SharedStore`] (PostgreSQL), read back on every request so
+//! each request sees what every replica committed before it.
+
+use std::sync::Arc;
+
+use super::{Append, Decision, ForkSource, Outcome, SessionStore, SharedStore};
+use crate::error::{Error, Result};
+use crate::protocol::{ReplacementRecord, SeenLine};
+use crate::session::{Loaded, SessionKey};
+use crate::transcript::Lines;
+use crate::transcript::reader::{self, SessionImage};
+
+/// Sessions in `db`.
+pub struct Shared<'a> {
+    pub db: &'a dyn SharedStore,
+}
+
+impl Shared<'_> {
+    /// Read what other replicas committed since this one last read (the
+    /// whole session on first use) and apply it: a request sees every
+    /// commit made before it started, whichever replica made it.
+    async fn refresh(&self, key: &SessionKey, loaded: &mut Loaded) -> Result<bool> {
+        let commits = self.db.read(key.id.as_str(), loaded.shared_seq).await?;
+        let Some(commits) = commits else {
+            return Ok(false);
+        };
+        loaded.exists = true;
+        let Some(last) = commits.last().map(|c| c.seq) else {
+            return Ok(true);
+        };
+        let bytes: Vec<u8> = commits.into_iter().flat_map(|c| c.lines).collect();
+        let format = *loaded
+            .format
+            .get_or_insert_with(|| reader::detect_format(&bytes));
+        let mut image = SessionImage::default();
+        reader::read_lines(
+            format,
+            std::io::Cursor::new(&bytes),
+            reader::ReadLimits::default(),
+            || false,
+            |span, entry| image.add(span, entry),
+        )
+        .map_err(|err| Error::Internal(format!("reading shared commits: {err}")))?;
+        // Every commit is whole: a call without its results is taken as
+        // it stands, never cut.
+        image.finish_lenient();
+        loaded.state.commit_decisions(image.decisions());
+        for (id, name) in image.undecided_names {
+            if !loaded.state.is_decided(&id) {
+                loaded.tool_names.insert_mut(id, name);
+            }
+        }
+        let decided: Vec<Arc<str>> = loaded
+            .tool_names
+            .keys()
+            .filter(|id| loaded.state.is_decided(id))
+            .cloned()
+            .collect();
+        for id in decided {
+            loaded.tool_names.remove_mut(&id);
+        }
+        loaded.shared_seq = last;
+        Ok(true)
+    }
+}
+
+impl SessionStore for Shared<'_> {
+    async fn load(&self, key: &SessionKey, loaded: &mut Option<Loaded>) -> Result<bool> {
+        let loaded = loaded.get_or_insert_with(|| Loaded {
+            journaled: true,
+            ..Loaded::default()
+        });
+        self.refresh(key, loaded).await
+    }
+
+    async fn commit(
+        &self,
+        key: &SessionKey,
+        loaded: &mut Loaded,
+        lines: Lines,
+        _fsync: bool,
+        create: bool,
+    ) -> Result<Outcome> {
+        if !loaded.exists && !create {
+            return Ok(Outcome::NOTHING);
+        }
+        let format = *loaded.format.get_or_insert_default();
+        if lines.is_empty() && loaded.exists {
+            return Ok(Outcome::WRITTEN);
+        }
+        let append = Append {
+            header: crate::transcript::session_line(format),
+            lines: lines.bytes,
+            decisions: Vec::new(),
+        };
+        self.db.append(key.id.as_str(), append).await?;
+        // Read back this commit and any other replica's.
+        self.refresh(key, loaded).await?;
+        loaded.exists = true;
+        Ok(Outcome {
+            done: true,
+            reread: true,
+        })
+    }
+
+    async fn journal(
+        &self,
+        key: &SessionKey,
+        loaded: &mut Loaded,
+        records: &[ReplacementRecord],
+        seen: &SeenLine,
+        _fsync: bool,
+    ) -> Result<Outcome> {
+        let format = *loaded.format.get_or_insert_default();
+        let decisions = records
+            .iter()
+            .map(|r| Decision {
+                tool_use_id: r.tool_use_id.clone(),
+                digest: r.digest.clone(),
+                replacement: Some(r.replacement.clone()),
+            })
+            .chain(
+                seen.tool_use_ids
+                    .iter()
+                    .enumerate()
+                    .map(|(i, id)| Decision {
+                        tool_use_id: id.clone(),
+                        digest: seen.digests.get(i).cloned().filter(|d| !d.is_empty()),
+                        replacement: None,
+                    }),
+            )
+            .collect();
+        let append = Append {
+            header: crate::transcript::session_line(format),
+            lines: Vec::new(),
+            decisions,
+        };
+        self.db.append(key.id.as_str(), append).await?;
+        self.refresh(key, loaded).await?;
+        Ok(Outcome {
+            done: true,
+            reread: true,
+        })
+    }
+
+    async fn fork(&self, target: &SessionKey, source: ForkSource) -> Result<Option<Loaded>> {
+        // The fork reads the source's commits up to now instead of copying
+        // them; the target reads itself back.
+        self.db
+            .fork(source.parent.as_str(), target.id.as_str())
+            .await?;
+        Ok(None)
+    }
+
+    async fn collect(&self, gc: super::Collect) -> Result<crate::retention::GcReport> {
+        self.db
+            .collect(&gc.data_dir, gc.objects, &gc.policy, gc.dry_run)
+            .await
+    }
+}
