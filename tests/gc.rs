@@ -80,6 +80,12 @@ fn tree(root: &Path) -> BTreeSet<String> {
 
 #[tokio::test]
 async fn gc_removes_by_the_rules_and_a_dry_run_lists_exactly_that() {
+    if !common::local_only(
+        "gc_removes_by_the_rules_and_a_dry_run_lists_exactly_that",
+        "ages transcript files to drive the local collector (gc on the shared store: tests/fleet.rs)",
+    ) {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let server = new_server();
     let (mut c, _task) = connect(server.clone());
@@ -220,6 +226,12 @@ async fn gc_removes_by_the_rules_and_a_dry_run_lists_exactly_that() {
 
 #[tokio::test]
 async fn over_the_size_limit_the_least_recently_written_go_first() {
+    if !common::local_only(
+        "over_the_size_limit_the_least_recently_written_go_first",
+        "ages transcript files to drive the local collector (gc on the shared store: tests/fleet.rs)",
+    ) {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let server = new_server();
     let (mut c, _task) = connect(server.clone());
@@ -244,6 +256,12 @@ async fn over_the_size_limit_the_least_recently_written_go_first() {
 
 #[tokio::test]
 async fn a_session_open_in_this_server_is_never_touched() {
+    if !common::local_only(
+        "a_session_open_in_this_server_is_never_touched",
+        "ages transcript files to drive the local collector (gc on the shared store: tests/fleet.rs)",
+    ) {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let (mut c, _task) = connect(new_server());
     c.initialize(

@@ -216,6 +216,9 @@ async fn a_reused_call_id_never_gets_another_results_preview() {
 /// a `tool_result`, leaving an orphan in the transcript.
 #[tokio::test]
 async fn wrong_role_blocks_are_refused_and_nothing_is_written() {
+    if !common::local_transcripts("wrong_role_blocks_are_refused_and_nothing_is_written") {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let mut c = mem(dir.path(), json!({})).await;
     let path = dir.path().join(".toolwire/sessions/s.jsonl");
@@ -350,6 +353,9 @@ fn repair_drops_only_what_cannot_be_sent_and_is_idempotent() {
 /// reordered by repair, with a `.bak`; `--dry-run` said "would keep 4 lines".
 #[tokio::test]
 async fn a_transcript_pair_append_wrote_is_never_rewritten() {
+    if !common::local_transcripts("a_transcript_pair_append_wrote_is_never_rewritten") {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let mut c = mem(dir.path(), json!({})).await;
     for m in [

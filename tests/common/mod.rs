@@ -104,11 +104,19 @@ pub fn new_server() -> Arc<Server> {
 /// local backend only; on the shared store the same guarantees are checked
 /// by tests/fleet.rs.
 pub fn local_transcripts(test: &str) -> bool {
+    local_only(
+        test,
+        "reads transcript files, which the postgres backend has not",
+    )
+}
+
+/// Whether this test run is on the local backend; on the shared-store
+/// matrix (`TOOLWIRE_TEST_BACKEND=postgres`) the test says why it does not
+/// apply there (`reason`) and returns early.
+pub fn local_only(test: &str, reason: &str) -> bool {
     let local = !pg::matrix_on_postgres();
     if !local {
-        eprintln!(
-            "{test}: reads transcript files, which the postgres backend has not; checked on the local backend"
-        );
+        eprintln!("{test}: {reason}; checked on the local backend");
     }
     local
 }
