@@ -176,7 +176,22 @@ impl Original<'_> {
 /// `\u00xx` in lowercase, only for control characters), no key twice in an
 /// object. Numbers are kept as spelled (`arbitrary_precision`) and keys in
 /// order (`preserve_order`), so they need no check.
+///
+/// `raw` must be one valid JSON value (as a parser handed it over). Tool
+/// output is mostly one string: then only its escapes need a look, found
+/// with one backslash scan.
 pub fn is_compact_json(raw: &[u8]) -> bool {
+    if let [b'"', inner @ .., b'"'] = raw {
+        let mut next = 0;
+        return memchr::memchr_iter(b'\\', inner).all(|at| {
+            // The second backslash of `\\` is no escape of its own.
+            if at < next {
+                return true;
+            }
+            next = at + escape_len(inner, at).unwrap_or(0);
+            next > at
+        });
+    }
     /// Objects with more keys than this are parsed instead (the duplicate
     /// check below is quadratic); tool results rarely have them.
     const MAX_KEYS: usize = 32;
@@ -232,26 +247,25 @@ fn string_end(raw: &[u8], start: usize) -> Option<usize> {
         if raw[i] == b'"' {
             return Some(i);
         }
-        match *raw.get(i + 1)? {
-            b'"' | b'\\' | b'n' | b'r' | b't' | b'b' | b'f' => i += 2,
-            b'u' => {
-                let hex = raw.get(i + 2..i + 6)?;
-                let low = |c: u8| matches!(c, b'0'..=b'9' | b'a'..=b'f');
-                if !(hex[0] == b'0'
-                    && hex[1] == b'0'
-                    && matches!(hex[2], b'0' | b'1')
-                    && low(hex[3]))
-                {
-                    return None;
-                }
-                // These five have a letter escape, which serde_json uses.
-                if hex[2] == b'0' && matches!(hex[3], b'8' | b'9' | b'a' | b'c' | b'd') {
-                    return None;
-                }
-                i += 6;
-            }
-            _ => return None,
+        i += escape_len(raw, i)?;
+    }
+}
+
+/// The length of the escape at `at` (a backslash), `None` when it is not
+/// one serde_json writes.
+fn escape_len(raw: &[u8], at: usize) -> Option<usize> {
+    match *raw.get(at + 1)? {
+        b'"' | b'\\' | b'n' | b'r' | b't' | b'b' | b'f' => Some(2),
+        b'u' => {
+            let hex = raw.get(at + 2..at + 6)?;
+            let low = |c: u8| matches!(c, b'0'..=b'9' | b'a'..=b'f');
+            let control =
+                hex[0] == b'0' && hex[1] == b'0' && matches!(hex[2], b'0' | b'1') && low(hex[3]);
+            // These five have a letter escape, which serde_json uses.
+            let lettered = hex[2] == b'0' && matches!(hex[3], b'8' | b'9' | b'a' | b'c' | b'd');
+            (control && !lettered).then_some(6)
         }
+        _ => None,
     }
 }
 
