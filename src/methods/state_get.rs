@@ -83,7 +83,22 @@ fn session_on_disk(data_dir: &std::path::Path, id: &crate::protocol::SessionId) 
 }
 
 /// Serialize the reply off the async workers (tens of MB take a while).
+/// Snapshots at most this large (ids, with each replacement counted as
+/// [`PREVIEW_WEIGHT`] ids for its decompression) are encoded on the
+/// request's own task: a hop to the blocking pool and back costs more than
+/// the encoding (two thread wakeups, most of a null round trip's overhead
+/// over an echo server, `cargo bench --bench latency`). Larger ones stay
+/// off the runtime workers so they never stall other sessions' requests.
+const INLINE_WORK: usize = 512;
+const PREVIEW_WEIGHT: usize = 32;
+
 async fn encode_snapshot(published: Arc<Published>) -> Result<Box<RawValue>> {
+    let state = &published.state;
+    if state.seen_count() + PREVIEW_WEIGHT * state.replacement_count() + published.pending.len()
+        <= INLINE_WORK
+    {
+        return encode(Reply::of(&published));
+    }
     tokio::task::spawn_blocking(move || encode(Reply::of(&published)))
         .await
         .map_err(|e| crate::error::Error::Internal(e.to_string()))?
