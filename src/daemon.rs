@@ -25,6 +25,12 @@
 //!
 //! A forwarder's client ending (EOF, crash) ends that client's connection
 //! only: its pending pairs are flushed, other clients are untouched.
+//!
+//! A forwarder whose stdin and stdout are pipes or sockets hands them to
+//! the daemon (`SCM_RIGHTS`) instead of copying bytes: a round trip then
+//! costs what `serve` costs, where forwarding added two reads and two
+//! writes through a third process. The forwarder waits for the daemon to
+//! close the socket, so its exit still means the server is done.
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
@@ -35,8 +41,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, OwnedFd};
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Interest};
 use tokio::net::{UnixListener, UnixStream};
+
+use crate::transport::stdio;
 
 use crate::server::{self, Server};
 use crate::session::Storage;
@@ -244,15 +255,126 @@ async fn serve_peer(server: Arc<Server>, stream: UnixStream) -> io::Result<()> {
     let mut read = BufReader::new(read);
     let mut hello = String::new();
     (&mut read).take(128).read_line(&mut hello).await?;
-    if hello.trim_end() != format!("toolwire/{VERSION}") {
+    let hello = hello.trim_end();
+    let plain = format!("toolwire/{VERSION}");
+    if hello == plain {
+        write.write_all(b"ok\n").await?;
+        server::serve_connection(server, read, write).await;
+        return Ok(());
+    }
+    if hello != format!("{plain}{HAND_OVER}") {
         write
             .write_all(format!("error: this daemon is toolwire/{VERSION}\n").as_bytes())
             .await?;
         return Ok(());
     }
-    write.write_all(b"ok\n").await?;
-    server::serve_connection(server, read, write).await;
+    // The forwarder sends its descriptors only once it reads `fds`, so
+    // nothing of the message carrying them can be in `read`'s buffer.
+    write.write_all(b"fds\n").await?;
+    let stream = read.into_inner().reunite(write).map_err(io::Error::other)?;
+    let fds = receive_fds(&stream).await?;
+    let handed = match fds.as_slice() {
+        [input, output] => stdio::NonBlocking::reader(input.as_fd())
+            .zip(stdio::NonBlocking::writer(output.as_fd())),
+        _ => None,
+    };
+    // Our copies of the received descriptors: what we serve is a private
+    // description (a pipe) or a duplicate (a socket), made above.
+    drop(fds);
+    let (read, mut write) = stream.into_split();
+    let Some((input, output)) = handed else {
+        // Not usable here: forward bytes over the socket as before.
+        write.write_all(b"ok\n").await?;
+        server::serve_connection(server, BufReader::new(read), write).await;
+        return Ok(());
+    };
+    write.write_all(b"ok fds\n").await?;
+    server::serve_connection(server, input, output).await;
+    // Only now, with the client's pipes closed on our side (the connection
+    // dropped them), does the forwarder learn it may exit: its exit is then
+    // the client's sign that the server is done.
+    drop((read, write));
     Ok(())
+}
+
+/// The suffix of a forwarder's handshake offering its stdin and stdout.
+const HAND_OVER: &str = " fds";
+
+/// Receive the descriptors a forwarder sends (SCM_RIGHTS), with the one
+/// byte that carries them.
+async fn receive_fds(stream: &UnixStream) -> io::Result<Vec<OwnedFd>> {
+    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+    loop {
+        stream.readable().await?;
+        let received = stream.try_io(Interest::READABLE, || {
+            let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
+            let mut control = RecvAncillaryBuffer::new(&mut space);
+            let mut byte = [0u8; 1];
+            let msg = rustix::net::recvmsg(
+                stream,
+                &mut [io::IoSliceMut::new(&mut byte)],
+                &mut control,
+                RecvFlags::CMSG_CLOEXEC | RecvFlags::DONTWAIT,
+            )?;
+            if msg.bytes == 0 {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            let fds: Vec<OwnedFd> = control
+                .drain()
+                .filter_map(|m| match m {
+                    RecvAncillaryMessage::ScmRights(fds) => Some(fds),
+                    _ => None,
+                })
+                .flatten()
+                .collect();
+            Ok(fds)
+        });
+        match received {
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => continue,
+            other => return other,
+        }
+    }
+}
+
+/// Send this process's stdin and stdout to the daemon (SCM_RIGHTS).
+async fn send_stdio(stream: &UnixStream) -> io::Result<()> {
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    let (stdin, stdout) = (io::stdin(), io::stdout());
+    let fds = [stdin.as_fd(), stdout.as_fd()];
+    loop {
+        stream.writable().await?;
+        let sent = stream.try_io(Interest::WRITABLE, || {
+            let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
+            let mut control = SendAncillaryBuffer::new(&mut space);
+            if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+                return Err(io::Error::other("no room for two descriptors"));
+            }
+            Ok(rustix::net::sendmsg(
+                stream,
+                &[io::IoSlice::new(b"F")],
+                &mut control,
+                SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
+            )?)
+        });
+        match sent {
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(err) => return Err(err),
+            Ok(_) => return Ok(()),
+        }
+    }
+}
+
+/// Read one handshake line (at most 256 bytes) from a socket the peer
+/// sends nothing else on before we answer, so nothing is read past it.
+async fn read_answer(stream: &mut UnixStream) -> io::Result<String> {
+    let (read, _) = stream.split();
+    let mut read = BufReader::new(read);
+    let mut answer = String::new();
+    (&mut read).take(256).read_line(&mut answer).await?;
+    if !read.buffer().is_empty() {
+        return Err(io::Error::other("the daemon sent more than its handshake"));
+    }
+    Ok(answer.trim_end().to_owned())
 }
 
 // -------------------------------------------------------------- forwarder --
@@ -290,20 +412,50 @@ const FORWARD_BUFFER: usize = 64 * 1024;
 pub async fn forward(workspace: &Path, idle: Duration) -> io::Result<()> {
     let paths = paths(workspace)?;
     check_paths(&paths)?;
-    let stream = connect_or_start(&paths, workspace, idle).await?;
+    let mut stream = connect_or_start(&paths, workspace, idle).await?;
+    let plain = format!("toolwire/{VERSION}\n");
+    // When stdin and stdout are pipes or sockets, hand them to the daemon,
+    // which then reads and writes the client directly: a round trip costs
+    // what `serve` costs, not two more hops through this process.
+    if stdio::pollable(io::stdin().as_fd()) && stdio::pollable(io::stdout().as_fd()) {
+        stream
+            .write_all(format!("toolwire/{VERSION}{HAND_OVER}\n").as_bytes())
+            .await?;
+        match read_answer(&mut stream).await?.as_str() {
+            "fds" => {
+                send_stdio(&stream).await?;
+                match read_answer(&mut stream).await?.as_str() {
+                    "ok fds" => {
+                        // Stay until the daemon is done with the client's
+                        // pipes: it closes the socket then.
+                        let mut rest = Vec::new();
+                        stream.read_to_end(&mut rest).await?;
+                        return Ok(());
+                    }
+                    "ok" => return forward_bytes(stream).await,
+                    other => return Err(refused(other)),
+                }
+            }
+            // A daemon that does not take descriptors (another build of
+            // this version): forward bytes over a new connection.
+            _ => stream = connect_or_start(&paths, workspace, idle).await?,
+        }
+    }
+    stream.write_all(plain.as_bytes()).await?;
+    match read_answer(&mut stream).await?.as_str() {
+        "ok" => forward_bytes(stream).await,
+        other => Err(refused(other)),
+    }
+}
+
+fn refused(answer: &str) -> io::Error {
+    io::Error::other(format!("daemon refused the handshake: {answer}"))
+}
+
+/// Copy this process's stdin to the daemon and its answers to stdout.
+async fn forward_bytes(stream: UnixStream) -> io::Result<()> {
     let (read, mut write) = stream.into_split();
     let mut read = BufReader::with_capacity(FORWARD_BUFFER, read);
-    write
-        .write_all(format!("toolwire/{VERSION}\n").as_bytes())
-        .await?;
-    let mut answer = String::new();
-    (&mut read).take(256).read_line(&mut answer).await?;
-    if answer.trim_end() != "ok" {
-        return Err(io::Error::other(format!(
-            "daemon refused the handshake: {}",
-            answer.trim_end()
-        )));
-    }
     // stdio on epoll when it is a pipe or a socket (see
     // `transport::stdio`): a forwarded frame then costs one read and one
     // write each way, with no blocking-pool hop.

@@ -340,3 +340,119 @@ async fn the_daemon_logs_to_a_file_beside_its_socket() {
         "{help}"
     );
 }
+
+/// What a process's descriptors point at (`pipe:[…]`, `socket:[…]`, paths).
+fn fd_targets(pid: u32) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|dir| {
+            dir.flatten()
+                .filter_map(|e| std::fs::read_link(e.path()).ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A forwarder whose stdin and stdout are pipes hands them to the daemon,
+/// which answers the client on them directly; the forwarder stays until
+/// the daemon is done with them (here: `exit` while stdin is still open),
+/// then exits successfully, and the daemon keeps no copy.
+#[tokio::test]
+async fn the_forwarder_hands_its_pipes_to_the_daemon_and_leaves_when_it_is_done() {
+    let rig = Rig::new();
+    let (mut c, mut child) = spawn_shared(rig.ws(), rig.run.path(), 30);
+    c.initialize(rig.ws(), json!({})).await;
+    let forwarder = child.id().unwrap();
+    let daemon = daemon::daemon_pid(&rig.paths()).unwrap();
+    let link = |fd: u32| std::fs::read_link(format!("/proc/{forwarder}/fd/{fd}")).unwrap();
+    let (input, output) = (link(0), link(1));
+    assert!(input.to_string_lossy().starts_with("pipe:"), "{input:?}");
+    let held = fd_targets(daemon);
+    assert!(
+        held.contains(&input) && held.contains(&output),
+        "the daemon holds {held:?}, not {input:?} and {output:?}"
+    );
+    c.call(
+        "pair/append",
+        json!({"sessionId": "s", "message": assistant_calls(&["t1"])}),
+    )
+    .await;
+    assert_eq!(
+        c.call("state/get", json!({"sessionId": "s"})).await["pending"],
+        json!(["t1"])
+    );
+    c.call("shutdown", Value::Null).await;
+    c.notify("exit", Value::Null).await;
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .expect("the forwarder exits once the daemon is done")
+        .unwrap();
+    assert!(status.success(), "{status}");
+    let held = fd_targets(daemon);
+    assert!(
+        !held.contains(&input) && !held.contains(&output),
+        "the daemon still holds the client's pipes: {held:?}"
+    );
+    // The daemon still serves others.
+    let (mut d, _child) = spawn_shared(rig.ws(), rig.run.path(), 30);
+    d.initialize(rig.ws(), json!({})).await;
+    assert_eq!(
+        d.call("state/get", json!({"sessionId": "s"})).await["pending"],
+        json!([]),
+        "the shutdown closed the pair its client left pending"
+    );
+}
+
+/// Stdio the daemon could not serve on epoll (here a regular file as
+/// stdin) is not handed over: the forwarder carries the bytes, in order,
+/// and every reply reaches the client before it exits.
+#[tokio::test]
+async fn a_forwarder_with_a_file_as_stdin_forwards_bytes() {
+    let rig = Rig::new();
+    let frame = |v: Value| {
+        let body = v.to_string();
+        format!("Content-Length: {}\r\n\r\n{body}", body.len())
+    };
+    let root = url::Url::from_file_path(std::fs::canonicalize(rig.ws()).unwrap()).unwrap();
+    let mut input = frame(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"rootUri": root.as_str(), "capabilities": {}}}));
+    for id in 2..52 {
+        input += &frame(json!({"jsonrpc": "2.0", "id": id, "method": "state/get",
+            "params": {"sessionId": format!("s{id}")}}));
+    }
+    input += &frame(json!({"jsonrpc": "2.0", "id": 52, "method": "shutdown"}));
+    input += &frame(json!({"jsonrpc": "2.0", "method": "exit"}));
+    let file = rig.run.path().join("requests");
+    std::fs::write(&file, input).unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolwire"))
+        .args(["serve", "--shared", "--idle-timeout", "30"])
+        .current_dir(rig.ws())
+        .env("XDG_RUNTIME_DIR", rig.run.path())
+        .stdin(std::fs::File::open(&file).unwrap())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(30), out)
+        .await
+        .expect("the forwarder exits after `exit`")
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let ids: Vec<i64> = text
+        .split("Content-Length: ")
+        .skip(1)
+        .map(|f| {
+            let body = &f[f.find("\r\n\r\n").unwrap() + 4..];
+            let v: Value = serde_json::from_str(body).unwrap();
+            assert!(v.get("result").is_some(), "{v}");
+            v["id"].as_i64().unwrap()
+        })
+        .collect();
+    let mut sorted = ids.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, (1..=52).collect::<Vec<_>>());
+}

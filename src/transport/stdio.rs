@@ -28,7 +28,7 @@
 //!   terminal is not worth a flag its shell would see.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
@@ -213,6 +213,28 @@ impl AsyncWrite for NonBlocking {
 }
 
 /// This process's stdin: on epoll (a pipe or socket) or tokio's.
+impl NonBlocking {
+    /// The read side of a descriptor another process handed over (the
+    /// shared daemon serving a forwarder's client directly): opened as
+    /// [`stdin`] opens fd 0, so `fd` itself may be closed afterwards.
+    pub fn reader(fd: BorrowedFd<'_>) -> Option<NonBlocking> {
+        NonBlocking::open(fd.as_raw_fd(), Direction::Read)
+    }
+
+    /// The write side of a handed-over descriptor (see [`Self::reader`]).
+    pub fn writer(fd: BorrowedFd<'_>) -> Option<NonBlocking> {
+        NonBlocking::open(fd.as_raw_fd(), Direction::Write)
+    }
+}
+
+/// Whether `fd` is a pipe or a socket: what [`NonBlocking`] can serve.
+pub fn pollable(fd: BorrowedFd<'_>) -> bool {
+    fstat(fd.as_raw_fd()).is_some_and(|stat| {
+        let kind = stat.st_mode & libc::S_IFMT;
+        kind == libc::S_IFIFO || kind == libc::S_IFSOCK
+    })
+}
+
 #[derive(Debug)]
 pub enum Stdin {
     Epoll(NonBlocking),
