@@ -38,6 +38,22 @@ impl SessionMethod for BudgetApply {
         &params.session_id
     }
 
+    /// The messages are moved out of the parsed request as they are: a
+    /// conversation of tens of MB is not decoded into a second tree of
+    /// values (which costs time, and memory left in pieces between the
+    /// state's long-lived entries). Every message is any JSON value to
+    /// serde (checked by its dialect later), so the other params decode
+    /// exactly as before, with the same errors.
+    fn params(mut value: Value) -> Result<BudgetApplyParams> {
+        let messages = match value.get_mut("messages") {
+            Some(Value::Array(items)) => std::mem::take(items),
+            _ => return super::params(value),
+        };
+        let mut params: BudgetApplyParams = super::params(value)?;
+        params.messages = messages.into_iter().map(Message).collect();
+        Ok(params)
+    }
+
     fn run<'a>(
         session: &'a mut Session,
         cx: &'a RequestCx,

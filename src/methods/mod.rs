@@ -88,6 +88,12 @@ pub enum Reply<T> {
 
 pub trait SessionMethod: Method {
     fn session_id(params: &Self::Params) -> &SessionId;
+    /// Decode the params from the request's parsed value (by default as
+    /// [`params`] does; a method carrying a conversation takes its messages
+    /// out as they are instead of building them again).
+    fn params(value: Value) -> Result<Self::Params> {
+        params(value)
+    }
     fn run<'a>(
         session: &'a mut Session,
         cx: &'a RequestCx,
@@ -137,7 +143,7 @@ pub fn encode<T: serde::Serialize>(result: T) -> Result<Box<RawValue>> {
 }
 
 fn route_session<M: SessionMethod>(cx: RequestCx, raw: Value) -> Result<Pending> {
-    let params: M::Params = params(raw)?;
+    let params: M::Params = M::params(raw)?;
     let slot = cx.slot(M::session_id(&params));
     let (tx, rx) = tokio::sync::oneshot::channel();
     slot.enqueue(Box::new(move |session| {
