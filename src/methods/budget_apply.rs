@@ -432,3 +432,45 @@ async fn hold_session(artifact_dir: &std::path::Path) -> Option<retention::Sessi
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Taking the messages out of the parsed request decodes exactly what
+    /// the generic decoding does, and refuses exactly what it refuses.
+    #[test]
+    fn messages_taken_as_they_are_decode_like_the_generic_params() {
+        let same = [
+            json!({"sessionId": "s", "messages": [
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "a\u{1}\"é😀\\n"}]},
+                5, "text", null, [1, 2.50, 1e3]
+            ], "format": "anthropic"}),
+            json!({"sessionId": "s", "messages": []}),
+        ];
+        for value in same {
+            let ours = <BudgetApply as SessionMethod>::params(value.clone()).ok();
+            let generic: Option<BudgetApplyParams> = super::super::params(value).ok();
+            let ours = ours.map(|p| serde_json::to_string(&p).unwrap_or_default());
+            let generic = generic.map(|p| serde_json::to_string(&p).unwrap_or_default());
+            assert!(ours.is_some());
+            assert_eq!(ours, generic);
+        }
+        let refused = [
+            json!({"sessionId": "s", "messages": 5}),
+            json!({"sessionId": "s"}),
+            json!({"sessionId": "s", "messages": [], "extra": 1}),
+            json!({"sessionId": "../x", "messages": [{"role": "user"}]}),
+            json!({"messages": [{"role": "user"}]}),
+            json!([1]),
+            Value::Null,
+        ];
+        for value in refused {
+            let ours = <BudgetApply as SessionMethod>::params(value.clone()).err();
+            let generic = super::super::params::<BudgetApplyParams>(value).err();
+            assert!(ours.is_some());
+            assert_eq!(ours.map(|e| e.to_string()), generic.map(|e| e.to_string()));
+        }
+    }
+}
