@@ -48,7 +48,10 @@ impl Server {
     pub fn with_session_idle(storage: Storage, idle: std::time::Duration) -> Arc<Server> {
         Arc::new(Server {
             registry: Registry::new(storage, idle),
-            next_conn: AtomicU64::new(1),
+            // Connection ids own pending pairs, which a shared store keeps
+            // for every replica: each process starts at its own random
+            // point, so one replica's connection never passes for another's.
+            next_conn: AtomicU64::new(fastrand::u64(1..1 << 62)),
         })
     }
 }

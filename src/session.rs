@@ -525,6 +525,9 @@ pub struct Loaded {
     pub journaled: bool,
     /// On a shared store: the last commit read.
     pub shared_seq: i64,
+    /// On a shared store: the session's pending pair as last read or
+    /// written there (its JSON bytes), which `guard` holds.
+    pub pair_row: Option<Vec<u8>>,
 }
 
 impl Loaded {
@@ -535,7 +538,8 @@ impl Loaded {
     /// loses only having come into being and its format, as it does on a
     /// restart: its next request starts it again.
     pub fn reloadable(&self) -> bool {
-        self.guard.pending().is_none()
+        // A shared store holds the pending pair too.
+        (self.guard.pending().is_none() || self.pair_row.is_some())
             && match self.transcript {
                 Some(_) => self.journaled,
                 // On a shared store the database holds what was read.
@@ -762,6 +766,40 @@ impl Session {
             self.publish();
         }
         Ok(outcome.done)
+    }
+
+    /// Commit one step of the pair guard: `lines`, with the pending pair
+    /// moved by `transition`, as one commit. `false` when another replica
+    /// moved the pending pair since this job read it: nothing was written,
+    /// and the next [`Session::load`] reads the session again, so the
+    /// caller plans its step anew.
+    pub async fn commit_pair(
+        &mut self,
+        lines: Lines,
+        transition: crate::transcript::guard::Transition,
+        fsync: bool,
+    ) -> Result<bool> {
+        let storage = self.storage.clone();
+        let key = self.key.clone();
+        let loaded = self.load().await?;
+        let done = storage
+            .store()
+            .commit_pair(&key, loaded, lines, transition, fsync)
+            .await?;
+        if !done {
+            self.stale = true;
+        }
+        Ok(done)
+    }
+
+    /// The contents when reading them opens nothing: the session as this
+    /// process holds it, or on a shared store as the store holds it; `None`
+    /// for a local session not loaded (which has no pending pair).
+    pub async fn load_held(&mut self) -> Result<Option<&mut Loaded>> {
+        if self.loaded.is_none() && !self.storage.store().shared_by_replicas() {
+            return Ok(None);
+        }
+        self.load().await.map(Some)
     }
 
     /// Make this (new) session a fork of `source`.

@@ -1,4 +1,5 @@
-//! The pair guard end to end: what reaches the transcript on disk.
+//! The pair guard end to end: what reaches the transcript, on disk or, on
+//! the postgres matrix (`TOOLWIRE_TEST_BACKEND=postgres`), in the database.
 
 mod common;
 
@@ -11,14 +12,69 @@ use common::*;
 use serde_json::{Value, json};
 use toolwire::server::Server;
 use toolwire::session::Storage;
+use toolwire::store::SharedStore;
 use toolwire::transcript::writer::{LogFile, LogFileFactory};
 
-async fn setup(options: Value) -> (tempfile::TempDir, MemClient, PathBuf) {
+/// Where a test reads a session's transcript back: its file, or on the
+/// shared store its commits, read from the database as any replica reads
+/// them.
+#[derive(Clone)]
+enum Transcript {
+    File(PathBuf),
+    Shared(Arc<dyn SharedStore>, String),
+}
+
+impl Transcript {
+    /// The transcript of session `id` of a server on `storage` in `dir`.
+    fn of(storage: &Storage, dir: &Path, id: &str) -> Self {
+        match &storage.shared {
+            Some(db) => Transcript::Shared(db.clone(), id.to_owned()),
+            None => Transcript::File(dir.join(format!(".toolwire/sessions/{id}.jsonl"))),
+        }
+    }
+
+    async fn lines(&self) -> Vec<Value> {
+        match self {
+            Transcript::File(path) => transcript_lines(path),
+            Transcript::Shared(db, id) => db
+                .read(id, 0)
+                .await
+                .unwrap()
+                .unwrap_or_default()
+                .iter()
+                .flat_map(|c| std::str::from_utf8(&c.lines).unwrap().lines())
+                .map(|l| toolwire::json::from_slice(l.as_bytes()).unwrap())
+                .collect(),
+        }
+    }
+
+    async fn messages(&self) -> Vec<Value> {
+        self.lines()
+            .await
+            .into_iter()
+            .filter(|l| l["type"] == "message")
+            .map(|l| l["message"].clone())
+            .collect()
+    }
+}
+
+/// A server on the matrix's storage and how to read its transcripts back.
+fn matrix_server() -> (Arc<Server>, Storage) {
+    let storage = test_storage();
+    let handle = Storage {
+        shared: storage.shared.clone(),
+        ..Storage::default()
+    };
+    (Server::new(storage), handle)
+}
+
+async fn setup(options: Value) -> (tempfile::TempDir, MemClient, Transcript) {
     let dir = tempfile::tempdir().unwrap();
-    let (mut c, _t) = connect(new_server());
+    let (server, storage) = matrix_server();
+    let (mut c, _t) = connect(server);
     c.initialize(dir.path(), options).await;
-    let path = dir.path().join(".toolwire/sessions/s.jsonl");
-    (dir, c, path)
+    let transcript = Transcript::of(&storage, dir.path(), "s");
+    (dir, c, transcript)
 }
 
 async fn append(c: &mut MemClient, message: Value) -> Value {
@@ -48,7 +104,7 @@ async fn abort_during_tool_execution_writes_nothing() {
         f,
         json!({"mode": "discard", "discarded": ["t1", "t2"], "synthesized": [], "written": 0})
     );
-    assert_eq!(transcript_lines(&path).len(), 0);
+    assert_eq!(path.lines().await.len(), 0);
     // Late results after the discard answer nothing.
     c.fails(
         "pair/append",
@@ -56,7 +112,7 @@ async fn abort_during_tool_execution_writes_nothing() {
         -32010,
     )
     .await;
-    assert_eq!(transcript_lines(&path).len(), 0);
+    assert_eq!(path.lines().await.len(), 0);
 }
 
 #[tokio::test]
@@ -68,7 +124,7 @@ async fn failover_during_tool_execution_writes_nothing() {
         json!({"sessionId": "s", "mode": "discard", "reason": "provider failover"}),
     )
     .await;
-    assert!(transcript_lines(&path).is_empty());
+    assert!(path.lines().await.is_empty());
 }
 
 #[tokio::test]
@@ -82,7 +138,7 @@ async fn rate_limit_interruption_keeps_user_messages_and_no_orphan() {
         r["flushed"],
         json!({"mode": "discard", "discarded": ["t1"], "synthesized": [], "written": 0})
     );
-    let msgs = transcript_messages(&path);
+    let msgs = path.messages().await;
     assert_eq!(
         msgs,
         vec![
@@ -97,17 +153,14 @@ async fn rate_limit_interruption_keeps_user_messages_and_no_orphan() {
 async fn a_normal_pair_is_committed_assistant_first() {
     let (_d, mut c, path) = setup(json!({})).await;
     append(&mut c, assistant_calls(&["t1"])).await;
-    assert!(
-        transcript_lines(&path).is_empty(),
-        "nothing before the results"
-    );
+    assert!(path.lines().await.is_empty(), "nothing before the results");
     let r = append(&mut c, results(&[("t1", "ok")])).await;
     assert_eq!(
         r,
         json!({"status": "committed", "pending": [], "written": 2})
     );
     assert_eq!(
-        transcript_messages(&path),
+        path.messages().await,
         vec![assistant_calls(&["t1"]), results(&[("t1", "ok")])]
     );
 }
@@ -120,7 +173,7 @@ async fn first_pair_committed_second_aborted_leaves_only_the_first() {
     append(&mut c, assistant_calls(&["t2"])).await;
     c.call("pair/flush", json!({"sessionId": "s"})).await;
     assert_eq!(
-        transcript_messages(&path),
+        path.messages().await,
         vec![assistant_calls(&["t1"]), results(&[("t1", "ok")])]
     );
 }
@@ -140,7 +193,7 @@ async fn synthetic_mode_closes_the_pair_with_errors_naming_the_reason() {
         f,
         json!({"mode": "synthetic", "discarded": [], "synthesized": ["t2"], "written": 3})
     );
-    let msgs = transcript_messages(&path);
+    let msgs = path.messages().await;
     assert_eq!(msgs.len(), 3);
     assert_paired(&msgs);
     let synthetic = &msgs[2]["content"][0];
@@ -168,7 +221,7 @@ async fn synthetic_mode_closes_the_pair_with_errors_naming_the_reason() {
         .call("pair/flush", json!({"sessionId": "s", "mode": "discard"}))
         .await;
     assert_eq!(f["discarded"], json!(["t4", "t5"]));
-    let msgs = transcript_messages(&path);
+    let msgs = path.messages().await;
     assert_paired(&msgs);
     assert!(
         msgs[4]["content"][0]["content"]
@@ -196,7 +249,7 @@ async fn results_may_arrive_over_several_messages() {
     append(&mut c, results(&[("c", "3")])).await;
     let r = append(&mut c, results(&[("a", "1")])).await;
     assert_eq!(r["written"], json!(4));
-    let msgs = transcript_messages(&path);
+    let msgs = path.messages().await;
     assert_eq!(msgs[0], assistant_calls(&["a", "b", "c"]));
     assert_paired(&msgs);
 }
@@ -249,9 +302,9 @@ async fn unknown_duplicate_and_malformed_results_change_nothing() {
         json!(["b"]),
         "buffer intact"
     );
-    assert!(transcript_lines(&path).is_empty());
+    assert!(path.lines().await.is_empty());
     append(&mut c, results(&[("b", "2")])).await;
-    assert_eq!(transcript_messages(&path).len(), 3);
+    assert_eq!(path.messages().await.len(), 3);
 }
 
 #[tokio::test]
@@ -269,13 +322,13 @@ async fn server_side_tool_blocks_are_not_pending() {
         r,
         json!({"status": "committed", "pending": [], "written": 1})
     );
-    assert_eq!(transcript_messages(&path), vec![msg]);
+    assert_eq!(path.messages().await, vec![msg]);
 }
 
 #[tokio::test]
 async fn a_client_that_goes_away_has_its_pairs_flushed_others_untouched() {
     let dir = tempfile::tempdir().unwrap();
-    let server = new_server();
+    let (server, storage) = matrix_server();
     let (mut a, ta) = connect(server.clone());
     let (mut b, _tb) = connect(server.clone());
     a.initialize(dir.path(), json!({"abortMode": "synthetic"}))
@@ -293,8 +346,7 @@ async fn a_client_that_goes_away_has_its_pairs_flushed_others_untouched() {
     .await;
     a.close().await;
     ta.await.unwrap();
-    let sessions = dir.path().join(".toolwire/sessions");
-    let msgs = transcript_messages(&sessions.join("sa.jsonl"));
+    let msgs = Transcript::of(&storage, dir.path(), "sa").messages().await;
     assert_eq!(msgs.len(), 2, "synthetic flush on EOF");
     assert!(
         msgs[1]["content"][0]["content"]
@@ -311,7 +363,13 @@ async fn a_client_that_goes_away_has_its_pairs_flushed_others_untouched() {
         json!({"sessionId": "sb", "message": results(&[("b1", "fine")])}),
     )
     .await;
-    assert_eq!(transcript_messages(&sessions.join("sb.jsonl")).len(), 2);
+    assert_eq!(
+        Transcript::of(&storage, dir.path(), "sb")
+            .messages()
+            .await
+            .len(),
+        2
+    );
 }
 
 #[tokio::test]
@@ -319,7 +377,7 @@ async fn shutdown_flushes_this_clients_pairs() {
     let (_d, mut c, path) = setup(json!({"abortMode": "synthetic"})).await;
     append(&mut c, assistant_calls(&["t1"])).await;
     c.call("shutdown", Value::Null).await;
-    assert_eq!(transcript_messages(&path).len(), 2);
+    assert_eq!(path.messages().await.len(), 2);
 }
 
 // ------------------------------------------------------ storage faults --
@@ -421,6 +479,9 @@ async fn a_failing_disk_is_a_storage_error_and_leaves_the_file_as_it_was() {
 
 #[tokio::test]
 async fn an_unwritable_data_directory_is_a_storage_error() {
+    if !local_transcripts("an_unwritable_data_directory_is_a_storage_error") {
+        return;
+    }
     let (dir, mut c, _path) = setup(json!({})).await;
     let sessions = dir.path().join(".toolwire/sessions");
     std::fs::create_dir_all(&sessions).unwrap();
@@ -587,6 +648,10 @@ async fn repair_moves_results_after_a_call_at_the_end_and_refuses_a_live_transcr
     assert_eq!(r["droppedToolResults"], json!(["z"]));
     assert!(transcript_lines(&path).is_empty());
 
+    // A live transcript is a locked file: there is none on the shared store.
+    let Transcript::File(live) = live else {
+        return;
+    };
     append(&mut c, user_text("open session")).await;
     let e = c
         .fails(
@@ -600,7 +665,13 @@ async fn repair_moves_results_after_a_call_at_the_end_and_refuses_a_live_transcr
 
 #[tokio::test]
 async fn a_commit_torn_by_a_crash_is_cut_when_the_session_opens() {
+    if !local_transcripts("a_commit_torn_by_a_crash_is_cut_when_the_session_opens") {
+        return;
+    }
     let (dir, mut c, path) = setup(json!({})).await;
+    let Transcript::File(path) = path else {
+        unreachable!("the local backend keeps transcript files")
+    };
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     // The assistant half of a pair reached the disk, its results only partly.
     let first = m(user_text("kept"));

@@ -12,6 +12,21 @@ use crate::error::{Error, Result};
 use crate::format::{self, Format};
 use crate::protocol::{PairAppend, PairAppendParams, PairAppendResult, SessionId};
 use crate::session::Session;
+use crate::store::SessionStore;
+
+/// How many times a step is planned again when other replicas keep moving
+/// the pending pair first (each refusal means one of them committed).
+pub(crate) const MAX_ATTEMPTS: u32 = 64;
+
+/// The error when [`MAX_ATTEMPTS`] plans were all overtaken.
+pub(crate) fn pair_kept_moving(session_id: &SessionId) -> Error {
+    Error::Storage {
+        message: format!(
+            "the pending pair of session {session_id} kept changing on other replicas; nothing was written, try again"
+        ),
+        path: None,
+    }
+}
 
 impl SessionMethod for PairAppend {
     fn session_id(params: &PairAppendParams) -> &SessionId {
@@ -59,26 +74,50 @@ impl SessionMethod for PairAppend {
                 .flat_map(|msg| format::calls(dialect, msg))
                 .map(|(id, name)| (Arc::from(&*id), Arc::from(&*name)))
                 .collect();
-            let loaded = session.load().await?;
-            let step =
-                loaded
-                    .guard
-                    .append(dialect, group, cx.conn.id, cx.config.abort_mode, "message")?;
-            loaded.format.get_or_insert(format);
-            cx.check_cancelled()?;
-            {
-                let slot = cx.slot(&params.session_id);
-                let mut touched = cx.conn.touched.lock().unwrap_or_else(|p| p.into_inner());
-                touched.insert(slot.key.clone(), slot);
-            }
-            let written = step.lines.count;
-            session.write(step.lines, cx.config.fsync(), true).await?;
+            // On a shared store another replica may move the pending pair
+            // between this plan and its commit: then the commit is refused
+            // and the step planned again from what that replica did.
+            let races = session.storage().store().shared_by_replicas();
+            let mut group = Some(group);
+            let mut attempts = 0;
+            let (status, flushed, written) = loop {
+                attempts += 1;
+                if attempts > MAX_ATTEMPTS {
+                    return Err(pair_kept_moving(&params.session_id));
+                }
+                let plan = match races {
+                    true => group.clone(),
+                    false => group.take(),
+                }
+                .ok_or_else(|| Error::Internal("pair/append planned twice".into()))?;
+                let loaded = session.load().await?;
+                let step = loaded.guard.append(
+                    dialect,
+                    plan,
+                    cx.conn.id,
+                    cx.config.abort_mode,
+                    "message",
+                )?;
+                loaded.format.get_or_insert(format);
+                cx.check_cancelled()?;
+                {
+                    let slot = cx.slot(&params.session_id);
+                    let mut touched = cx.conn.touched.lock().unwrap_or_else(|p| p.into_inner());
+                    touched.insert(slot.key.clone(), slot);
+                }
+                let written = step.lines.count;
+                if session
+                    .commit_pair(step.lines, step.transition, cx.config.fsync())
+                    .await?
+                {
+                    break (step.status, step.flushed, written);
+                }
+            };
             let loaded = session.load().await?;
             loaded.exists = true;
             for (id, name) in names {
                 loaded.tool_names.insert_mut(id, name);
             }
-            loaded.guard.apply(step.transition);
             let pending = loaded.guard.pending_ids();
             let owned = loaded
                 .guard
@@ -92,10 +131,10 @@ impl SessionMethod for PairAppend {
                 touched.remove(session.key());
             }
             Ok(Reply::Now(PairAppendResult {
-                status: step.status,
+                status,
                 pending,
                 written,
-                flushed: step.flushed,
+                flushed,
             }))
         })
     }

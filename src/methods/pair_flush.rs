@@ -11,6 +11,7 @@ use crate::config::AbortMode;
 use crate::error::Result;
 use crate::protocol::{FlushResult, PairFlush, PairFlushParams, SessionId};
 use crate::session::{Session, Slot};
+use crate::transcript::guard::Transition;
 
 impl SessionMethod for PairFlush {
     fn session_id(params: &PairFlushParams) -> &SessionId {
@@ -43,32 +44,34 @@ async fn flush(
     fsync: bool,
     owner: Option<u64>,
 ) -> Result<FlushResult> {
-    // A pending pair lives only in memory: a session that is not loaded has
-    // none, and flushing for a departed client must not open one.
-    let loaded = match owner {
-        Some(_) => match session.loaded_mut() {
-            Some(loaded) => loaded,
-            None => return Ok(empty(mode)),
-        },
-        None => session.load().await?,
-    };
-    let owned = match (loaded.guard.pending(), owner) {
-        (None, _) => false,
-        (Some(p), Some(owner)) => p.owner == owner,
-        (Some(_), None) => true,
-    };
-    if !owned {
-        return Ok(empty(mode));
+    for _ in 0..super::pair_append::MAX_ATTEMPTS {
+        // A local pending pair lives only in memory: a session that is not
+        // loaded has none, and flushing for a departed client must not
+        // open one. A shared store holds it, and reading opens nothing.
+        let loaded = match owner {
+            Some(_) => match session.load_held().await? {
+                Some(loaded) => loaded,
+                None => return Ok(empty(mode)),
+            },
+            None => session.load().await?,
+        };
+        let owned = match (loaded.guard.pending(), owner) {
+            (None, _) => false,
+            (Some(p), Some(owner)) => p.owner == owner,
+            (Some(_), None) => true,
+        };
+        if !owned {
+            return Ok(empty(mode));
+        }
+        let dialect = loaded.format.unwrap_or_default().dialect();
+        let (lines, result) = loaded.guard.flush(dialect, mode, reason);
+        // Refused when another replica moved the pair first: look again.
+        if session.commit_pair(lines, Transition::Clear, fsync).await? {
+            session.publish();
+            return Ok(result);
+        }
     }
-    let dialect = loaded.format.unwrap_or_default().dialect();
-    let (lines, result) = loaded.guard.flush(dialect, mode, reason);
-    session.write(lines, fsync, true).await?;
-    let loaded = session.load().await?;
-    loaded
-        .guard
-        .apply(crate::transcript::guard::Transition::Clear);
-    session.publish();
-    Ok(result)
+    Err(super::pair_append::pair_kept_moving(&session.key().id))
 }
 
 fn empty(mode: AbortMode) -> FlushResult {

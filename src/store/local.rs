@@ -13,6 +13,7 @@ use crate::protocol::{ReplacementRecord, SeenLine};
 use crate::session::{Loaded, SessionKey};
 use crate::transcript::Lines;
 use crate::transcript::fork;
+use crate::transcript::guard::Transition;
 use crate::transcript::reader::{self, SessionImage};
 use crate::transcript::writer::{self, LogFileFactory, TranscriptWriter};
 
@@ -148,7 +149,27 @@ impl SessionStore for Local<'_> {
             format: source.format,
             journaled,
             shared_seq: 0,
+            pair_row: None,
         }))
+    }
+
+    async fn commit_pair(
+        &self,
+        key: &SessionKey,
+        loaded: &mut Loaded,
+        lines: Lines,
+        transition: Transition,
+        fsync: bool,
+    ) -> Result<bool> {
+        // The pending pair lives in this process's memory only: it moves
+        // once its lines are committed, and nothing else can move it.
+        self.commit(key, loaded, lines, fsync, true).await?;
+        loaded.guard.apply(transition);
+        Ok(true)
+    }
+
+    fn shared_by_replicas(&self) -> bool {
+        false
     }
 
     async fn collect(&self, gc: super::Collect) -> Result<crate::retention::GcReport> {

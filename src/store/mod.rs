@@ -27,6 +27,9 @@ pub struct Commit {
     pub lines: Vec<u8>,
 }
 
+/// A session's commits and its pending pair's row, read as of one moment.
+pub type WithPair = (Vec<Commit>, Option<Vec<u8>>);
+
 /// A decision to race: the first replica to insert its key wins.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {
@@ -54,6 +57,23 @@ pub trait SharedStore: Send + Sync + 'static {
     /// its fork parents' included up to each fork; `None` when the session
     /// does not exist.
     fn read(&self, session: &str, after: i64) -> BoxFuture<'_, Result<Option<Vec<Commit>>>>;
+
+    /// As [`SharedStore::read`], with the session's pending pair (its row
+    /// of `toolwire_pending_pairs`, see [`SharedStore::append_pair`]), both
+    /// as of one moment.
+    fn read_with_pair(&self, session: &str, after: i64) -> BoxFuture<'_, Result<Option<WithPair>>>;
+
+    /// Commit `append` and set the session's pending pair to `pair` (none:
+    /// removed) in one transaction under the session's lock, if its pending
+    /// pair is still `expected`; `false`, with nothing written, when
+    /// another writer changed it first.
+    fn append_pair<'a>(
+        &'a self,
+        session: &'a str,
+        append: Append,
+        expected: Option<Vec<u8>>,
+        pair: Option<Vec<u8>>,
+    ) -> BoxFuture<'a, Result<bool>>;
 
     /// Commit `append` to `session` (creating it) in one transaction. Of
     /// its decisions, those another writer made first are left out; the
@@ -168,6 +188,25 @@ pub trait SessionStore {
         source: ForkSource,
     ) -> impl Future<Output = Result<Option<crate::session::Loaded>>> + Send;
 
+    /// Commit one step of the pair guard ([`crate::transcript::guard`]):
+    /// `lines`, with the pending pair moved by `transition`, as one commit.
+    /// `false` when another replica moved the pending pair since it was
+    /// read: nothing was written, and the caller reads the session again
+    /// and plans its step anew.
+    fn commit_pair(
+        &self,
+        key: &crate::session::SessionKey,
+        loaded: &mut crate::session::Loaded,
+        lines: crate::transcript::Lines,
+        transition: crate::transcript::guard::Transition,
+        fsync: bool,
+    ) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Whether replicas share the sessions: every request reads what
+    /// others committed, and reading a session opens nothing (no file, no
+    /// lock).
+    fn shared_by_replicas(&self) -> bool;
+
     /// Retention over the sessions and their saved outputs.
     fn collect(
         &self,
@@ -228,6 +267,21 @@ impl SessionStore for Store<'_> {
         source: ForkSource,
     ) -> Result<Option<crate::session::Loaded>> {
         dispatch!(self, s => s.fork(target, source))
+    }
+
+    async fn commit_pair(
+        &self,
+        key: &crate::session::SessionKey,
+        loaded: &mut crate::session::Loaded,
+        lines: crate::transcript::Lines,
+        transition: crate::transcript::guard::Transition,
+        fsync: bool,
+    ) -> Result<bool> {
+        dispatch!(self, s => s.commit_pair(key, loaded, lines, transition, fsync))
+    }
+
+    fn shared_by_replicas(&self) -> bool {
+        matches!(self, Store::Shared(_))
     }
 
     async fn collect(&self, gc: Collect) -> Result<crate::retention::GcReport> {

@@ -11,14 +11,16 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use futures_util::future::BoxFuture;
 use tokio_postgres::NoTls;
 
-use super::{Append, Commit, SharedStore};
+use super::{Append, Commit, SharedStore, WithPair};
 use crate::error::{Error, Result};
 use crate::protocol::{RECORD_KIND, ReplacementRecord, SeenLine};
 use crate::transcript::Lines;
 
 /// The migrations, in the order they apply: (version, SQL).
-pub const MIGRATIONS: &[(i32, &str)] =
-    &[(1, include_str!("../../migrations/0001_shared_state.sql"))];
+pub const MIGRATIONS: &[(i32, &str)] = &[
+    (1, include_str!("../../migrations/0001_shared_state.sql")),
+    (2, include_str!("../../migrations/0002_pending_pairs.sql")),
+];
 
 /// Key of the advisory lock `migrate` holds (an arbitrary constant: "tw16").
 const MIGRATE_LOCK: i64 = 0x7477_3136;
@@ -225,6 +227,122 @@ SELECT m.seq, m.lines
  WHERE m.seq > $2 AND (c.upto IS NULL OR m.seq <= c.upto)
  ORDER BY m.seq";
 
+/// A transaction holding `session`'s commit lock ([`LOCK_SQL`]).
+async fn locked<'c>(
+    client: &'c mut deadpool_postgres::Object,
+    session: &str,
+    what: &str,
+) -> Result<deadpool_postgres::Transaction<'c>> {
+    let tx = client
+        .transaction()
+        .await
+        .map_err(|err| db_error(what, err))?;
+    tx.execute(LOCK_SQL, &[&session])
+        .await
+        .map_err(|err| db_error(&format!("{what}: lock"), err))?;
+    Ok(tx)
+}
+
+/// Write `append` to `session` (creating it) in `tx`, which holds the
+/// session's lock: its lines and the decisions it wins, as one commit.
+async fn write_commit(
+    tx: &tokio_postgres::Transaction<'_>,
+    session: &str,
+    append: Append,
+) -> Result<()> {
+    // `xmax = 0` only on a row this statement inserted.
+    let created: bool = tx
+        .query_one(
+            "INSERT INTO toolwire_sessions (session) VALUES ($1)
+             ON CONFLICT (session) DO UPDATE SET last_write_at = now()
+             RETURNING (xmax = 0)",
+            &[&session],
+        )
+        .await
+        .map_err(|err| db_error("append", err))?
+        .get(0);
+    let mut bytes = match (created, append.header) {
+        (true, Some(header)) => header,
+        _ => Vec::new(),
+    };
+    bytes.extend_from_slice(&append.lines);
+    let mut lines = Lines::default();
+    let mut seen = SeenLine {
+        tool_use_ids: Vec::new(),
+        digests: Vec::new(),
+    };
+    let insert = tx
+        .prepare(
+            "INSERT INTO toolwire_decisions (session, tool_use_id, digest, replacement)
+             VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+        )
+        .await
+        .map_err(|err| db_error("append", err))?;
+    for decision in append.decisions {
+        let digest = decision.digest.clone().unwrap_or_default();
+        let won = tx
+            .execute(
+                &insert,
+                &[
+                    &session,
+                    &decision.tool_use_id.as_bytes(),
+                    &digest,
+                    &decision.replacement.as_ref().map(String::as_bytes),
+                ],
+            )
+            .await
+            .map_err(|err| db_error("append: decision", err))?
+            == 1;
+        if !won {
+            continue;
+        }
+        match decision.replacement {
+            Some(replacement) => lines.push_record(&ReplacementRecord {
+                kind: RECORD_KIND.to_owned(),
+                tool_use_id: decision.tool_use_id,
+                replacement,
+                digest: decision.digest,
+            }),
+            None => {
+                seen.tool_use_ids.push(decision.tool_use_id);
+                seen.digests.push(digest);
+            }
+        }
+    }
+    if !seen.tool_use_ids.is_empty() {
+        lines.push_seen(&seen);
+    }
+    bytes.extend_from_slice(&lines.bytes);
+    if !bytes.is_empty() {
+        tx.execute(
+            "INSERT INTO toolwire_commits (session, lines) VALUES ($1, $2)",
+            &[&session, &bytes],
+        )
+        .await
+        .map_err(|err| db_error("append", err))?;
+    }
+    Ok(())
+}
+
+/// The commits of a session as [`READ_SQL`] reads them, then one row (its
+/// `seq` NULL) with the session's pending pair, when the session exists.
+const READ_WITH_PAIR_SQL: &str = "
+WITH RECURSIVE chain (session, upto) AS (
+    SELECT $1::text, NULL::bigint
+  UNION ALL
+    SELECT s.parent, LEAST(c.upto, s.fork_seq)
+      FROM toolwire_sessions s JOIN chain c ON s.session = c.session
+     WHERE s.parent IS NOT NULL
+)
+SELECT m.seq, m.lines, NULL::bytea
+  FROM toolwire_commits m JOIN chain c ON m.session = c.session
+ WHERE m.seq > $2 AND (c.upto IS NULL OR m.seq <= c.upto)
+UNION ALL
+SELECT NULL::bigint, NULL::bytea, p.pair
+  FROM toolwire_sessions s LEFT JOIN toolwire_pending_pairs p ON p.session = s.session
+ WHERE s.session = $1
+ ORDER BY 1 NULLS LAST";
+
 /// Serialize the commits of one session (see the migration).
 const LOCK_SQL: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 16))";
 
@@ -262,87 +380,89 @@ impl SharedStore for Postgres {
     fn append<'a>(&'a self, session: &'a str, append: Append) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             let mut client = self.client().await?;
-            let tx = client
-                .transaction()
-                .await
-                .map_err(|err| db_error("append", err))?;
-            tx.execute(LOCK_SQL, &[&session])
-                .await
-                .map_err(|err| db_error("append: lock", err))?;
-            // `xmax = 0` only on a row this statement inserted.
-            let created: bool = tx
-                .query_one(
-                    "INSERT INTO toolwire_sessions (session) VALUES ($1)
-                     ON CONFLICT (session) DO UPDATE SET last_write_at = now()
-                     RETURNING (xmax = 0)",
-                    &[&session],
-                )
-                .await
-                .map_err(|err| db_error("append", err))?
-                .get(0);
-            let mut bytes = match (created, append.header) {
-                (true, Some(header)) => header,
-                _ => Vec::new(),
-            };
-            bytes.extend_from_slice(&append.lines);
-            let mut lines = Lines::default();
-            let mut seen = SeenLine {
-                tool_use_ids: Vec::new(),
-                digests: Vec::new(),
-            };
-            let insert = tx
-                .prepare(
-                    "INSERT INTO toolwire_decisions (session, tool_use_id, digest, replacement)
-                     VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
-                )
-                .await
-                .map_err(|err| db_error("append", err))?;
-            for decision in append.decisions {
-                let digest = decision.digest.clone().unwrap_or_default();
-                let won = tx
-                    .execute(
-                        &insert,
-                        &[
-                            &session,
-                            &decision.tool_use_id.as_bytes(),
-                            &digest,
-                            &decision.replacement.as_ref().map(String::as_bytes),
-                        ],
-                    )
-                    .await
-                    .map_err(|err| db_error("append: decision", err))?
-                    == 1;
-                if !won {
-                    continue;
-                }
-                match decision.replacement {
-                    Some(replacement) => lines.push_record(&ReplacementRecord {
-                        kind: RECORD_KIND.to_owned(),
-                        tool_use_id: decision.tool_use_id,
-                        replacement,
-                        digest: decision.digest,
-                    }),
-                    None => {
-                        seen.tool_use_ids.push(decision.tool_use_id);
-                        seen.digests.push(digest);
-                    }
-                }
-            }
-            if !seen.tool_use_ids.is_empty() {
-                lines.push_seen(&seen);
-            }
-            bytes.extend_from_slice(&lines.bytes);
-            if !bytes.is_empty() {
-                tx.execute(
-                    "INSERT INTO toolwire_commits (session, lines) VALUES ($1, $2)",
-                    &[&session, &bytes],
-                )
-                .await
-                .map_err(|err| db_error("append", err))?;
-            }
+            let tx = locked(&mut client, session, "append").await?;
+            write_commit(&tx, session, append).await?;
             tx.commit()
                 .await
                 .map_err(|err| db_error("append: commit", err))
+        })
+    }
+
+    fn read_with_pair(&self, session: &str, after: i64) -> BoxFuture<'_, Result<Option<WithPair>>> {
+        let session = session.to_owned();
+        Box::pin(async move {
+            let client = self.client().await?;
+            // One statement, so the commits and the pending pair are of
+            // one snapshot.
+            let rows = client
+                .query(READ_WITH_PAIR_SQL, &[&session, &after])
+                .await
+                .map_err(|err| db_error("read", err))?;
+            let mut commits = Vec::with_capacity(rows.len());
+            let mut pair = None;
+            let mut exists = false;
+            for row in rows {
+                match row.get::<_, Option<i64>>(0) {
+                    Some(seq) => commits.push(Commit {
+                        seq,
+                        lines: row.get(1),
+                    }),
+                    None => {
+                        exists = true;
+                        pair = row.get(2);
+                    }
+                }
+            }
+            Ok(exists.then_some((commits, pair)))
+        })
+    }
+
+    fn append_pair<'a>(
+        &'a self,
+        session: &'a str,
+        append: Append,
+        expected: Option<Vec<u8>>,
+        pair: Option<Vec<u8>>,
+    ) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            let mut client = self.client().await?;
+            let tx = locked(&mut client, session, "pair").await?;
+            let current: Option<Vec<u8>> = tx
+                .query_opt(
+                    "SELECT pair FROM toolwire_pending_pairs WHERE session = $1",
+                    &[&session],
+                )
+                .await
+                .map_err(|err| db_error("pair", err))?
+                .map(|row| row.get(0));
+            if current != expected {
+                // Another replica moved the pair first; dropping the
+                // transaction rolls it back.
+                return Ok(false);
+            }
+            write_commit(&tx, session, append).await?;
+            match &pair {
+                Some(pair) => {
+                    tx.execute(
+                        "INSERT INTO toolwire_pending_pairs (session, pair) VALUES ($1, $2)
+                         ON CONFLICT (session) DO UPDATE SET pair = EXCLUDED.pair",
+                        &[&session, pair],
+                    )
+                    .await
+                }
+                None => {
+                    tx.execute(
+                        "DELETE FROM toolwire_pending_pairs WHERE session = $1",
+                        &[&session],
+                    )
+                    .await
+                }
+            }
+            .map_err(|err| db_error("pair", err))?;
+            tx.commit()
+                .await
+                .map_err(|err| db_error("pair: commit", err))?;
+            Ok(true)
         })
     }
 

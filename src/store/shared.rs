@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 use crate::protocol::{ReplacementRecord, SeenLine};
 use crate::session::{Loaded, SessionKey};
 use crate::transcript::Lines;
+use crate::transcript::guard::{PairGuard, Pending, Transition};
 use crate::transcript::reader::{self, SessionImage};
 
 /// Sessions in `db`.
@@ -21,11 +22,17 @@ impl Shared<'_> {
     /// whole session on first use) and apply it: a request sees every
     /// commit made before it started, whichever replica made it.
     async fn refresh(&self, key: &SessionKey, loaded: &mut Loaded) -> Result<bool> {
-        let commits = self.db.read(key.id.as_str(), loaded.shared_seq).await?;
-        let Some(commits) = commits else {
+        let read = self
+            .db
+            .read_with_pair(key.id.as_str(), loaded.shared_seq)
+            .await?;
+        let Some((commits, pair)) = read else {
             return Ok(false);
         };
         loaded.exists = true;
+        if pair != loaded.pair_row {
+            set_pair(loaded, pair)?;
+        }
         let Some(last) = commits.last().map(|c| c.seq) else {
             return Ok(true);
         };
@@ -63,6 +70,31 @@ impl Shared<'_> {
         loaded.shared_seq = last;
         Ok(true)
     }
+}
+
+/// Take `row` as the session's pending pair: the guard holds it, and the
+/// names of its calls are known for `exemptTools` as on the replica that
+/// buffered them.
+fn set_pair(loaded: &mut Loaded, row: Option<Vec<u8>>) -> Result<()> {
+    let pending: Option<Pending> = match &row {
+        Some(bytes) => Some(
+            crate::json::from_slice(bytes).map_err(|err| Error::Storage {
+                message: format!("postgres: the pending pair of this session is unreadable: {err}"),
+                path: None,
+            })?,
+        ),
+        None => None,
+    };
+    for (id, name) in pending.iter().flat_map(|p| &p.calls) {
+        if !loaded.state.is_decided(id) {
+            loaded
+                .tool_names
+                .insert_mut(Arc::from(id.as_str()), Arc::from(name.as_str()));
+        }
+    }
+    loaded.guard = PairGuard::holding(pending);
+    loaded.pair_row = row;
+    Ok(())
 }
 
 impl SessionStore for Shared<'_> {
@@ -151,6 +183,47 @@ impl SessionStore for Shared<'_> {
             .fork(source.parent.as_str(), target.id.as_str())
             .await?;
         Ok(None)
+    }
+
+    async fn commit_pair(
+        &self,
+        key: &SessionKey,
+        loaded: &mut Loaded,
+        lines: Lines,
+        transition: Transition,
+        _fsync: bool,
+    ) -> Result<bool> {
+        let mut next = loaded.guard.clone();
+        next.apply(transition);
+        let row = next
+            .pending()
+            .map(serde_json::to_vec)
+            .transpose()
+            .map_err(|err| Error::Internal(format!("encoding the pending pair: {err}")))?;
+        let format = *loaded.format.get_or_insert_default();
+        let append = Append {
+            header: crate::transcript::session_line(format),
+            lines: lines.bytes,
+            decisions: Vec::new(),
+        };
+        let expected = loaded.pair_row.clone();
+        if !self
+            .db
+            .append_pair(key.id.as_str(), append, expected, row.clone())
+            .await?
+        {
+            return Ok(false);
+        }
+        loaded.guard = next;
+        loaded.pair_row = row;
+        // Read back this commit and any other replica's.
+        self.refresh(key, loaded).await?;
+        loaded.exists = true;
+        Ok(true)
+    }
+
+    fn shared_by_replicas(&self) -> bool {
+        true
     }
 
     async fn collect(&self, gc: super::Collect) -> Result<crate::retention::GcReport> {

@@ -26,7 +26,9 @@ use crate::protocol::{AppendStatus, FlushResult};
 /// Identifies the client connection that buffered a pair.
 pub type Owner = u64;
 
-#[derive(Debug, Clone)]
+/// A pending pair; serialized as JSON where a shared store keeps it
+/// (`toolwire_pending_pairs`), so any replica can carry it on.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Pending {
     pub owner: Owner,
     /// The assistant turn: consecutive assistant messages are one turn, so
@@ -40,7 +42,7 @@ pub struct Pending {
     pub outstanding: Vec<String>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct PairGuard {
     pending: Option<Pending>,
 }
@@ -72,6 +74,11 @@ pub struct Step {
 }
 
 impl PairGuard {
+    /// A guard holding `pending` (a pair read back from a shared store).
+    pub fn holding(pending: Option<Pending>) -> Self {
+        PairGuard { pending }
+    }
+
     pub fn pending(&self) -> Option<&Pending> {
         self.pending.as_ref()
     }
