@@ -263,7 +263,9 @@ async fn three_replicas_on_one_database_and_one_bucket_decide_once_and_replay_th
         })
         .collect();
     assert_eq!(
-        said.iter().filter(|s| s.starts_with("applied migration 1")).count(),
+        said.iter()
+            .filter(|s| s.starts_with("applied migration 1"))
+            .count(),
         1,
         "{said:?}"
     );
