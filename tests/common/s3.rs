@@ -6,7 +6,7 @@
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -38,22 +38,12 @@ impl S3Server {
     pub fn start() -> S3Server {
         let python = python();
         let dir = tempfile::tempdir().unwrap();
-        // A free port: bound, read, released, then given to the server.
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let log = std::fs::File::create(dir.path().join("moto.log")).unwrap();
+        // Port 0: the server binds a port of its own and logs it, so no
+        // other process can take it between our choosing and its binding.
+        let log_path = dir.path().join("moto.log");
+        let log = std::fs::File::create(&log_path).unwrap();
         let child = Command::new(python)
-            .args([
-                "-m",
-                "moto.server",
-                "-H",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-            ])
+            .args(["-m", "moto.server", "-H", "127.0.0.1", "-p", "0"])
             .current_dir(dir.path())
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -62,22 +52,29 @@ impl S3Server {
             .unwrap_or_else(|err| panic!("cannot start moto ({err}); install it: {INSTALL}"));
         let mut server = S3Server {
             child: Some(child),
-            port,
+            port: 0,
             _dir: dir,
         };
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            let said = std::fs::read_to_string(&log_path).unwrap_or_default();
+            let port = said
+                .split("Running on http://127.0.0.1:")
+                .nth(1)
+                .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+                .and_then(|digits| digits.parse::<u16>().ok());
+            if let Some(port) = port
+                && TcpStream::connect(("127.0.0.1", port)).is_ok()
+            {
+                server.port = port;
                 break;
             }
             if let Some(Ok(Some(status))) = server.child.as_mut().map(|c| c.try_wait()) {
-                let log = std::fs::read_to_string(server._dir.path().join("moto.log"))
-                    .unwrap_or_default();
-                panic!("moto exited ({status}) before listening: {log}");
+                panic!("moto exited ({status}) before listening: {said}");
             }
             assert!(
                 Instant::now() < deadline,
-                "moto did not listen within {START_TIMEOUT:?}"
+                "moto did not listen within {START_TIMEOUT:?}: {said}"
             );
             std::thread::sleep(Duration::from_millis(50));
         }
