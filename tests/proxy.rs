@@ -479,12 +479,11 @@ async fn bytes_headers_and_errors_pass_unchanged() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_upstream_is_a_502_in_the_providers_shape() {
-    // A port that was just free: nothing listens there.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    // A port bound and held, never listened on: connecting is refused, and
+    // no other process on the machine can take the port while the test runs.
+    let held = tokio::net::TcpSocket::new_v4().unwrap();
+    held.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let port = held.local_addr().unwrap().port();
     let proxy = Proxy::start(&format!("http://127.0.0.1:{port}"), "").await;
     let client = reqwest::Client::new();
     let cases = [
