@@ -82,7 +82,6 @@ fn session_on_disk(data_dir: &std::path::Path, id: &crate::protocol::SessionId) 
     key.transcript_path().symlink_metadata().is_ok() || key.session_dir().symlink_metadata().is_ok()
 }
 
-/// Serialize the reply off the async workers (tens of MB take a while).
 /// Snapshots at most this large (ids, with each replacement counted as
 /// [`PREVIEW_WEIGHT`] ids for its decompression) are encoded on the
 /// request's own task: a hop to the blocking pool and back costs more than
@@ -92,6 +91,8 @@ fn session_on_disk(data_dir: &std::path::Path, id: &crate::protocol::SessionId) 
 const INLINE_WORK: usize = 512;
 const PREVIEW_WEIGHT: usize = 32;
 
+/// Serialize the reply off the async workers (tens of MB take a while),
+/// unless it is small enough to encode inline (above).
 async fn encode_snapshot(published: Arc<Published>) -> Result<Box<RawValue>> {
     let state = &published.state;
     if state.seen_count() + PREVIEW_WEIGHT * state.replacement_count() + published.pending.len()
