@@ -159,6 +159,16 @@ pub async fn run_daemon(workspace: &Path, idle: Duration) -> io::Result<()> {
     lock.set_len(0).map_err(lock_error)?;
     writeln!(lock, "{}", std::process::id()).map_err(lock_error)?;
 
+    // The store is the workspace's, from its toolwire.toml, as for `serve`
+    // (a file that does not parse is reported at each client's
+    // `initialize`); a shared store that cannot be reached stops the daemon
+    // here, before it listens, and the forwarder that started it says why.
+    let storage = match crate::config::load(workspace, None) {
+        Ok(config) => crate::store::open(&config.storage)
+            .await
+            .map_err(|err| io::Error::other(err.to_string()))?,
+        Err(_) => Storage::default(),
+    };
     // Only the lock holder may replace what is at the socket path.
     let socket_error = |err| naming(&paths.socket, err);
     match fs::symlink_metadata(&paths.socket) {
@@ -170,7 +180,7 @@ pub async fn run_daemon(workspace: &Path, idle: Duration) -> io::Result<()> {
     fs::set_permissions(&paths.socket, fs::Permissions::from_mode(0o600)).map_err(socket_error)?;
     tracing::info!(socket = %paths.socket.display(), "daemon listening");
 
-    let server = Server::new(Storage::default());
+    let server = Server::new(storage);
     tokio::spawn(scheduled_gc(server.clone(), workspace.to_path_buf()));
     let active = Arc::new(AtomicUsize::new(0));
     let ended = Arc::new(tokio::sync::Notify::new());
@@ -218,6 +228,30 @@ pub async fn run_daemon(workspace: &Path, idle: Duration) -> io::Result<()> {
 /// read again at every check, so editing `toolwire.toml` takes effect
 /// without a restart; the last run's time is kept in the data directory,
 /// so a daemon that comes and goes still collects once an interval.
+/// The scheduled run, when due: through the server's store, so a daemon on
+/// the shared store collects the fleet's sessions (under the same locks as
+/// `toolwire gc`) and one on files its data directory.
+async fn gc_if_due(
+    server: &Server,
+    config: &crate::config::Effective,
+) -> crate::error::Result<Option<crate::retention::GcReport>> {
+    use crate::store::{Collect, SessionStore};
+    let store = server.registry.storage().store();
+    let due = {
+        let config = config.clone();
+        let shared = store.shared_by_replicas();
+        tokio::task::spawn_blocking(move || crate::retention::due(&config, shared))
+            .await
+            .map_err(|err| crate::error::Error::Internal(format!("gc task failed: {err}")))??
+    };
+    if !due {
+        return Ok(None);
+    }
+    let open = server.registry.open_sessions(&config.data_dir);
+    let gc = Collect::of(config, open, false, Box::new(|_| {}))?;
+    store.collect(gc).await.map(Some)
+}
+
 async fn scheduled_gc(server: Arc<Server>, workspace: PathBuf) {
     loop {
         let config = match crate::config::load(&workspace, None) {
@@ -229,22 +263,17 @@ async fn scheduled_gc(server: Arc<Server>, workspace: PathBuf) {
             }
         };
         let check = config.retention.interval().min(Duration::from_secs(600));
-        let open = server.registry.open_sessions(&config.data_dir);
-        let outcome = tokio::task::spawn_blocking(move || {
-            crate::retention::run_if_due(&config, &|id| open.contains(id))
-        })
-        .await;
+        let outcome = gc_if_due(&server, &config).await;
         match outcome {
-            Ok(Ok(Some(report))) => tracing::info!(
+            Ok(Some(report)) => tracing::info!(
                 sessions = report.sessions_removed.len(),
                 files = report.artifacts_removed.len(),
                 bytes = report.bytes_freed,
                 kept = report.kept,
                 "scheduled gc"
             ),
-            Ok(Ok(None)) => {}
-            Ok(Err(err)) => tracing::warn!(%err, "scheduled gc failed"),
-            Err(err) => tracing::warn!(%err, "scheduled gc task failed"),
+            Ok(None) => {}
+            Err(err) => tracing::warn!(%err, "scheduled gc failed"),
         }
         tokio::time::sleep(check).await;
     }

@@ -886,43 +886,33 @@ fn tree_size(path: &Path) -> u64 {
 /// so a daemon that restarts keeps the schedule.
 pub const STAMP_FILE: &str = ".last-gc";
 
-/// The shared daemon's scheduled run: when `config.retention.auto` is on
-/// and the last run (by the stamp in the data directory) is at least an
-/// interval ago, collect. `Ok(None)` when it was not due.
-pub fn run_if_due(
-    config: &crate::config::Effective,
-    is_open: &dyn Fn(&str) -> bool,
-) -> Result<Option<GcReport>> {
+/// Whether the shared daemon's scheduled run is due: `config.retention.auto`
+/// is on and the last run (by the stamp in the data directory) is at least
+/// an interval ago. A due run is stamped before it starts, so one that
+/// fails is not retried in a loop. With files (`shared` false) a data
+/// directory without sessions has nothing to collect; on the shared store
+/// the sessions are in the database, and the stamp is this machine's.
+pub fn due(config: &crate::config::Effective, shared: bool) -> Result<bool> {
     let retention = &config.retention;
     if !retention.auto {
-        return Ok(None);
+        return Ok(false);
     }
     let stamp = config.data_dir.join(STAMP_FILE);
     let now = SystemTime::now();
     let last = fs::metadata(&stamp).and_then(|m| m.modified()).ok();
     if last.is_some_and(|last| last + retention.interval() > now) {
-        return Ok(None);
+        return Ok(false);
     }
-    if !config.data_dir.join("sessions").is_dir() {
-        return Ok(None);
+    if shared {
+        fs::create_dir_all(&config.data_dir)
+            .map_err(|err| Error::storage(&config.data_dir, &err))?;
+    } else if !config.data_dir.join("sessions").is_dir() {
+        return Ok(false);
     }
-    // Stamped first: a run that fails is not retried in a loop.
     let file = File::create(&stamp).map_err(|err| Error::storage(&stamp, &err))?;
     file.set_modified(now)
         .map_err(|err| Error::storage(&stamp, &err))?;
-    let objects = match &config.storage.objects {
-        Some(objects) => Some(crate::artifact::objects::ObjectArtifacts::open(objects)?),
-        None => None,
-    };
-    collect(
-        &config.data_dir,
-        objects.as_deref(),
-        &retention.policy(now),
-        false,
-        is_open,
-        &mut |_| {},
-    )
-    .map(Some)
+    Ok(true)
 }
 
 /// A shared hold on a session's artifact directory, kept by `budget/apply`

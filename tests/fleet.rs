@@ -650,3 +650,89 @@ async fn a_fork_on_the_shared_store_reads_the_outputs_it_inherited() {
         .await;
     }
 }
+
+/// `serve --shared` on the shared store: the workspace's daemon opens the
+/// database its toolwire.toml names, so what its clients decide is the
+/// fleet's (a plain `serve` replica on the same database replays the same
+/// bytes and decides nothing anew, and no transcript file is written), and
+/// its scheduled retention runs through the database (an expired session
+/// written by another replica is removed from it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shared_daemon_decides_and_collects_on_the_shared_store() {
+    let (db, store) = common::pg::migrated_database();
+    let data = tempfile::tempdir().unwrap();
+    let data_dir = data.path().canonicalize().unwrap();
+    let options = json!({"dataDir": data_dir, "durability": "none",
+                         "limits": {"maxResultChars": 100}});
+
+    // Another replica wrote a session the daemon's retention finds expired.
+    let (mut other, _task) = common::connect(shared_server(&db));
+    let ws_other = tempfile::tempdir().unwrap();
+    other.initialize(ws_other.path(), options.clone()).await;
+    other
+        .call(
+            "budget/apply",
+            json!({"sessionId": "expired", "messages": conversation("expired", 1)}),
+        )
+        .await;
+    assert!(store.read("expired", 0).await.unwrap().is_some());
+
+    let upstream = "http://127.0.0.1:9";
+    let ws = workspace_with(&format!(
+        "{}[retention]\nmax_age_days = 0\n",
+        toml(&db, &data_dir, upstream)
+    ));
+    let run = tempfile::tempdir().unwrap();
+    struct KillDaemon(toolwire::daemon::Paths);
+    impl Drop for KillDaemon {
+        fn drop(&mut self) {
+            if let Some(pid) = toolwire::daemon::daemon_pid(&self.0) {
+                // SAFETY: signalling the pid in our own daemon's lock file.
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            }
+        }
+    }
+    let _daemon =
+        KillDaemon(toolwire::daemon::paths_in(run.path().join("toolwire"), ws.path()).unwrap());
+    let (mut c, _child) = common::spawn_shared(ws.path(), run.path(), 30);
+    c.initialize(ws.path(), options.clone()).await;
+
+    // The daemon's first scheduled run, at its start, removes the rows.
+    let deadline = std::time::Instant::now() + LIMIT;
+    while store.read("expired", 0).await.unwrap().is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the daemon's scheduled gc never removed the expired session's rows"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let messages = conversation("live", 2);
+    let params = json!({"sessionId": "live", "messages": messages});
+    let first = c.call("budget/apply", params.clone()).await;
+    assert_eq!(
+        first["persisted"].as_array().map(Vec::len),
+        Some(2),
+        "{first}"
+    );
+    let decided = journal(&store, "live")
+        .await
+        .iter()
+        .filter(|l| l["type"] == "replacement")
+        .count();
+    assert_eq!(
+        decided, 2,
+        "the daemon's decisions are rows in the database"
+    );
+    assert!(
+        !data_dir.join("sessions/live.jsonl").exists(),
+        "and not a transcript file"
+    );
+
+    let replica_ws = workspace_with(&toml(&db, &data_dir, upstream));
+    let (mut replica, _replica_child) = common::spawn_binary(replica_ws.path());
+    replica.initialize(replica_ws.path(), options).await;
+    let again = replica.call("budget/apply", params).await;
+    assert_eq!(again["messages"], first["messages"], "the same bytes");
+    assert_eq!(again["persisted"], json!([]), "nothing decided anew");
+}

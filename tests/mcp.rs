@@ -4,6 +4,7 @@
 //! "everything" server from npm, and the official Python SDK's stdio client
 //! (`tests/mcp/client_checks.py`).
 
+mod common;
 mod mcp_peer;
 
 use std::path::Path;
@@ -265,4 +266,111 @@ fn the_everything_server_is_installed() {
     // with the command that installs it.
     let argv = everything_server();
     assert!(Path::new(&argv[1]).exists());
+}
+
+/// With `storage.backend = "postgres"` in the workspace's toolwire.toml the
+/// front decides through the shared store: its decision is a row in the
+/// database (no transcript file), and a session forked from the front's by
+/// a `toolwire serve` replica on the same database reads the output its
+/// parent saved, through another front's `read_saved_output` and
+/// `resources/read`.
+#[test]
+fn on_the_shared_store_a_fork_reads_what_the_front_saved() {
+    let (db, _store) = common::pg::migrated_database();
+    let data = tempfile::tempdir().unwrap();
+    std::fs::write(
+        data.path().join("toolwire.toml"),
+        format!("[storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl = {db:?}\n"),
+    )
+    .unwrap();
+    let link_of = |reply: &str| -> String {
+        let at = reply
+            .find("toolwire://saved-output/")
+            .unwrap_or_else(|| panic!("no saved-output link: {reply}"));
+        reply[at..]
+            .split(['"', '\\', ' '])
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+
+    // The original, straight from the server.
+    let mut direct = Peer::start(&sized_server(), data.path());
+    direct.request(1, &initialize(1, "2025-11-25"));
+    direct.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    let original: Value =
+        serde_json::from_str(&direct.request(2, &call(2, "text", json!({"size": 60_000}))))
+            .unwrap();
+    let original = original["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(direct.finish().success());
+
+    let mut parent = Peer::start(&front_argv("mcp-parent", &[], &sized_server()), data.path());
+    parent.request(1, &initialize(1, "2025-11-25"));
+    parent.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    let saved = link_of(&parent.request(2, &call(2, "text", json!({"size": 60_000}))));
+    assert!(parent.finish().success());
+    assert!(
+        !data
+            .path()
+            .join(".toolwire/sessions/mcp-parent.jsonl")
+            .exists(),
+        "the front's decision went to the database, not to a transcript file"
+    );
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let (mut serve, _child) = common::spawn_binary(data.path());
+        serve.initialize(data.path(), json!({})).await;
+        let parent = serve
+            .call("state/get", json!({"sessionId": "mcp-parent"}))
+            .await;
+        assert_eq!(
+            parent["seenIds"].as_array().map(Vec::len),
+            Some(1),
+            "a replica on the same database sees the front's decision: {parent}"
+        );
+        serve
+            .call(
+                "state/fork",
+                json!({"sessionId": "mcp-parent", "newSessionId": "mcp-child"}),
+            )
+            .await;
+    });
+
+    let inherited = saved.replace("/mcp-parent/", "/mcp-child/");
+    let mut child = Peer::start(&front_argv("mcp-child", &[], &sized_server()), data.path());
+    child.request(1, &initialize(1, "2025-11-25"));
+    child.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    let read: Value = serde_json::from_str(&child.request(
+        2,
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "resources/read", "params": {"uri": inherited}})
+            .to_string(),
+    ))
+    .unwrap();
+    assert_eq!(
+        read["result"]["contents"][0]["text"].as_str(),
+        Some(original.as_str()),
+        "{read}"
+    );
+    let page: Value = serde_json::from_str(&child.request(
+        3,
+        &call(
+            3,
+            "read_saved_output",
+            json!({"uri": inherited, "limit": 3}),
+        ),
+    ))
+    .unwrap();
+    let first_lines: Vec<&str> = original.lines().take(3).collect();
+    assert_eq!(
+        page["result"]["content"][0]["text"]
+            .as_str()
+            .map(|t| t.lines().collect::<Vec<_>>()),
+        Some(first_lines),
+        "{page}"
+    );
+    assert!(child.finish().success());
 }

@@ -39,7 +39,7 @@ use tokio_util::codec::FramedRead;
 use crate::config::Effective;
 use crate::error::{Error, Result};
 use crate::protocol::SessionId;
-use crate::session::{Registry, Storage, session_idle};
+use crate::session::{Registry, session_idle};
 use crate::transport::codec::Frame;
 use crate::transport::lines::LineCodec;
 use crate::transport::spawn_writer_with;
@@ -108,6 +108,12 @@ where
             "no MCP server command given",
         ));
     };
+    // The same store `serve` and `proxy` open from this configuration: with
+    // `storage.backend = "postgres"`, the front's decisions and the saved
+    // outputs it links are the fleet's, and a fork's inherited outputs are
+    // found through its parent's rows. Opened before the server starts, so
+    // a store that cannot be reached fails the front without starting it.
+    let storage = crate::store::open(&options.config.storage).await?;
     let mut child = tokio::process::Command::new(program)
         .args(args)
         .stdin(Stdio::piped())
@@ -125,7 +131,7 @@ where
         return Err(Error::Internal("the MCP server's pipes are missing".into()));
     };
 
-    let registry = Arc::new(Registry::new(Storage::default(), session_idle()));
+    let registry = Arc::new(Registry::new(storage, session_idle()));
     let (to_client, client_writer) = spawn_writer_with(client_out, LineCodec::default());
     let (to_server, server_writer) = spawn_writer_with(server_in, LineCodec::default());
     let front = Arc::new(front::Front::new(

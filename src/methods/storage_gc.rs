@@ -31,26 +31,18 @@ async fn run(
     dry_run: bool,
     token: Option<crate::protocol::ProgressToken>,
 ) -> Result<GcReport> {
-    let data_dir = cx.config.data_dir.clone();
-    let objects = match &cx.config.storage.objects {
-        Some(objects) => Some(crate::artifact::objects::ObjectArtifacts::open(objects)?),
-        None => None,
-    };
-    let policy = cx.config.retention.policy(std::time::SystemTime::now());
     let progress_cx = cx.clone();
-    let gc = Collect {
-        open: cx.server.registry.open_sessions(&data_dir),
-        data_dir,
-        objects,
-        policy,
+    let gc = Collect::of(
+        &cx.config,
+        cx.server.registry.open_sessions(&cx.config.data_dir),
         dry_run,
-        progress: Box::new(move |p| {
+        Box::new(move |p| {
             let percentage = (p.done * 100).checked_div(p.total).unwrap_or(100);
             progress_cx.progress(
                 token.as_ref(),
                 json!({"kind": "report", "message": p.phase, "percentage": percentage}),
             );
         }),
-    };
+    )?;
     cx.server.registry.storage().store().collect(gc).await
 }

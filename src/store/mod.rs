@@ -142,6 +142,31 @@ pub struct Collect {
     pub progress: Box<dyn FnMut(crate::retention::Progress) + Send>,
 }
 
+impl Collect {
+    /// A run over `config`'s data directory (and its bucket, when saved
+    /// outputs go to one) by its retention policy as of now; `open`: the
+    /// sessions the caller's server holds.
+    pub fn of(
+        config: &crate::config::Effective,
+        open: std::collections::HashSet<String>,
+        dry_run: bool,
+        progress: Box<dyn FnMut(crate::retention::Progress) + Send>,
+    ) -> Result<Collect> {
+        let objects = match &config.storage.objects {
+            Some(objects) => Some(crate::artifact::objects::ObjectArtifacts::open(objects)?),
+            None => None,
+        };
+        Ok(Collect {
+            data_dir: config.data_dir.clone(),
+            objects,
+            policy: config.retention.policy(std::time::SystemTime::now()),
+            dry_run,
+            open,
+            progress,
+        })
+    }
+}
+
 /// Where a session's transcript and state live, as its worker sees them:
 /// [`local::Local`] files, or [`shared::Shared`] on a [`SharedStore`].
 /// The session ([`crate::session`]) loads, commits, journals, forks and
