@@ -774,12 +774,12 @@ fn sweep_links(
 }
 
 /// Objects of one session: name, size, last modified.
-type Listed = Vec<(String, u64, SystemTime)>;
+pub(crate) type Listed = Vec<(String, u64, SystemTime)>;
 
 /// The objects under the store's `sessions/`, by session:
 /// `sessions/<id>/tool-results/<name>` gives `(name, size, last modified)`
 /// under `id`. Anything else there is not ours and left alone.
-fn list_objects(objects: &ObjectArtifacts) -> io::Result<HashMap<String, Listed>> {
+pub(crate) fn list_objects(objects: &ObjectArtifacts) -> io::Result<HashMap<String, Listed>> {
     let root = objects.sessions();
     let mut by_session: HashMap<String, Listed> = HashMap::new();
     for meta in objects.list(&root)? {

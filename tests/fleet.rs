@@ -420,6 +420,27 @@ async fn three_replicas_on_one_database_and_one_bucket_decide_once_and_replay_th
 }
 
 /// An in-process server on the shared store at `db`.
+/// `toolwire gc --json` on the shared store `db` with `retention` (one
+/// line of its `[retention]` table); its report.
+fn gc_cli(db: &str, data_dir: &Path, retention: &str, dry_run: bool) -> Value {
+    let ws = workspace_with(&format!(
+        "{}[retention]\n{retention}\n",
+        toml(db, data_dir, "http://127.0.0.1:9")
+    ));
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_toolwire"));
+    cmd.args(["gc", "--json", "--workspace"]).arg(ws.path());
+    if dry_run {
+        cmd.arg("--dry-run");
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice::<Value>(&out.stdout).unwrap()
+}
+
 fn shared_server(db: &str) -> std::sync::Arc<toolwire::server::Server> {
     toolwire::server::Server::new(toolwire::session::Storage {
         shared: Some(std::sync::Arc::new(
@@ -429,18 +450,33 @@ fn shared_server(db: &str) -> std::sync::Arc<toolwire::server::Server> {
     })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gc_on_the_shared_store_removes_expired_sessions_and_keeps_fork_parents() {
-    let (db, store) = common::pg::migrated_database();
-    let data = tempfile::tempdir().unwrap();
-    let data_dir = data.path().canonicalize().unwrap();
-    let (mut c, _task) = common::connect(shared_server(&db));
+/// A client of an in-process replica on `db`, initialized with saved
+/// outputs under `data_dir` and a small result limit; its task and
+/// workspace, to keep.
+async fn shared_client(
+    db: &str,
+    data_dir: &Path,
+) -> (
+    common::MemClient,
+    tokio::task::JoinHandle<toolwire::server::ConnectionEnd>,
+    tempfile::TempDir,
+) {
+    let (mut c, task) = common::connect(shared_server(db));
     let ws = tempfile::tempdir().unwrap();
     c.initialize(
         ws.path(),
         json!({"dataDir": data_dir, "durability": "none", "limits": {"maxResultChars": 100}}),
     )
     .await;
+    (c, task, ws)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_on_the_shared_store_removes_expired_sessions_and_keeps_fork_parents() {
+    let (db, store) = common::pg::migrated_database();
+    let data = tempfile::tempdir().unwrap();
+    let data_dir = data.path().canonicalize().unwrap();
+    let (mut c, _task, _ws) = shared_client(&db, &data_dir).await;
     for session in ["old", "solo"] {
         let messages = conversation(session, 1);
         c.call(
@@ -459,29 +495,7 @@ async fn gc_on_the_shared_store_removes_expired_sessions_and_keeps_fork_parents(
     let child = c.call("state/get", json!({"sessionId": "child"})).await;
     assert_eq!(child["seenIds"], json!(["old-call-0"]));
 
-    let gc = |dry: bool| {
-        let ws = workspace(&db, &data_dir, "http://127.0.0.1:9");
-        std::fs::write(
-            ws.path().join("toolwire.toml"),
-            format!(
-                "{}[retention]\nmax_age_days = 0\n",
-                toml(&db, &data_dir, "http://127.0.0.1:9")
-            ),
-        )
-        .unwrap();
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_toolwire"));
-        cmd.args(["gc", "--json", "--workspace"]).arg(ws.path());
-        if dry {
-            cmd.arg("--dry-run");
-        }
-        let out = cmd.output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice::<Value>(&out.stdout).unwrap()
-    };
+    let gc = |dry: bool| gc_cli(&db, &data_dir, "max_age_days = 0", dry);
     let dry = gc(true);
     assert_eq!(dry["sessionsRemoved"], json!(["child", "solo"]));
     assert!(
@@ -735,4 +749,192 @@ async fn the_shared_daemon_decides_and_collects_on_the_shared_store() {
     let again = replica.call("budget/apply", params).await;
     assert_eq!(again["messages"], first["messages"], "the same bytes");
     assert_eq!(again["persisted"], json!([]), "nothing decided anew");
+}
+
+/// `retention.max_total_bytes` on the shared store: over the cap, the least
+/// recently written sessions go first (rows and saved outputs), never one a
+/// fork still reads; a dry run lists the same and removes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_on_the_shared_store_keeps_under_max_total_bytes_oldest_first() {
+    let (db, store) = common::pg::migrated_database();
+    let data = tempfile::tempdir().unwrap();
+    let data_dir = data.path().canonicalize().unwrap();
+    let (mut c, _task, _ws) = shared_client(&db, &data_dir).await;
+    // Written in this order: a (then forked), b, c; about 61 KB each.
+    for session in ["a", "b", "c"] {
+        c.call(
+            "budget/apply",
+            json!({"sessionId": session, "messages": conversation(session, 1)}),
+        )
+        .await;
+        assert_eq!(saved_outputs(&data_dir, session).len(), 1);
+    }
+    c.call(
+        "state/fork",
+        json!({"sessionId": "a", "newSessionId": "a-fork"}),
+    )
+    .await;
+
+    let gc = |dry: bool| gc_cli(&db, &data_dir, "max_total_bytes = 150_000", dry);
+    let dry = gc(true);
+    // a is the oldest but a fork reads it: b goes, and that is enough.
+    assert_eq!(dry["sessionsRemoved"], json!(["b"]), "{dry}");
+    assert!(dry["bytesFreed"].as_u64().unwrap() > 60_000, "{dry}");
+    assert!(
+        store.read("b", 0).await.unwrap().is_some(),
+        "a dry run removes nothing"
+    );
+    let real = gc(false);
+    assert_eq!(real, dry);
+    assert!(store.read("b", 0).await.unwrap().is_none());
+    assert!(saved_outputs(&data_dir, "b").is_empty());
+    for kept in ["a", "c"] {
+        assert!(store.read(kept, 0).await.unwrap().is_some(), "{kept}");
+        assert_eq!(saved_outputs(&data_dir, kept).len(), 1, "{kept}");
+    }
+    // Under the cap now: nothing more goes.
+    assert_eq!(gc(false)["sessionsRemoved"], json!([]));
+}
+
+/// In kept sessions on the shared store, saved outputs no decision points
+/// at (and outputs of a session the database does not hold) go once older
+/// than the grace period, under a directory and in a bucket; the referenced
+/// ones stay. While a `budget/apply` holds a session's outputs (as it does
+/// from its first write until its decisions commit), gc leaves them alone;
+/// and an apply waits while gc holds them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_on_the_shared_store_sweeps_unreferenced_outputs_and_respects_holds() {
+    const SWEEP_BUCKET: &str = "fleet-sweep";
+    let s3 = s3::S3Server::start();
+    s3.create_bucket(SWEEP_BUCKET);
+    for objects in [None, Some(s3.objects_config(SWEEP_BUCKET, "sweep"))] {
+        let (db, store) = common::pg::migrated_database();
+        let data = tempfile::tempdir().unwrap();
+        let data_dir = data.path().canonicalize().unwrap();
+        let (mut c, _task) = common::connect(shared_server(&db));
+        let ws = tempfile::tempdir().unwrap();
+        let mut options = json!({"dataDir": data_dir, "durability": "none",
+                                 "limits": {"maxResultChars": 100}});
+        if let Some(objects) = &objects {
+            options["storage"] = json!({"objects": objects});
+        }
+        c.initialize(ws.path(), options).await;
+        c.call(
+            "budget/apply",
+            json!({"sessionId": "s", "messages": conversation("s", 1)}),
+        )
+        .await;
+        // Outputs nothing points at: a stray in the kept session, and one of
+        // a session the database never heard of.
+        let outputs = |session: &str| -> Vec<String> {
+            match &objects {
+                Some(_) => s3
+                    .keys(
+                        SWEEP_BUCKET,
+                        &format!("sweep/sessions/{session}/tool-results/"),
+                    )
+                    .into_iter()
+                    .filter(|k| !k.ends_with(".idx"))
+                    .map(|k| k.rsplit('/').next().unwrap().to_owned())
+                    .collect(),
+                None => saved_outputs(&data_dir, session)
+                    .iter()
+                    .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+                    .collect(),
+            }
+        };
+        for (session, name) in [("s", "stray.txt"), ("ghost", "lost.txt")] {
+            match &objects {
+                Some(_) => s3.put(
+                    SWEEP_BUCKET,
+                    &format!("sweep/sessions/{session}/tool-results/{name}"),
+                    "nobody points here",
+                ),
+                None => {
+                    let dir = data_dir.join("sessions").join(session).join("tool-results");
+                    std::fs::create_dir_all(&dir).unwrap();
+                    std::fs::write(dir.join(name), "nobody points here").unwrap();
+                }
+            }
+        }
+        assert_eq!(outputs("s"), ["s-call-0.txt", "stray.txt"], "{objects:?}");
+        assert_eq!(outputs("ghost"), ["lost.txt"]);
+
+        let objects_store = objects.as_ref().map(|o| {
+            toolwire::artifact::objects::ObjectArtifacts::open(
+                &serde_json::from_value(o.clone()).unwrap(),
+            )
+            .unwrap()
+        });
+        let run = |dry_run: bool, later: bool| {
+            let store = &store;
+            let objects_store = objects_store.clone();
+            let data_dir = data_dir.clone();
+            async move {
+                let now = std::time::SystemTime::now();
+                let policy = toolwire::retention::Policy {
+                    max_age: None,
+                    max_total_bytes: None,
+                    grace: toolwire::retention::GRACE,
+                    // Past the grace period of everything written so far.
+                    now: if later {
+                        now + 2 * toolwire::retention::GRACE
+                    } else {
+                        now
+                    },
+                };
+                toolwire::store::gc::collect(store, &data_dir, objects_store, &policy, dry_run)
+                    .await
+                    .unwrap()
+            }
+        };
+        // Within the grace period nothing goes.
+        assert!(run(false, false).await.artifacts_removed.is_empty());
+        if objects.is_some() {
+            // An apply holding the session's outputs keeps gc off them.
+            let held = store.outputs_hold("s", false).await.unwrap().unwrap();
+            let report = run(false, true).await;
+            assert!(
+                report.artifacts_removed.iter().all(|a| !a.contains("/s/")),
+                "{report:?}"
+            );
+            assert_eq!(outputs("s"), ["s-call-0.txt", "stray.txt"]);
+            assert!(outputs("ghost").is_empty(), "other sessions are swept");
+            held.release().await;
+
+            // And while gc holds them, an apply that writes waits for it.
+            let gc_hold = store.outputs_hold("s", true).await.unwrap().unwrap();
+            let apply = c.call(
+                "budget/apply",
+                json!({"sessionId": "s", "messages": conversation("s", 2)}),
+            );
+            tokio::pin!(apply);
+            assert!(
+                tokio::time::timeout(Duration::from_secs(1), &mut apply)
+                    .await
+                    .is_err(),
+                "the apply persisted while gc held the session's outputs"
+            );
+            gc_hold.release().await;
+            let reply = apply.await;
+            assert_eq!(
+                reply["persisted"].as_array().map(Vec::len),
+                Some(1),
+                "{reply}"
+            );
+        }
+        let dry = run(true, true).await;
+        let real = run(false, true).await;
+        assert_eq!(real, dry, "a real run removes what the dry run listed");
+        // The stray, and the ghost's output unless the held run took it.
+        let expected = if objects.is_some() { 1 } else { 2 };
+        assert_eq!(real.artifacts_removed.len(), expected, "{real:?}");
+        assert!(real.sessions_removed.is_empty());
+        let mut kept = vec!["s-call-0.txt".to_owned()];
+        if objects.is_some() {
+            kept.push("s-call-1.txt".to_owned());
+        }
+        assert_eq!(outputs("s"), kept, "the referenced outputs stay");
+        assert!(outputs("ghost").is_empty());
+    }
 }

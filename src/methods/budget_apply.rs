@@ -172,10 +172,27 @@ pub async fn apply(
         if plan.fresh.is_empty() {
             continue;
         }
-        if on_disk && hold.is_none() && !plan.chosen.is_empty() {
-            // A directory that cannot be held cannot be written either:
-            // the persists fail and are reported, as for any disk refusal.
-            hold = hold_session(&artifact_dir).await;
+        if hold.is_none() && !plan.chosen.is_empty() {
+            hold = Some(if on_disk {
+                // A directory that cannot be held cannot be written either:
+                // the persists fail and are reported, as for any disk
+                // refusal.
+                Hold::Dir {
+                    _held: hold_session(&artifact_dir).await,
+                }
+            } else {
+                // In a bucket, on the shared store: held in the database,
+                // which every replica's gc consults.
+                match &session.storage().shared {
+                    Some(shared) => Hold::Outputs(
+                        shared
+                            .hold_outputs(session.key().id.as_str())
+                            .await?
+                            .map(Box::new),
+                    ),
+                    None => Hold::Dir { _held: None },
+                }
+            });
         }
         let outcomes = persist_all(dialect, &store, &refs, &plan.chosen, fsync).await?;
         let mut replaced: HashMap<(Arc<str>, Digest), Arc<Replacement>> = HashMap::new();
@@ -246,7 +263,9 @@ pub async fn apply(
         false
     };
     // Journaled: gc now sees what the artifacts are for.
-    drop(hold);
+    if let Some(Hold::Outputs(Some(hold))) = hold {
+        hold.release().await;
+    }
     let loaded = session.load().await?;
     loaded.exists = true;
     // Names only matter until an id's fate is decided.
@@ -415,6 +434,17 @@ async fn persist_all(
         Some(err) => Err(err),
         None => Ok(outcomes),
     }
+}
+
+/// What keeps gc off a session's saved outputs from the first one written
+/// (or reused) until the decisions are journaled: the lock of its directory
+/// under the data directory, or its hold in the shared store's database
+/// for outputs in a bucket. Dropped on any early return.
+enum Hold {
+    Dir {
+        _held: Option<retention::SessionHold>,
+    },
+    Outputs(Option<Box<crate::store::postgres::OutputsHold>>),
 }
 
 async fn hold_session(artifact_dir: &std::path::Path) -> Option<retention::SessionHold> {

@@ -1,30 +1,39 @@
-//! `toolwire gc` and `storage/gc` on the shared store: sessions whose last
-//! commit is older than `retention.maxAgeDays` go, with their commits and
-//! decisions and their saved outputs: under the data directory, and on
-//! object storage when `storage.objects` puts them there (every object
-//! under `sessions/<id>/`, deleted after the session's rows, so a session
-//! is never left with decisions whose saved outputs are gone).
+//! `toolwire gc` and `storage/gc` on the shared store, by the rules the
+//! local collector ([`crate::retention`]) follows on files:
 //!
-//! What the local collector does on files holds here too: a session some
-//! `budget/apply` is persisting into is never touched (the apply holds its
-//! artifact directory's lock shared until its decisions are committed; gc
-//! takes it exclusively without waiting, and skips the session when it
-//! cannot), and the row is deleted only if the session is still expired
-//! under the session's own commit lock, so a commit that came in since the
-//! scan keeps it. A session that another forks from is kept while the fork
-//! lives (the fork reads its rows). `maxTotalBytes` and the removal of
-//! unreferenced artifacts from kept sessions are the local collector's
-//! alone.
+//! - a session goes as a unit (its commits and decisions, then its saved
+//!   outputs under the data directory and in the bucket) when its last
+//!   commit is older than `maxAgeDays`, and, over `maxTotalBytes` (its
+//!   commits' bytes and its saved outputs'), the least recently written go
+//!   first; never one another session forks from (the fork reads its
+//!   rows: the parent goes on the run after its last fork);
+//! - in a kept session, a saved output no decision points at, and a
+//!   temporary leftover of an artifact write, go once older than the grace
+//!   period; so do outputs of a session the database does not hold (an
+//!   apply that died before its decisions committed, a gc cut short).
+//!
+//! Nothing is removed from under a `budget/apply`: before touching a
+//! session, gc takes its directory's lock (for outputs under the data
+//! directory) and its outputs' hold in the database (for outputs in the
+//! bucket, [`OutputsHold`]) exclusively, without waiting, and skips the
+//! session when an apply holds either. Under them it deletes a session's
+//! rows only if nothing was committed to it since the scan, and it reads
+//! the references again before deleting an output, so it sees every
+//! decision an apply made with the outputs it wrote or found.
 
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
+use std::time::SystemTime;
 
-use super::postgres::Postgres;
-use crate::artifact::objects::ObjectArtifacts;
+use super::postgres::{OutputsHold, Postgres, SessionRow};
+use crate::artifact::objects::{INDEX_SUFFIX, ObjectArtifacts};
+use crate::artifact::{TEMP_PREFIX, is_artifact_name};
 use crate::error::{Error, Result};
-use crate::retention::{GcReport, Policy};
+use crate::retention::{GcReport, Listed, Policy};
 
-/// One run over the shared store and the saved outputs in `data_dir`.
+/// One run over the shared store and the saved outputs in `data_dir` and,
+/// when configured, in `objects`.
 pub async fn collect(
     store: &Postgres,
     data_dir: &Path,
@@ -33,49 +42,104 @@ pub async fn collect(
     dry_run: bool,
 ) -> Result<GcReport> {
     let mut report = GcReport::default();
-    let Some(max_age) = policy.max_age else {
-        report.kept = store.session_count().await?;
-        return Ok(report);
+    let sessions_dir = data_dir.join("sessions");
+    let rows = store.overview().await?;
+    let mut listed = match &objects {
+        Some(objects) => list(objects).await?,
+        None => HashMap::new(),
     };
-    let max_age_secs = max_age.as_secs_f64();
-    let expired = store.expired(max_age_secs).await?;
-    for id in expired {
-        let dir = crate::artifact::session_dir(data_dir, &id);
-        let session_dir = dir.parent().map(Path::to_path_buf);
+    let weighed: Vec<(SessionRow, u64)> = rows
+        .into_iter()
+        .map(|row| {
+            let outputs = dir_bytes(&sessions_dir.join(&row.session))
+                + listed
+                    .get(&row.session)
+                    .map_or(0, |l| l.iter().map(|(_, size, _)| size).sum());
+            let bytes = row.bytes + outputs;
+            (row, bytes)
+        })
+        .collect();
+    let remove = choose(&weighed, policy);
+
+    for (row, bytes) in &weighed {
+        let id = &row.session;
+        if !remove.contains(id) {
+            continue;
+        }
         if dry_run {
-            report.bytes_freed += session_dir.as_deref().map_or(0, dir_bytes);
-            if let Some(objects) = &objects {
-                report.bytes_freed += session_objects(objects, &id, false).await?;
-            }
-            report.sessions_removed.push(id);
+            report.bytes_freed += bytes;
+            report.sessions_removed.push(id.clone());
             continue;
         }
-        // Held exclusively while the rows and the files go.
-        let hold = match &session_dir {
-            Some(d) => match lock_now(d) {
-                Ok(Some(hold)) => Some(hold),
-                Ok(None) => continue,
-                Err(err) => return Err(Error::storage(d, &err)),
-            },
-            None => None,
+        let Some(held) = hold(store, &sessions_dir, id, objects.is_some()).await? else {
+            continue;
         };
-        if !store.remove_if_expired(&id, max_age_secs).await? {
+        if !store.remove_if_unchanged(id, row.last_seq).await? {
+            held.release().await;
             continue;
         }
-        if let Some(d) = &session_dir {
-            report.bytes_freed += dir_bytes(d);
-            match std::fs::remove_dir_all(d) {
-                Ok(()) => {}
-                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
-                Err(err) => return Err(Error::storage(d, &err)),
-            }
+        // After the rows: never a decision whose output is gone.
+        let dir = sessions_dir.join(id);
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => return Err(Error::storage(&dir, &err)),
         }
         if let Some(objects) = &objects {
-            report.bytes_freed += session_objects(objects, &id, true).await?;
+            delete(objects, id, listed.remove(id).unwrap_or_default()).await?;
         }
-        drop(hold);
-        report.sessions_removed.push(id);
+        held.release().await;
+        report.bytes_freed += bytes;
+        report.sessions_removed.push(id.clone());
     }
+
+    // Sweep the kept sessions, and outputs of sessions the store does not
+    // hold, of what nothing points at.
+    let mut sweep: Vec<String> = weighed
+        .iter()
+        .map(|(row, _)| row.session.clone())
+        .filter(|id| !remove.contains(id))
+        .collect();
+    let known: HashSet<String> = weighed.iter().map(|(r, _)| r.session.clone()).collect();
+    let mut orphans: Vec<String> = listed
+        .keys()
+        .cloned()
+        .chain(dir_sessions(&sessions_dir))
+        .filter(|id| !known.contains(id))
+        .collect();
+    orphans.sort();
+    orphans.dedup();
+    sweep.extend(orphans);
+    let refs = store.references().await?;
+    for id in &sweep {
+        let files = files_of(&sessions_dir, id);
+        let in_bucket = listed.remove(id).unwrap_or_default();
+        let doomed = unreferenced(id, &files, &in_bucket, &refs, policy);
+        if doomed.is_empty() {
+            continue;
+        }
+        if dry_run {
+            for (what, size) in doomed.names(&sessions_dir, objects.as_deref(), id) {
+                report.artifacts_removed.push(what);
+                report.bytes_freed += size;
+            }
+            continue;
+        }
+        let Some(held) = hold(store, &sessions_dir, id, objects.is_some()).await? else {
+            continue;
+        };
+        // Under the holds no apply is between writing and committing: the
+        // references read now are complete.
+        let fresh = store.references().await?;
+        let doomed = unreferenced(id, &files, &in_bucket, &fresh, policy);
+        let removed = remove_outputs(&sessions_dir, objects.as_ref(), id, &doomed).await;
+        held.release().await;
+        for (what, size) in removed? {
+            report.artifacts_removed.push(what);
+            report.bytes_freed += size;
+        }
+    }
+
     report.kept = store.session_count().await?;
     if dry_run {
         report.kept = report
@@ -85,26 +149,232 @@ pub async fn collect(
     Ok(report)
 }
 
-/// The bytes of every object under `sessions/<id>/` in `objects`, each
-/// deleted too when `delete`. The store's client is blocking (it runs its
-/// own runtime), so this runs on a blocking thread.
-async fn session_objects(objects: &Arc<ObjectArtifacts>, id: &str, delete: bool) -> Result<u64> {
-    let objects = objects.clone();
-    let prefix = objects.sessions().join(id);
-    let url = objects.url_of(&prefix);
-    tokio::task::spawn_blocking(move || {
-        let mut bytes = 0;
-        for meta in objects.list(&prefix)? {
-            if delete {
-                objects.delete(&meta.location)?;
+/// Sessions to remove whole: expired ones, then the least recently written
+/// while the store is over its byte limit; never one another forks from.
+fn choose(weighed: &[(SessionRow, u64)], policy: &Policy) -> HashSet<String> {
+    // How far the policy's clock is ahead of this machine's: a run's
+    // policy is taken as of now, a test's may look into the future.
+    let ahead = policy
+        .now
+        .duration_since(SystemTime::now())
+        .map_or(0.0, |d| d.as_secs_f64());
+    let mut remove = HashSet::new();
+    if let Some(max_age) = policy.max_age {
+        for (row, _) in weighed {
+            if !row.forked && row.age_secs + ahead > max_age.as_secs_f64() {
+                remove.insert(row.session.clone());
             }
-            bytes += meta.size;
         }
-        Ok::<_, std::io::Error>(bytes)
+    }
+    if let Some(limit) = policy.max_total_bytes {
+        let mut total: u64 = weighed
+            .iter()
+            .filter(|(row, _)| !remove.contains(&row.session))
+            .map(|(_, bytes)| bytes)
+            .sum();
+        let mut oldest: Vec<&(SessionRow, u64)> = weighed
+            .iter()
+            .filter(|(row, _)| !remove.contains(&row.session) && !row.forked)
+            .collect();
+        oldest.sort_by(|(a, _), (b, _)| {
+            b.age_secs
+                .total_cmp(&a.age_secs)
+                .then_with(|| a.session.cmp(&b.session))
+        });
+        for (row, bytes) in oldest {
+            if total <= limit {
+                break;
+            }
+            total = total.saturating_sub(*bytes);
+            remove.insert(row.session.clone());
+        }
+    }
+    remove
+}
+
+/// What of one session's outputs goes: files under the data directory and
+/// objects in the bucket, by name, with their sizes.
+#[derive(Default)]
+struct Doomed {
+    files: Vec<(String, u64)>,
+    objects: Vec<(String, u64)>,
+}
+
+impl Doomed {
+    fn is_empty(&self) -> bool {
+        self.files.is_empty() && self.objects.is_empty()
+    }
+
+    /// What a report names: a file's path, an object's URL.
+    fn names(
+        &self,
+        sessions_dir: &Path,
+        objects: Option<&ObjectArtifacts>,
+        id: &str,
+    ) -> Vec<(String, u64)> {
+        let results = sessions_dir.join(id).join("tool-results");
+        let files = self
+            .files
+            .iter()
+            .map(|(name, size)| (results.join(name).display().to_string(), *size));
+        let objects = objects.into_iter().flat_map(|o| {
+            self.objects
+                .iter()
+                .map(move |(name, size)| (o.url_of(&o.key(id, name)), *size))
+        });
+        files.chain(objects).collect()
+    }
+}
+
+/// The outputs of `id` older than the grace period that no reference in
+/// `refs` names (an artifact's line index goes with it, or alone once its
+/// artifact is gone), and its temporary leftovers.
+fn unreferenced(
+    id: &str,
+    files: &Listed,
+    in_bucket: &Listed,
+    refs: &HashSet<(String, String)>,
+    policy: &Policy,
+) -> Doomed {
+    let old = |modified: &SystemTime| *modified + policy.grace < policy.now;
+    let free = |name: &str| !refs.contains(&(id.to_owned(), name.to_owned()));
+    let files = files
+        .iter()
+        .filter(|(name, _, modified)| {
+            old(modified)
+                && (name.starts_with(TEMP_PREFIX) || (is_artifact_name(name) && free(name)))
+        })
+        .map(|(name, size, _)| (name.clone(), *size))
+        .collect();
+    let mut objects: Vec<(String, u64)> = in_bucket
+        .iter()
+        .filter(|(name, _, modified)| is_artifact_name(name) && old(modified) && free(name))
+        .map(|(name, size, _)| (name.clone(), *size))
+        .collect();
+    let indexes: Vec<(String, u64)> = in_bucket
+        .iter()
+        .filter(|(name, _, modified)| {
+            let Some(artifact) = name.strip_suffix(INDEX_SUFFIX) else {
+                return false;
+            };
+            let there = in_bucket.iter().any(|(n, _, _)| n == artifact);
+            objects.iter().any(|(n, _)| n == artifact) || (!there && old(modified))
+        })
+        .map(|(name, size, _)| (name.clone(), *size))
+        .collect();
+    objects.extend(indexes);
+    Doomed { files, objects }
+}
+
+/// Remove what `doomed` names; what was there to remove, as the report
+/// names it.
+async fn remove_outputs(
+    sessions_dir: &Path,
+    objects: Option<&Arc<ObjectArtifacts>>,
+    id: &str,
+    doomed: &Doomed,
+) -> Result<Vec<(String, u64)>> {
+    let mut removed = Vec::new();
+    let results = sessions_dir.join(id).join("tool-results");
+    for (name, size) in &doomed.files {
+        let path = results.join(name);
+        match std::fs::remove_file(&path) {
+            Ok(()) => removed.push((path.display().to_string(), *size)),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => return Err(Error::storage(&path, &err)),
+        }
+    }
+    if let Some(objects) = objects {
+        removed.extend(
+            delete(
+                objects,
+                id,
+                doomed
+                    .objects
+                    .iter()
+                    .map(|(n, s)| (n.clone(), *s, SystemTime::UNIX_EPOCH))
+                    .collect(),
+            )
+            .await?,
+        );
+    }
+    Ok(removed)
+}
+
+/// Delete `names` of `id` from the bucket; the ones that were there, by
+/// URL, with their sizes. The store's client is blocking (it runs its own
+/// runtime), so this runs on a blocking thread.
+async fn delete(
+    objects: &Arc<ObjectArtifacts>,
+    id: &str,
+    names: Listed,
+) -> Result<Vec<(String, u64)>> {
+    let objects = objects.clone();
+    let id = id.to_owned();
+    let url = objects.session_url(&id);
+    tokio::task::spawn_blocking(move || {
+        let mut deleted = Vec::new();
+        for (name, size, _) in names {
+            let key = objects.key(&id, &name);
+            if objects.delete(&key)? {
+                deleted.push((objects.url_of(&key), size));
+            }
+        }
+        Ok::<_, std::io::Error>(deleted)
     })
     .await
     .map_err(|err| Error::Internal(format!("gc task failed: {err}")))?
     .map_err(|err| Error::storage(Path::new(&url), &err))
+}
+
+/// Every output in the bucket, by session.
+async fn list(objects: &Arc<ObjectArtifacts>) -> Result<HashMap<String, Listed>> {
+    let objects = objects.clone();
+    let url = objects.url_of(&objects.sessions());
+    tokio::task::spawn_blocking(move || crate::retention::list_objects(&objects))
+        .await
+        .map_err(|err| Error::Internal(format!("gc task failed: {err}")))?
+        .map_err(|err| Error::storage(Path::new(&url), &err))
+}
+
+/// A session's holds, both taken without waiting.
+struct Held {
+    _dir: Option<std::fs::File>,
+    outputs: Option<OutputsHold>,
+}
+
+impl Held {
+    async fn release(self) {
+        if let Some(outputs) = self.outputs {
+            outputs.release().await;
+        }
+    }
+}
+
+/// Hold `id`'s directory (when it exists) and, when outputs go to a
+/// bucket, its outputs in the database, exclusively; `None` when an apply
+/// holds either.
+async fn hold(
+    store: &Postgres,
+    sessions_dir: &Path,
+    id: &str,
+    bucket: bool,
+) -> Result<Option<Held>> {
+    let dir = sessions_dir.join(id);
+    let dir = match lock_now(&dir) {
+        Ok(Some(dir)) => dir,
+        Ok(None) => return Ok(None),
+        Err(err) => return Err(Error::storage(&dir, &err)),
+    };
+    let outputs = if bucket {
+        match store.outputs_hold(id, true).await? {
+            Some(hold) => Some(hold),
+            None => return Ok(None),
+        }
+    } else {
+        None
+    };
+    Ok(Some(Held { _dir: dir, outputs }))
 }
 
 /// The directory opened and locked exclusively, or `None` when someone
@@ -120,6 +390,39 @@ fn lock_now(dir: &Path) -> std::io::Result<Option<Option<std::fs::File>>> {
         Err(std::fs::TryLockError::WouldBlock) => Ok(None),
         Err(std::fs::TryLockError::Error(err)) => Err(err),
     }
+}
+
+/// The files in `id`'s `tool-results` directory.
+fn files_of(sessions_dir: &Path, id: &str) -> Listed {
+    let Ok(entries) = std::fs::read_dir(sessions_dir.join(id).join("tool-results")) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let meta = e.metadata().ok()?;
+            meta.is_file().then(|| {
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    meta.len(),
+                    meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+                )
+            })
+        })
+        .collect()
+}
+
+/// The session directories under the data directory.
+fn dir_sessions(sessions_dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(sessions_dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| crate::protocol::SessionId::try_from(name.clone()).is_ok())
+        .collect()
 }
 
 fn dir_bytes(dir: &Path) -> u64 {

@@ -88,6 +88,14 @@ pub trait SharedStore: Send + Sync + 'static {
     /// Retention over the store and the saved outputs in `data_dir`, or in
     /// `objects` when they are on object storage (`toolwire gc`,
     /// `storage/gc`; see [`gc`]).
+    /// Hold `session`'s saved outputs while a `budget/apply` writes or
+    /// reuses them in the bucket and commits its decisions, so that gc on
+    /// any machine keeps off them ([`postgres::OutputsHold`]).
+    fn hold_outputs<'a>(
+        &'a self,
+        session: &'a str,
+    ) -> BoxFuture<'a, Result<Option<postgres::OutputsHold>>>;
+
     fn collect<'a>(
         &'a self,
         data_dir: &'a std::path::Path,

@@ -25,9 +25,71 @@ pub const MIGRATIONS: &[(i32, &str)] = &[
 /// Key of the advisory lock `migrate` holds (an arbitrary constant: "tw16").
 const MIGRATE_LOCK: i64 = 0x7477_3136;
 
+/// Seed of the advisory-lock keys that guard a session's saved outputs
+/// ([`OutputsHold`]); commits use [`LOCK_SQL`]'s.
+const OUTPUTS_SEED: i64 = 17;
+
 /// The store, holding a pool of connections to one database.
 pub struct Postgres {
     pool: Pool,
+    /// Connections that hold a session's saved outputs ([`OutputsHold`]),
+    /// apart from `pool`, so holds never starve the commits they wait for.
+    holds: Pool,
+}
+
+/// A session's saved outputs held through the database: shared by a
+/// `budget/apply` from before it writes (or reuses) an object in the bucket
+/// until its decisions are committed, exclusive for gc while it re-reads
+/// what is referenced and deletes. It is the directory hold of
+/// [`crate::retention`] for outputs that replicas on other machines write,
+/// where no file lock reaches: gc never deletes an object that an apply
+/// has found in place and is about to journal. A session-level advisory
+/// lock on a connection of its own; [`OutputsHold::release`] unlocks it,
+/// and a hold dropped unreleased (an error, a cancelled request) closes
+/// its connection, which releases the lock as surely.
+pub struct OutputsHold {
+    client: Option<deadpool_postgres::Object>,
+    session: String,
+    exclusive: bool,
+}
+
+impl OutputsHold {
+    pub async fn release(mut self) {
+        if let Some(client) = self.client.take() {
+            let sql = if self.exclusive {
+                "SELECT pg_advisory_unlock(hashtextextended($1, $2))"
+            } else {
+                "SELECT pg_advisory_unlock_shared(hashtextextended($1, $2))"
+            };
+            if let Err(err) = client.query_one(sql, &[&self.session, &OUTPUTS_SEED]).await {
+                tracing::warn!(%err, "releasing a hold on saved outputs; closing its connection");
+                drop(deadpool_postgres::Object::take(client));
+            }
+        }
+    }
+}
+
+impl Drop for OutputsHold {
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take() {
+            // Out of the pool and closed: the server releases its locks.
+            drop(deadpool_postgres::Object::take(client));
+        }
+    }
+}
+
+/// One session as retention sees it ([`Postgres::overview`]).
+#[derive(Debug, Clone)]
+pub struct SessionRow {
+    pub session: String,
+    /// Seconds since its last commit, by the database's clock.
+    pub age_secs: f64,
+    /// Its newest commit: unchanged, nothing was committed since.
+    pub last_seq: i64,
+    /// The bytes of its commits.
+    pub bytes: u64,
+    /// Whether another session forks from it (and reads its rows).
+    pub forked: bool,
 }
 
 fn db_error(what: &str, err: impl std::fmt::Display + std::fmt::Debug) -> Error {
@@ -65,18 +127,144 @@ impl Postgres {
             .parse()
             .map_err(|err| db_error(&format!("storage.postgres.url {}", redacted(url)), err))?;
         let manager = Manager::from_config(
+            config.clone(),
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = |manager, size: usize| {
+            Pool::builder(manager)
+                .max_size(size.max(1))
+                .runtime(Runtime::Tokio1)
+                .build()
+                .map_err(|err| db_error("building the pool", err))
+        };
+        let holds = Manager::from_config(
             config,
             NoTls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
         );
-        let pool = Pool::builder(manager)
-            .max_size(max_connections.max(1))
-            .runtime(Runtime::Tokio1)
-            .build()
-            .map_err(|err| db_error("building the pool", err))?;
-        Ok(Postgres { pool })
+        Ok(Postgres {
+            pool: pool(manager, max_connections)?,
+            holds: pool(holds, max_connections / 4)?,
+        })
+    }
+
+    /// Hold `session`'s saved outputs ([`OutputsHold`]): shared, waiting
+    /// while a gc deletes; or exclusive, `None` at once when anyone holds
+    /// them.
+    pub async fn outputs_hold(
+        &self,
+        session: &str,
+        exclusive: bool,
+    ) -> Result<Option<OutputsHold>> {
+        let client = self
+            .holds
+            .get()
+            .await
+            .map_err(|err| db_error("connecting", err))?;
+        if exclusive {
+            let got: bool = client
+                .query_one(
+                    "SELECT pg_try_advisory_lock(hashtextextended($1, $2))",
+                    &[&session, &OUTPUTS_SEED],
+                )
+                .await
+                .map_err(|err| db_error("holding saved outputs", err))?
+                .get(0);
+            if !got {
+                return Ok(None);
+            }
+        } else {
+            client
+                .query_one(
+                    "SELECT pg_advisory_lock_shared(hashtextextended($1, $2))",
+                    &[&session, &OUTPUTS_SEED],
+                )
+                .await
+                .map_err(|err| db_error("holding saved outputs", err))?;
+        }
+        Ok(Some(OutputsHold {
+            client: Some(client),
+            session: session.to_owned(),
+            exclusive,
+        }))
+    }
+
+    /// Every session, with what retention weighs it by.
+    pub async fn overview(&self) -> Result<Vec<SessionRow>> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT s.session,
+                        extract(epoch FROM now() - s.last_write_at)::float8,
+                        COALESCE(m.last_seq, 0),
+                        COALESCE(m.bytes, 0)::bigint,
+                        EXISTS (SELECT 1 FROM toolwire_sessions c WHERE c.parent = s.session)
+                   FROM toolwire_sessions s
+                   LEFT JOIN (SELECT session, max(seq) AS last_seq, sum(octet_length(lines)) AS bytes
+                                FROM toolwire_commits GROUP BY session) m
+                     ON m.session = s.session
+                  ORDER BY s.session",
+                &[],
+            )
+            .await
+            .map_err(|err| db_error("gc", err))?;
+        Ok(rows
+            .iter()
+            .map(|row| SessionRow {
+                session: row.get(0),
+                age_secs: row.get(1),
+                last_seq: row.get(2),
+                bytes: u64::try_from(row.get::<_, i64>(3)).unwrap_or(0),
+                forked: row.get(4),
+            })
+            .collect())
+    }
+
+    /// Delete `session` (its commits and decisions) if, under its commit
+    /// lock, nothing was committed to it since `last_seq` and no session
+    /// forks from it; whether it was deleted.
+    pub async fn remove_if_unchanged(&self, session: &str, last_seq: i64) -> Result<bool> {
+        let mut client = self.client().await?;
+        let tx = locked(&mut client, session, "gc").await?;
+        let deleted = tx
+            .execute(
+                "DELETE FROM toolwire_sessions s
+                  WHERE s.session = $1
+                    AND COALESCE((SELECT max(seq) FROM toolwire_commits WHERE session = $1), 0) <= $2
+                    AND NOT EXISTS (SELECT 1 FROM toolwire_sessions c WHERE c.parent = s.session)",
+                &[&session, &last_seq],
+            )
+            .await
+            .map_err(|err| db_error("gc", err))?;
+        tx.commit()
+            .await
+            .map_err(|err| db_error("gc: commit", err))?;
+        Ok(deleted == 1)
+    }
+
+    /// The saved outputs every decision in the store points at, as
+    /// `(session, name)`: the session whose directory or prefix holds it.
+    pub async fn references(&self) -> Result<std::collections::HashSet<(String, String)>> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT replacement FROM toolwire_decisions WHERE replacement IS NOT NULL",
+                &[],
+            )
+            .await
+            .map_err(|err| db_error("gc", err))?;
+        Ok(rows
+            .iter()
+            .filter_map(|row| {
+                let bytes: &[u8] = row.get(0);
+                crate::retention::preview_target(std::str::from_utf8(bytes).ok()?)
+            })
+            .collect())
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object> {
@@ -156,46 +344,6 @@ impl Postgres {
         Ok(())
     }
 
-    /// Sessions whose last commit is older than `max_age_secs` and that no
-    /// other session forks from.
-    pub async fn expired(&self, max_age_secs: f64) -> Result<Vec<String>> {
-        let client = self.client().await?;
-        let rows = client
-            .query(
-                &format!(
-                    "SELECT s.session FROM toolwire_sessions s WHERE {EXPIRED} ORDER BY s.session"
-                ),
-                &[&max_age_secs],
-            )
-            .await
-            .map_err(|err| db_error("gc", err))?;
-        Ok(rows.iter().map(|row| row.get(0)).collect())
-    }
-
-    /// Delete `session` (its commits and decisions) if it is still expired
-    /// under its commit lock; whether it was.
-    pub async fn remove_if_expired(&self, session: &str, max_age_secs: f64) -> Result<bool> {
-        let mut client = self.client().await?;
-        let tx = client
-            .transaction()
-            .await
-            .map_err(|err| db_error("gc", err))?;
-        tx.execute(LOCK_SQL, &[&session])
-            .await
-            .map_err(|err| db_error("gc: lock", err))?;
-        let deleted = tx
-            .execute(
-                &format!("DELETE FROM toolwire_sessions s WHERE s.session = $2 AND {EXPIRED}"),
-                &[&max_age_secs, &session],
-            )
-            .await
-            .map_err(|err| db_error("gc", err))?;
-        tx.commit()
-            .await
-            .map_err(|err| db_error("gc: commit", err))?;
-        Ok(deleted == 1)
-    }
-
     /// How many sessions the store holds.
     pub async fn session_count(&self) -> Result<u64> {
         let client = self.client().await?;
@@ -207,10 +355,6 @@ impl Postgres {
         Ok(n.max(0) as u64)
     }
 }
-
-/// A session `s` past `$1` seconds since its last commit, forked by none.
-const EXPIRED: &str = "s.last_write_at < now() - make_interval(secs => $1)
-    AND NOT EXISTS (SELECT 1 FROM toolwire_sessions c WHERE c.parent = s.session)";
 
 /// Commits of a session and of its fork ancestors up to each fork point,
 /// in `seq` order.
@@ -347,6 +491,10 @@ SELECT NULL::bigint, NULL::bytea, p.pair
 const LOCK_SQL: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 16))";
 
 impl SharedStore for Postgres {
+    fn hold_outputs<'a>(&'a self, session: &'a str) -> BoxFuture<'a, Result<Option<OutputsHold>>> {
+        Box::pin(self.outputs_hold(session, false))
+    }
+
     fn read(&self, session: &str, after: i64) -> BoxFuture<'_, Result<Option<Vec<Commit>>>> {
         let session = session.to_owned();
         Box::pin(async move {
