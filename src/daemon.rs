@@ -223,11 +223,6 @@ pub async fn run_daemon(workspace: &Path, idle: Duration) -> io::Result<()> {
     Ok(())
 }
 
-/// Retention on a schedule (`retention.auto`, `retention.intervalHours`),
-/// over the workspace's configured data directory. The configuration is
-/// read again at every check, so editing `toolwire.toml` takes effect
-/// without a restart; the last run's time is kept in the data directory,
-/// so a daemon that comes and goes still collects once an interval.
 /// The scheduled run, when due: through the server's store, so a daemon on
 /// the shared store collects the fleet's sessions (under the same locks as
 /// `toolwire gc`) and one on files its data directory.
@@ -252,6 +247,11 @@ async fn gc_if_due(
     store.collect(gc).await.map(Some)
 }
 
+/// Retention on a schedule (`retention.auto`, `retention.intervalHours`),
+/// over the workspace's configured store. The configuration is
+/// read again at every check, so editing `toolwire.toml` takes effect
+/// without a restart; the last run's time is kept in the data directory,
+/// so a daemon that comes and goes still collects once an interval.
 async fn scheduled_gc(server: Arc<Server>, workspace: PathBuf) {
     loop {
         let config = match crate::config::load(&workspace, None) {

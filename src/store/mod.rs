@@ -85,9 +85,6 @@ pub trait SharedStore: Send + Sync + 'static {
     /// exists already.
     fn fork<'a>(&'a self, parent: &'a str, child: &'a str) -> BoxFuture<'a, Result<()>>;
 
-    /// Retention over the store and the saved outputs in `data_dir`, or in
-    /// `objects` when they are on object storage (`toolwire gc`,
-    /// `storage/gc`; see [`gc`]).
     /// Hold `session`'s saved outputs while a `budget/apply` writes or
     /// reuses them in the bucket and commits its decisions, so that gc on
     /// any machine keeps off them ([`postgres::OutputsHold`]).
@@ -96,6 +93,9 @@ pub trait SharedStore: Send + Sync + 'static {
         session: &'a str,
     ) -> BoxFuture<'a, Result<Option<postgres::OutputsHold>>>;
 
+    /// Retention over the store and the saved outputs in `data_dir`, or in
+    /// `objects` when they are on object storage (`toolwire gc`,
+    /// `storage/gc`; see [`gc`]).
     fn collect<'a>(
         &'a self,
         data_dir: &'a std::path::Path,
