@@ -548,6 +548,8 @@ async fn time_forks(c: &mut Raw, sid: &str) -> Duration {
 /// fdatasync per commit in a loop.
 async fn pair_commits(root: &Path, report: &mut Report, durability: &'static str) {
     let dir = root.join(format!("pairs-{durability}"));
+    // The workspace must exist: `initialize` canonicalizes it.
+    std::fs::create_dir_all(&dir).unwrap();
     let server = Server::new(Storage::default());
     const SESSIONS: usize = 16;
     const PAIRS: usize = 60;
