@@ -417,9 +417,18 @@ async fn three_replicas_on_one_database_and_one_bucket_decide_once_and_replay_th
         12,
         "one object per result after the kill"
     );
+    // No session's transcript holds a call without its result.
+    for session in ["fleet-rr", "fleet-race", "fleet-kill"] {
+        let messages: Vec<Value> = journal(&store, session)
+            .await
+            .into_iter()
+            .filter(|l| l["type"] == "message")
+            .map(|l| l["message"].clone())
+            .collect();
+        common::assert_paired(&messages);
+    }
 }
 
-/// An in-process server on the shared store at `db`.
 /// `toolwire gc --json` on the shared store `db` with `retention` (one
 /// line of its `[retention]` table); its report.
 fn gc_cli(db: &str, data_dir: &Path, retention: &str, dry_run: bool) -> Value {
@@ -441,6 +450,7 @@ fn gc_cli(db: &str, data_dir: &Path, retention: &str, dry_run: bool) -> Value {
     serde_json::from_slice::<Value>(&out.stdout).unwrap()
 }
 
+/// An in-process server on the shared store at `db`.
 fn shared_server(db: &str) -> std::sync::Arc<toolwire::server::Server> {
     toolwire::server::Server::new(toolwire::session::Storage {
         shared: Some(std::sync::Arc::new(
