@@ -50,7 +50,6 @@ use tokio::net::{UnixListener, UnixStream};
 use crate::transport::stdio;
 
 use crate::server::{self, Server};
-use crate::session::Storage;
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -159,16 +158,12 @@ pub async fn run_daemon(workspace: &Path, idle: Duration) -> io::Result<()> {
     lock.set_len(0).map_err(lock_error)?;
     writeln!(lock, "{}", std::process::id()).map_err(lock_error)?;
 
-    // The store is the workspace's, from its toolwire.toml, as for `serve`
-    // (a file that does not parse is reported at each client's
-    // `initialize`); a shared store that cannot be reached stops the daemon
-    // here, before it listens, and the forwarder that started it says why.
-    let storage = match crate::config::load(workspace, None) {
-        Ok(config) => crate::store::open(&config.storage)
-            .await
-            .map_err(|err| io::Error::other(err.to_string()))?,
-        Err(_) => Storage::default(),
-    };
+    // The store is the workspace's, as for `serve`; a shared store that
+    // cannot be reached stops the daemon here, before it listens, and the
+    // forwarder that started it says why.
+    let storage = crate::store::open_workspace(workspace)
+        .await
+        .map_err(|err| io::Error::other(err.to_string()))?;
     // Only the lock holder may replace what is at the socket path.
     let socket_error = |err| naming(&paths.socket, err);
     match fs::symlink_metadata(&paths.socket) {

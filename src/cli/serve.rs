@@ -109,14 +109,10 @@ fn serve() -> ExitCode {
         }
     };
     let end = rt.block_on(async {
-        // The store is the process's, from the workspace's toolwire.toml;
-        // a file that does not parse is reported at `initialize`.
-        let storage = match std::env::current_dir()
-            .ok()
-            .and_then(|dir| toolwire::config::load(&dir, None).ok())
-        {
-            Some(config) => toolwire::store::open(&config.storage).await,
-            None => Ok(Storage::default()),
+        // The store is the process's, from the workspace's toolwire.toml.
+        let storage = match std::env::current_dir() {
+            Ok(dir) => toolwire::store::open_workspace(&dir).await,
+            Err(_) => Ok(Storage::default()),
         };
         let storage = match storage {
             Ok(storage) => storage,

@@ -348,3 +348,14 @@ pub async fn open(config: &crate::config::StorageConfig) -> Result<crate::sessio
     }
     Ok(storage)
 }
+
+/// The storage of a process serving the workspace `dir` (`serve`, the
+/// shared daemon): [`open`] on what its `toolwire.toml` configures, or files
+/// when the configuration does not load (a file that does not parse is
+/// reported at each client's `initialize`, where the client sees it).
+pub async fn open_workspace(dir: &std::path::Path) -> Result<crate::session::Storage> {
+    match crate::config::load(dir, None) {
+        Ok(config) => open(&config.storage).await,
+        Err(_) => Ok(crate::session::Storage::default()),
+    }
+}
