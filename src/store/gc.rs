@@ -86,7 +86,13 @@ pub async fn collect(
             Err(err) => return Err(Error::storage(&dir, &err)),
         }
         if let Some(objects) = &objects {
-            delete(objects, id, listed.remove(id).unwrap_or_default()).await?;
+            let names = listed.remove(id).unwrap_or_default();
+            delete(
+                objects,
+                id,
+                names.into_iter().map(|(n, s, _)| (n, s)).collect(),
+            )
+            .await?;
         }
         held.release().await;
         report.bytes_freed += bytes;
@@ -285,18 +291,7 @@ async fn remove_outputs(
         }
     }
     if let Some(objects) = objects {
-        removed.extend(
-            delete(
-                objects,
-                id,
-                doomed
-                    .objects
-                    .iter()
-                    .map(|(n, s)| (n.clone(), *s, SystemTime::UNIX_EPOCH))
-                    .collect(),
-            )
-            .await?,
-        );
+        removed.extend(delete(objects, id, doomed.objects.clone()).await?);
     }
     Ok(removed)
 }
@@ -307,14 +302,14 @@ async fn remove_outputs(
 async fn delete(
     objects: &Arc<ObjectArtifacts>,
     id: &str,
-    names: Listed,
+    names: Vec<(String, u64)>,
 ) -> Result<Vec<(String, u64)>> {
     let objects = objects.clone();
     let id = id.to_owned();
     let url = objects.session_url(&id);
     tokio::task::spawn_blocking(move || {
         let mut deleted = Vec::new();
-        for (name, size, _) in names {
+        for (name, size) in names {
             let key = objects.key(&id, &name);
             if objects.delete(&key)? {
                 deleted.push((objects.url_of(&key), size));
