@@ -128,9 +128,21 @@ fn compress(input: &[u8]) -> Box<[u8]> {
     })
 }
 
+/// The text again. A context per thread, made once: creating one per call
+/// (what `zstd::bulk::decompress` does) cost more than decompressing a 2 KB
+/// preview, and a reply renders hundreds of them.
 fn decompress(packed: &[u8], len: usize) -> Option<Vec<u8>> {
+    thread_local! {
+        static CTX: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+            const { std::cell::RefCell::new(None) };
+    }
     match packed.split_first()? {
-        (&ZSTD, frame) => zstd::bulk::decompress(frame, len).ok(),
+        (&ZSTD, frame) => CTX.with_borrow_mut(|ctx| {
+            if ctx.is_none() {
+                *ctx = zstd::bulk::Decompressor::new().ok();
+            }
+            ctx.as_mut()?.decompress(frame, len).ok()
+        }),
         (&RAW, bytes) => Some(bytes.to_vec()),
         _ => None,
     }
