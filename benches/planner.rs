@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use toolwire::budget::planner::{Candidate, choose};
 use toolwire::budget::{PlanContext, plan_message};
 use toolwire::config::{Limits, PreviewMode, SizeUnit, ToolPolicy};
+use toolwire::format::Digest;
 use toolwire::state::{Replacement, ReplacementState};
 
 fn message(results: usize, size: usize) -> Value {
@@ -75,6 +76,26 @@ fn bench(c: &mut Criterion) {
         .collect();
     c.bench_function("choose/1000 candidates", |b| {
         b.iter(|| choose(&candidates, |_| 50_000, 200_000, |_| 2_300))
+    });
+
+    // What one decision costs a session of 100,000 decided ids whose state
+    // is published (every shard shared with readers): the shard it lands
+    // in is copied, so this grows with the shards' size.
+    let mut big = ReplacementState::default();
+    big.commit_decisions((0..100_000).map(|i| {
+        let id: Arc<str> = Arc::from(format!("toolu_01{i:022}"));
+        let digest = Digest::of_value(&json!(i));
+        let replacement = (i % 10 == 0).then(|| Arc::new(Replacement::new("preview")));
+        (id, digest, replacement)
+    }));
+    let one: Arc<str> = Arc::from("toolu_01fresh");
+    let digest = Digest::of_value(&json!("fresh"));
+    c.bench_function("commit/one id onto 100k, snapshot shared", |b| {
+        b.iter(|| {
+            let mut state = big.clone();
+            state.commit_decisions([(one.clone(), digest, None)]);
+            state
+        })
     });
 }
 

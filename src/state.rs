@@ -85,9 +85,18 @@ type Shard = std::collections::HashMap<Arc<str>, Decision>;
 /// that reuse call ids across turns); almost always empty.
 type Reused = std::collections::HashMap<(Arc<str>, Digest), Option<Arc<Replacement>>>;
 
-/// Shards per state: enough that a commit copies a few hundred entries at
-/// 100,000 ids, few enough that an empty session costs 2 KB.
-const SHARDS: usize = 256;
+/// Shards per state. A commit copies the shards it touches while a
+/// snapshot shares them, so fewer shards cost more per decision: one
+/// decision onto 100,000 published ids takes 34 µs here, 6.6 µs with 256
+/// shards (`cargo bench --bench planner -- commit`). But a request deciding
+/// a thousand results touches every shard either way, and at 256 each shard
+/// table (~20 KB at 100,000 ids) stays under glibc's mmap threshold: the
+/// tables every such request frees were cut up for the next request's
+/// small values, leaving a session built by `budget/apply` at 51 MB where
+/// its reconstruction holds 31. At 32 a large session's tables (~160 KB)
+/// are mapped and unmapped whole: 39 MB (`cargo bench --bench memory --
+/// apply`).
+const SHARDS: usize = 32;
 
 /// How hard previews are compressed. zstd's entropy coding keeps a 2 KB
 /// preview of tool output in about half of what LZ4 needs (the measure is
