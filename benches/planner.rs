@@ -12,7 +12,7 @@ use toolwire::budget::planner::{Candidate, choose};
 use toolwire::budget::{PlanContext, plan_message};
 use toolwire::config::{Limits, PreviewMode, SizeUnit, ToolPolicy};
 use toolwire::format::Digest;
-use toolwire::state::{Replacement, ReplacementState};
+use toolwire::state::{Id, Replacement, ReplacementState};
 
 fn message(results: usize, size: usize) -> Value {
     let mut rng = fastrand::Rng::with_seed(9);
@@ -83,12 +83,12 @@ fn bench(c: &mut Criterion) {
     // in is copied, so this grows with the shards' size.
     let mut big = ReplacementState::default();
     big.commit_decisions((0..100_000).map(|i| {
-        let id: Arc<str> = Arc::from(format!("toolu_01{i:022}"));
+        let id = Id::from(format!("toolu_01{i:022}"));
         let digest = Digest::of_value(&json!(i));
         let replacement = (i % 10 == 0).then(|| Arc::new(Replacement::new("preview")));
         (id, digest, replacement)
     }));
-    let one: Arc<str> = Arc::from("toolu_01fresh");
+    let one = Id::from("toolu_01fresh");
     let digest = Digest::of_value(&json!("fresh"));
     c.bench_function("commit/one id onto 100k, snapshot shared", |b| {
         b.iter(|| {

@@ -512,7 +512,7 @@ pub struct Loaded {
     pub state: ReplacementState,
     /// Tool name of each committed tool_use whose result is not decided yet
     /// (for `exemptTools`; a decided id's name no longer matters).
-    pub tool_names: HashTrieMapSync<Arc<str>, Arc<str>>,
+    pub tool_names: HashTrieMapSync<crate::state::Id, Arc<str>>,
     pub transcript: Option<Arc<Mutex<TranscriptWriter>>>,
     pub guard: PairGuard,
     /// The provider format, fixed when the session came into being

@@ -19,7 +19,7 @@ use serde_json::Value;
 use crate::artifact::{self, ArtifactKind};
 use crate::config::{Limits, SizeUnit, ToolPolicy};
 use crate::format::{self, Dialect, Digest, DigestKind, ResultContent};
-use crate::state::{Fate, ReplacementState};
+use crate::state::{Fate, Id, ReplacementState};
 use planner::Candidate;
 
 /// What budgeting needs to know besides the messages and the state.
@@ -43,7 +43,7 @@ pub struct Chosen {
     pub message: usize,
     /// Its item index in that message.
     pub block: usize,
-    pub tool_use_id: Arc<str>,
+    pub tool_use_id: Id,
     pub digest: Digest,
     pub kind: ArtifactKind,
     pub path: std::path::PathBuf,
@@ -55,7 +55,7 @@ pub struct Chosen {
 #[derive(Debug, Default)]
 pub struct MessagePlan {
     /// Fresh eligible originals, in order: all become decided at the commit.
-    pub fresh: Vec<(Arc<str>, Digest)>,
+    pub fresh: Vec<(Id, Digest)>,
     pub chosen: Vec<Chosen>,
     /// `(message, block, digest)` of every eligible result of the unit, so
     /// rendering does not digest the originals a second time.
@@ -103,7 +103,7 @@ pub fn units(dialect: &dyn Dialect, messages: &[Value]) -> Vec<Vec<usize>> {
 struct Row<'m> {
     message: usize,
     block: usize,
-    id: Arc<str>,
+    id: Id,
     digest: Digest,
     content: ResultContent<'m>,
 }
@@ -113,7 +113,7 @@ struct Row<'m> {
 pub fn plan_message(unit: &[&Value], state: &ReplacementState, cx: &PlanContext) -> MessagePlan {
     let mut rows: Vec<Row> = Vec::new();
     let mut candidates = Vec::new();
-    let mut fresh_here: HashSet<(Arc<str>, Digest)> = HashSet::new();
+    let mut fresh_here: HashSet<(Id, Digest)> = HashSet::new();
     for (m, msg) in unit.iter().enumerate() {
         for (block, id) in format::results(cx.dialect, msg) {
             let content = cx.dialect.result_content(msg, block);
@@ -124,7 +124,7 @@ pub fn plan_message(unit: &[&Value], state: &ReplacementState, cx: &PlanContext)
             } else {
                 Digest::ANY
             };
-            let id: Arc<str> = Arc::from(&*id);
+            let id = Id::from(&*id);
             let candidate = match state.fate(&id, digest) {
                 _ if !eligible => Candidate { size, fresh: false },
                 Fate::Replaced(r) => Candidate {
@@ -318,7 +318,7 @@ mod tests {
     /// render. Returns the rendered message.
     fn apply(msg: &Value, state: &mut ReplacementState, cx: &PlanContext) -> Value {
         let plan = plan_message(&[msg], state, cx);
-        let replaced: HashMap<(Arc<str>, Digest), Arc<Replacement>> = plan
+        let replaced: HashMap<(Id, Digest), Arc<Replacement>> = plan
             .chosen
             .iter()
             .map(|c| {

@@ -31,7 +31,7 @@ use crate::protocol::{
 };
 use crate::retention;
 use crate::session::{Registry, Session};
-use crate::state::Replacement;
+use crate::state::{Id, Replacement};
 
 impl SessionMethod for BudgetApply {
     fn session_id(params: &BudgetApplyParams) -> &SessionId {
@@ -124,7 +124,7 @@ pub async fn apply(
         .flat_map(|p| &p.assistant);
     for msg in params.messages.iter().map(|m| &m.0).chain(pending) {
         for (id, name) in format::calls(dialect, msg) {
-            names.insert_mut(Arc::from(&*id), Arc::from(&*name));
+            names.insert_mut(Id::from(&*id), Arc::from(&*name));
         }
     }
     // Per-tool settings: the request's over the connection's, key by key.
@@ -157,7 +157,7 @@ pub async fn apply(
     };
     let mut persisted = Vec::new();
     let mut failures = Vec::new();
-    let mut decided: Vec<Arc<str>> = Vec::new();
+    let mut decided: Vec<Id> = Vec::new();
     // From the first artifact written (or reused) until the replacements
     // are journaled, gc keeps off this session (see `retention`).
     let mut hold = None;
@@ -195,7 +195,7 @@ pub async fn apply(
             });
         }
         let outcomes = persist_all(dialect, &store, &refs, &plan.chosen, fsync).await?;
-        let mut replaced: HashMap<(Arc<str>, Digest), Arc<Replacement>> = HashMap::new();
+        let mut replaced: HashMap<(Id, Digest), Arc<Replacement>> = HashMap::new();
         for (chosen, outcome) in plan.chosen.iter().zip(outcomes) {
             match outcome {
                 Ok(reused) => {

@@ -134,7 +134,7 @@ pub struct ForkSource {
     /// to be shared (local backend).
     pub transcript: Option<(std::path::PathBuf, u64)>,
     pub state: crate::state::ReplacementState,
-    pub tool_names: rpds::HashTrieMapSync<std::sync::Arc<str>, std::sync::Arc<str>>,
+    pub tool_names: rpds::HashTrieMapSync<crate::state::Id, std::sync::Arc<str>>,
     pub format: Option<crate::format::Format>,
     pub journaled: bool,
 }

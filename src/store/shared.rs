@@ -58,14 +58,14 @@ impl Shared<'_> {
                 loaded.tool_names.insert_mut(id, name);
             }
         }
-        let decided: Vec<Arc<str>> = loaded
+        let decided: Vec<crate::state::Id> = loaded
             .tool_names
             .keys()
             .filter(|id| loaded.state.is_decided(id))
             .cloned()
             .collect();
         for id in decided {
-            loaded.tool_names.remove_mut(&id);
+            loaded.tool_names.remove_mut(&*id);
         }
         loaded.shared_seq = last;
         Ok(true)
@@ -87,9 +87,10 @@ fn set_pair(loaded: &mut Loaded, row: Option<Vec<u8>>) -> Result<()> {
     };
     for (id, name) in pending.iter().flat_map(|p| &p.calls) {
         if !loaded.state.is_decided(id) {
-            loaded
-                .tool_names
-                .insert_mut(Arc::from(id.as_str()), Arc::from(name.as_str()));
+            loaded.tool_names.insert_mut(
+                crate::state::Id::from(id.as_str()),
+                Arc::from(name.as_str()),
+            );
         }
     }
     loaded.guard = PairGuard::holding(pending);

@@ -18,7 +18,7 @@ use serde_json::value::RawValue;
 
 use crate::format::{Digest, DigestKind, Format, Side, Skim, anthropic};
 use crate::protocol::{RECORD_KIND, ReplacementRecord, SeenLine};
-use crate::state::Replacement;
+use crate::state::{Id, Replacement};
 
 /// One parsed transcript line.
 #[derive(Debug, Clone, PartialEq)]
@@ -296,11 +296,11 @@ pub struct SessionImage {
     /// Results taken in, with the digest of their original
     /// ([`Digest::ANY`] when what was sent is a replacement), in order:
     /// from messages and from `seen` lines.
-    pub seen: Vec<(Arc<str>, Digest)>,
+    pub seen: Vec<(Id, Digest)>,
     /// Replacement records in order (the first for an id and original wins).
-    pub replacements: Vec<(Arc<str>, Digest, Arc<Replacement>)>,
+    pub replacements: Vec<(Id, Digest, Arc<Replacement>)>,
     /// Calls whose result has not been seen: id → tool name.
-    pub undecided_names: HashMap<Arc<str>, Arc<str>>,
+    pub undecided_names: HashMap<Id, Arc<str>>,
     interned: HashSet<Arc<str>>,
     /// Ids a record or `seen` line names with a SHA-256 digest (written
     /// before XXH3 digests were introduced): the originals of these in
@@ -317,7 +317,7 @@ pub struct SessionImage {
 #[derive(Debug)]
 struct OpenCall {
     at: u64,
-    ids: Vec<Arc<str>>,
+    ids: Vec<Id>,
     outstanding: usize,
     seen_before: usize,
     messages_before: usize,
@@ -344,7 +344,7 @@ impl SessionImage {
             .unwrap_or(Digest::ANY);
         self.note_kind(&record.tool_use_id, digest);
         self.replacements.push((
-            Arc::from(record.tool_use_id.as_str()),
+            Id::from(record.tool_use_id.as_str()),
             digest,
             Arc::new(Replacement::new(&record.replacement)),
         ));
@@ -362,7 +362,7 @@ impl SessionImage {
             self.note_kind(id, digest);
             let key = match self.undecided_names.remove_entry(id.as_str()) {
                 Some((key, _)) => key,
-                None => Arc::from(id.as_str()),
+                None => Id::from(id.as_str()),
             };
             self.seen.push((key, digest));
         }
@@ -400,7 +400,7 @@ impl SessionImage {
         if msg.side == Some(Side::Assistant) {
             let mut ids = Vec::new();
             for (id, name) in msg.calls {
-                let id: Arc<str> = Arc::from(&*id);
+                let id = Id::from(&*id);
                 let name = self.intern(&name);
                 self.undecided_names.insert(id.clone(), name);
                 ids.push(id);
@@ -419,7 +419,7 @@ impl SessionImage {
             let id: &str = &result.id;
             let key = match self.undecided_names.remove_entry(id) {
                 Some((key, _)) => key,
-                None => Arc::from(id),
+                None => Id::from(id),
             };
             if let Some(open) = &mut self.open
                 && open.ids.iter().any(|o| **o == *id)
@@ -440,7 +440,7 @@ impl SessionImage {
     /// Every decision the image records, in the order they take effect:
     /// replacements first (a journaled replacement was sent, whether or not
     /// its message was appended), then results sent whole.
-    pub fn decisions(&self) -> impl Iterator<Item = (Arc<str>, Digest, Option<Arc<Replacement>>)> {
+    pub fn decisions(&self) -> impl Iterator<Item = (Id, Digest, Option<Arc<Replacement>>)> {
         self.replacements
             .iter()
             .map(|(id, d, r)| (id.clone(), *d, Some(r.clone())))
