@@ -366,9 +366,9 @@ fn many_ids(root: &Path, rows: &mut Vec<Row>) {
     std::fs::create_dir_all(&dir).unwrap();
     let idle_ms = 500;
     // Idle sessions go after `idle_ms`, the memory they freed is handed
-    // back a second after the evictions, and the blocking threads their
-    // loads started (each with the stack it touched) end after 10 s idle.
-    let settle = Duration::from_millis(idle_ms * 3 + 12_000);
+    // back a second after the evictions, and again once the blocking
+    // threads their loads started have ended (10 s idle), 12 s after.
+    let settle = Duration::from_millis(idle_ms * 3 + 15_000);
     let mut server = Served::start(
         &dir,
         &[("TOOLWIRE_SESSION_IDLE_MS", &idle_ms.to_string())],

@@ -10,11 +10,17 @@ use std::io;
 /// unoptimized). The memory is reserved, not used, until touched.
 pub const THREAD_STACK: usize = 32 << 20;
 
+/// How long an idle blocking thread waits for work before it ends
+/// (tokio's default, stated: the release of freed memory after a burst of
+/// evictions waits for the burst's threads to end; see `session`).
+pub const BLOCKING_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The multi-threaded runtime the server runs on.
 pub fn runtime() -> io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_stack_size(THREAD_STACK)
+        .thread_keep_alive(BLOCKING_KEEP_ALIVE)
         .build()
 }
 
