@@ -155,6 +155,20 @@ async fn pipes_carry_split_and_batched_frames_and_keep_their_flags() {
     let reader = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(out_read)).unwrap();
     let mut c = Client::new(reader, writer);
     c.initialize(dir.path(), json!({})).await;
+    // Both pipes were widened to 1 MiB, as far as this user may: a pipe
+    // made here, widened here, says how far that is.
+    let (probe, _probe_write) = std::io::pipe().unwrap();
+    // SAFETY: F_SETPIPE_SZ and F_GETPIPE_SZ only set and read a pipe's
+    // capacity.
+    let (allowed, sizes) = unsafe {
+        libc::fcntl(probe.as_raw_fd(), libc::F_SETPIPE_SZ, 1 << 20);
+        (
+            libc::fcntl(probe.as_raw_fd(), libc::F_GETPIPE_SZ),
+            [theirs_in.as_raw_fd(), theirs_out.as_raw_fd()]
+                .map(|fd| libc::fcntl(fd, libc::F_GETPIPE_SZ)),
+        )
+    };
+    assert_eq!(sizes, [allowed, allowed]);
 
     exercise(&mut c, "pipes").await;
     // Served on epoll, yet what the parent shares was never made
