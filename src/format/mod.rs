@@ -337,10 +337,13 @@ impl Digest {
                 use sha2::Digest as _;
                 Digest::sha256(&sha.finalize())
             }
-            DigestKind::Xxh3 => {
-                let xxh: xxhash_rust::xxh3::Xxh3 = HashWriter::digest(value);
-                Digest(Some((kind, xxh.digest())))
-            }
+            DigestKind::Xxh3 => match value {
+                Value::String(s) if s.len() >= RECENT_FROM => recent_string_digest(s),
+                _ => {
+                    let xxh: xxhash_rust::xxh3::Xxh3 = HashWriter::digest(value);
+                    Digest(Some((kind, xxh.digest())))
+                }
+            },
         }
     }
 
@@ -374,6 +377,51 @@ impl Digest {
             (kind, value) => Digest(Some((kind, value))),
         })
     }
+}
+
+/// Strings at least this long have their digest remembered (see
+/// [`recent_string_digest`]); below it, writing the digest costs about as
+/// much as looking it up.
+const RECENT_FROM: usize = 8 << 10;
+
+/// Slots of the table of recent digests: a conversation's large results
+/// several times over, in 32 bytes each.
+const RECENT_SLOTS: usize = 1 << 11;
+
+/// The XXH3 digest of a long string as JSON, remembered by a 128-bit hash
+/// of its raw bytes. Every turn a client sends its whole conversation
+/// again, so every large original is digested again: writing its JSON
+/// escapes into the hash (a newline every few dozen bytes of tool output)
+/// cost as much as parsing the request, where hashing the bytes as they
+/// are runs several times faster. The table is process-wide and
+/// direct-mapped (a slot holds the last string that hashed to it), so it
+/// stays a fixed size; a string it has not seen, or no longer holds, is
+/// digested the long way. Only XXH3 digests are kept: a SHA-256 one stands
+/// for a stronger binding than a 128-bit non-cryptographic key could.
+fn recent_string_digest(s: &str) -> Digest {
+    type Slot = Option<(u128, u64)>;
+    static RECENT: std::sync::Mutex<Vec<Slot>> = std::sync::Mutex::new(Vec::new());
+    let key = xxhash_rust::xxh3::xxh3_128(s.as_bytes());
+    let slot = (key as usize) % RECENT_SLOTS;
+    let lock = || RECENT.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(Some((held, digest))) = lock().get(slot)
+        && *held == key
+    {
+        return Digest(Some((DigestKind::Xxh3, *digest)));
+    }
+    let mut out: HashWriter<xxhash_rust::xxh3::Xxh3> = HashWriter {
+        hash: Default::default(),
+        buf: Vec::with_capacity(HashWriter::<xxhash_rust::xxh3::Xxh3>::BLOCK),
+    };
+    out.string(s);
+    out.hash.update(&out.buf);
+    let digest = out.hash.digest();
+    let mut recent = lock();
+    if recent.is_empty() {
+        recent.resize(RECENT_SLOTS, None);
+    }
+    recent[slot] = Some((key, digest));
+    Digest(Some((DigestKind::Xxh3, digest)))
 }
 
 /// A hash that [`HashWriter`] feeds.
@@ -926,5 +974,32 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A long string's remembered digest is its digest: when first seen,
+    /// when seen again, and after many others took the slots, and two
+    /// strings that differ in one byte never share one.
+    #[test]
+    fn remembered_digests_are_the_digests() {
+        let texts: Vec<String> = (0..3 * RECENT_SLOTS)
+            .map(|i| {
+                format!(
+                    "{i}\n\"quoted\"\t{}",
+                    "line of output\n".repeat(RECENT_FROM / 15 + 1)
+                )
+            })
+            .collect();
+        for _ in 0..2 {
+            for text in texts.iter().step_by(97).chain(&texts[..3]) {
+                let value = json!(text);
+                assert_eq!(Digest::of_value(&value), serde_digest(Digest::NEW, &value));
+            }
+        }
+        let mut other = texts[0].clone().into_bytes();
+        let last = other.len() - 1;
+        other[last] = b'X';
+        let other = json!(String::from_utf8(other).unwrap());
+        assert_eq!(Digest::of_value(&other), serde_digest(Digest::NEW, &other));
+        assert_ne!(Digest::of_value(&other), Digest::of_value(&json!(texts[0])));
     }
 }
