@@ -178,18 +178,24 @@ impl Original<'_> {
 /// order (`preserve_order`), so they need no check.
 ///
 /// `raw` must be one valid JSON value (as a parser handed it over). Tool
-/// output is mostly one string: then only its escapes need a look, found
-/// with one backslash scan.
+/// output is mostly one string: then only two escapes need a look, since
+/// every letter escape is the one serde_json writes.
 pub fn is_compact_json(raw: &[u8]) -> bool {
     if let [b'"', inner @ .., b'"'] = raw {
-        let mut next = 0;
-        return memchr::memchr_iter(b'\\', inner).all(|at| {
-            // The second backslash of `\\` is no escape of its own.
-            if at < next {
-                return true;
-            }
-            next = at + escape_len(inner, at).unwrap_or(0);
-            next > at
+        // Log output has an escaped newline every line; finding the two
+        // escapes that may differ (`\/`, `\u`) by a vector search for
+        // the pair instead of stopping at every backslash is several times
+        // quicker. A match whose backslash is itself escaped (an odd run of
+        // backslashes before it) is no escape.
+        return [&b"\\/"[..], &b"\\u"[..]].into_iter().all(|needle| {
+            memchr::memmem::find_iter(inner, needle).all(|at| {
+                let run = inner[..at]
+                    .iter()
+                    .rev()
+                    .take_while(|&&b| b == b'\\')
+                    .count();
+                run % 2 == 1 || escape_len(inner, at).is_some()
+            })
         });
     }
     /// Objects with more keys than this are parsed instead (the duplicate
@@ -903,6 +909,24 @@ mod tests {
         }
     }
 
+    proptest! {
+        /// A string is compact exactly when none of its escapes is one
+        /// serde_json would not write, however escapes and escaped
+        /// backslashes follow each other.
+        #[test]
+        fn a_string_is_compact_unless_an_escape_is_spelled_otherwise(
+            pieces in prop::collection::vec(prop::sample::select(vec![
+                ("x", true), ("u/", true), ("\\\\", true), ("\\n", true), ("\\\"", true),
+                ("\\u001f", true), ("\\u001F", false), ("\\u000a", false),
+                ("\\u00e9", false), ("\\/", false),
+            ]), 0..12)
+        ) {
+            let raw = format!("\"{}\"", pieces.iter().map(|(p, _)| *p).collect::<String>());
+            let compact = pieces.iter().all(|(_, ok)| *ok);
+            prop_assert_eq!(is_compact_json(raw.as_bytes()), compact, "{}", raw);
+        }
+    }
+
     #[test]
     fn other_spellings_are_not_compact() {
         for raw in [
@@ -910,6 +934,8 @@ mod tests {
             r#""\u00e9""#,
             r#""\u001F""#,
             r#""\u000a""#,
+            r#""\\\u00e9""#,
+            r#""\\\\\/""#,
             r#"{"a":1,"a":2}"#,
             r#"[1, 2]"#,
             "[\n1]",
@@ -918,6 +944,7 @@ mod tests {
         }
         for raw in [
             r#""\u001f\n\"\\""#,
+            r#""\\u00e9\\/\\\\u""#,
             r#"{"a":{"a":1},"b":[{"a":2}]}"#,
             "-1.50e3",
         ] {
