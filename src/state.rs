@@ -116,10 +116,11 @@ const RAW: u8 = 0;
 
 /// What every preview toolwire writes has in common (its frame, the words
 /// of its header, the parts of a saved output's path), given to zstd as a
-/// dictionary. A 2 KB preview compresses to about a kilobyte, of which the
-/// header, met for the first time in each frame, would otherwise take a
-/// tenth. Most likely matches last: they get the shortest offsets. The
-/// packed form lives only in memory, so this may change freely.
+/// dictionary. A 2 KB preview compresses to about 690 bytes without it, of
+/// which the header, met for the first time in each frame, takes a tenth;
+/// with it, to about 610. Most likely matches last: they get the shortest
+/// offsets. The packed form lives only in memory, so this may change
+/// freely.
 const DICTIONARY: &[u8] = b" omitted ...\n\n... \n</persisted-output>\
     .json.txt/.toolwire/sessions//tool-results/toolu_01call_\
     <persisted-output>\nOutput too large ( bytes). Full output saved to: \

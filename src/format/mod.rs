@@ -391,7 +391,7 @@ impl Digest {
 const RECENT_FROM: usize = 8 << 10;
 
 /// Slots of the table of recent digests: a conversation's large results
-/// several times over, in 32 bytes each.
+/// several times over, in 48 bytes each (96 KiB in all).
 const RECENT_SLOTS: usize = 1 << 11;
 
 /// The XXH3 digest of a long string as JSON, remembered by a 128-bit hash
