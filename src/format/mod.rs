@@ -186,9 +186,12 @@ pub fn is_compact_json(raw: &[u8]) -> bool {
         // escapes that may differ (`\/`, `\u`) by a vector search for
         // the pair instead of stopping at every backslash is several times
         // quicker. A match whose backslash is itself escaped (an odd run of
-        // backslashes before it) is no escape.
-        return [&b"\\/"[..], &b"\\u"[..]].into_iter().all(|needle| {
-            memchr::memmem::find_iter(inner, needle).all(|at| {
+        // backslashes before it) is no escape. The searchers are built once,
+        // not per result.
+        static ESCAPES: std::sync::LazyLock<[memchr::memmem::Finder<'static>; 2]> =
+            std::sync::LazyLock::new(|| [b"\\/", b"\\u"].map(memchr::memmem::Finder::new));
+        return ESCAPES.iter().all(|finder| {
+            finder.find_iter(inner).all(|at| {
                 let run = inner[..at]
                     .iter()
                     .rev()
