@@ -4,7 +4,6 @@
 //!     cargo bench --bench planner
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use serde_json::{Value, json};
@@ -57,7 +56,7 @@ fn bench(c: &mut Criterion) {
                 .chosen
                 .iter()
                 .find(|c| &c.tool_use_id == id && c.digest == *digest)
-                .map(|c| Arc::new(Replacement::new(&c.replacement)));
+                .map(|c| Replacement::new(&c.replacement));
             (id.clone(), *digest, r)
         }));
         group.bench_with_input(
@@ -85,7 +84,7 @@ fn bench(c: &mut Criterion) {
     big.commit_decisions((0..100_000).map(|i| {
         let id = Id::from(format!("toolu_01{i:022}"));
         let digest = Digest::of_value(&json!(i));
-        let replacement = (i % 10 == 0).then(|| Arc::new(Replacement::new("preview")));
+        let replacement = (i % 10 == 0).then(|| Replacement::new("preview"));
         (id, digest, replacement)
     }));
     let one = Id::from("toolu_01fresh");

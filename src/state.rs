@@ -19,44 +19,54 @@ use std::sync::Arc;
 use crate::config::SizeUnit;
 use crate::format::{Digest, DigestKind};
 
-/// One replacement string, stored compactly.
-pub struct Replacement {
-    packed: Box<[u8]>,
-    /// Length in chars, UTF-16 units and bytes.
-    sizes: [u64; 3],
-}
+/// One replacement string, stored compactly: its sizes (in chars, UTF-16
+/// units and bytes) and its packed text in one shared allocation, so a
+/// clone is a reference count and a state holds a single pointer to it.
+/// (A `Box` of the text behind an `Arc` of the sizes took two allocations,
+/// 64 bytes more per replacement.)
+#[derive(Clone)]
+pub struct Replacement(triomphe::ThinArc<[u64; 3], u8>);
+
+// A decision without a replacement costs a table entry no more than one
+// with: an absent replacement is the null pointer.
+const _: () = assert!(std::mem::size_of::<Option<Replacement>>() == 8);
 
 impl Replacement {
     pub fn new(text: &str) -> Self {
-        Replacement {
-            packed: compress(text.as_bytes()),
-            sizes: [
-                SizeUnit::Chars.len(text),
-                SizeUnit::Utf16.len(text),
-                SizeUnit::Bytes.len(text),
-            ],
-        }
+        let sizes = [
+            SizeUnit::Chars.len(text),
+            SizeUnit::Utf16.len(text),
+            SizeUnit::Bytes.len(text),
+        ];
+        compress(text.as_bytes(), |packed| {
+            Replacement(triomphe::ThinArc::from_header_and_slice(sizes, packed))
+        })
+    }
+
+    fn packed(&self) -> &[u8] {
+        &self.0.slice
     }
 
     /// The exact replacement string.
     pub fn text(&self) -> String {
         // The bytes were compressed from a `String` by `new`: they decode.
-        decompress(&self.packed, self.sizes[2] as usize)
+        decompress(self.packed(), self.size(SizeUnit::Bytes) as usize)
             .and_then(|bytes| String::from_utf8(bytes).ok())
             .unwrap_or_default()
     }
 
     pub fn size(&self, unit: SizeUnit) -> u64 {
+        let sizes = &self.0.header.header;
         match unit {
-            SizeUnit::Chars => self.sizes[0],
-            SizeUnit::Utf16 => self.sizes[1],
-            SizeUnit::Bytes => self.sizes[2],
+            SizeUnit::Chars => sizes[0],
+            SizeUnit::Utf16 => sizes[1],
+            SizeUnit::Bytes => sizes[2],
         }
     }
 
     /// Bytes of memory held for the text.
     pub fn packed_len(&self) -> usize {
-        self.packed.len()
+        self.packed().len()
     }
 }
 
@@ -68,7 +78,7 @@ impl std::fmt::Debug for Replacement {
 
 impl PartialEq for Replacement {
     fn eq(&self, other: &Self) -> bool {
-        self.sizes == other.sizes && self.text() == other.text()
+        self.0.header.header == other.0.header.header && self.text() == other.text()
     }
 }
 
@@ -76,7 +86,7 @@ impl PartialEq for Replacement {
 #[derive(Clone)]
 struct Decision {
     digest: Digest,
-    replacement: Option<Arc<Replacement>>,
+    replacement: Option<Replacement>,
 }
 
 /// A tool_use id as sessions hold it: shared and immutable, with a single
@@ -89,7 +99,7 @@ type Shard = std::collections::HashMap<Id, Decision>;
 
 /// Decisions on further originals of ids already decided once (providers
 /// that reuse call ids across turns); almost always empty.
-type Reused = std::collections::HashMap<(Id, Digest), Option<Arc<Replacement>>>;
+type Reused = std::collections::HashMap<(Id, Digest), Option<Replacement>>;
 
 /// Shards per state. A commit copies the shards it touches while a
 /// snapshot shares them, so fewer shards cost more per decision: one
@@ -137,11 +147,11 @@ fn compressor() -> Option<zstd::bulk::Compressor<'static>> {
     Some(ctx)
 }
 
-/// A tag byte and a zstd frame, allocated at its exact size. Compressing
-/// straight into a fresh worst-case buffer and shrinking it would leave a
-/// hole beside every live replacement; a per-thread scratch buffer and
-/// context avoid that (and a context per call).
-fn compress(input: &[u8]) -> Box<[u8]> {
+/// A tag byte and a zstd frame, handed to `keep` to be copied at its exact
+/// size. Compressing straight into a fresh worst-case buffer and shrinking
+/// it would leave a hole beside every live replacement; a per-thread
+/// scratch buffer and context avoid that (and a context per call).
+fn compress<R>(input: &[u8], keep: impl FnOnce(&[u8]) -> R) -> R {
     thread_local! {
         static SCRATCH: std::cell::RefCell<(Vec<u8>, Option<zstd::bulk::Compressor<'static>>)> =
             const { std::cell::RefCell::new((Vec::new(), None)) };
@@ -159,9 +169,9 @@ fn compress(input: &[u8]) -> Box<[u8]> {
             .as_mut()
             .and_then(|ctx| ctx.compress_to_buffer(input, &mut scratch[1..]).ok());
         match packed {
-            Some(n) => Box::from(&scratch[..1 + n]),
+            Some(n) => keep(&scratch[..1 + n]),
             // Only a context that cannot be made lands here: keep it as is.
-            None => [RAW].iter().chain(input).copied().collect(),
+            None => keep(&[RAW].iter().chain(input).copied().collect::<Vec<u8>>()),
         }
     })
 }
@@ -205,10 +215,10 @@ fn shard_of(id: &str) -> usize {
 pub enum Fate<'a> {
     Fresh,
     Frozen,
-    Replaced(&'a Arc<Replacement>),
+    Replaced(&'a Replacement),
 }
 
-fn fate_of(replacement: &Option<Arc<Replacement>>) -> Fate<'_> {
+fn fate_of(replacement: &Option<Replacement>) -> Fate<'_> {
     match replacement {
         None => Fate::Frozen,
         Some(r) => Fate::Replaced(r),
@@ -277,7 +287,7 @@ impl ReplacementState {
     /// forever.
     pub fn commit_decisions<I>(&mut self, decisions: I)
     where
-        I: IntoIterator<Item = (Id, Digest, Option<Arc<Replacement>>)>,
+        I: IntoIterator<Item = (Id, Digest, Option<Replacement>)>,
     {
         for (id, digest, replacement) in decisions {
             if self.fate(&id, digest) != Fate::Fresh {
@@ -309,7 +319,7 @@ impl ReplacementState {
     }
 
     /// Every decided id with its first decision's replacement.
-    pub fn iter(&self) -> impl Iterator<Item = (&Id, Option<&Arc<Replacement>>)> {
+    pub fn iter(&self) -> impl Iterator<Item = (&Id, Option<&Replacement>)> {
         self.shards
             .iter()
             .flatten()
@@ -317,7 +327,7 @@ impl ReplacementState {
     }
 
     /// Every decision with the digest of its original, reused ids included.
-    pub fn decisions(&self) -> impl Iterator<Item = (&Id, Digest, Option<&Arc<Replacement>>)> {
+    pub fn decisions(&self) -> impl Iterator<Item = (&Id, Digest, Option<&Replacement>)> {
         self.decisions_tagged().map(|(k, d, r, _)| (k, d, r))
     }
 
@@ -326,7 +336,7 @@ impl ReplacementState {
     /// decision comes before those.
     pub fn decisions_tagged(
         &self,
-    ) -> impl Iterator<Item = (&Id, Digest, Option<&Arc<Replacement>>, bool)> {
+    ) -> impl Iterator<Item = (&Id, Digest, Option<&Replacement>, bool)> {
         self.shards
             .iter()
             .flatten()
@@ -347,8 +357,8 @@ impl ReplacementState {
 mod tests {
     use super::*;
 
-    fn r(text: &str) -> Option<Arc<Replacement>> {
-        Some(Arc::new(Replacement::new(text)))
+    fn r(text: &str) -> Option<Replacement> {
+        Some(Replacement::new(text))
     }
 
     #[test]
@@ -375,7 +385,7 @@ mod tests {
         for round in 0..20 {
             live.commit_decisions((0..500).map(|i| {
                 let id: Id = format!("r{round}-{i}").into();
-                let rep = (i % 7 == 0).then(|| Arc::new(Replacement::new(&id)));
+                let rep = (i % 7 == 0).then(|| Replacement::new(&id));
                 (id, Digest::ANY, rep)
             }));
             snapshots.push((live.clone(), (round + 1) * 500));

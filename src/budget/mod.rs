@@ -318,13 +318,13 @@ mod tests {
     /// render. Returns the rendered message.
     fn apply(msg: &Value, state: &mut ReplacementState, cx: &PlanContext) -> Value {
         let plan = plan_message(&[msg], state, cx);
-        let replaced: HashMap<(Id, Digest), Arc<Replacement>> = plan
+        let replaced: HashMap<(Id, Digest), Replacement> = plan
             .chosen
             .iter()
             .map(|c| {
                 (
                     (c.tool_use_id.clone(), c.digest),
-                    Arc::new(Replacement::new(&c.replacement)),
+                    Replacement::new(&c.replacement),
                 )
             })
             .collect();

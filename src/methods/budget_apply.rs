@@ -195,7 +195,7 @@ pub async fn apply(
             });
         }
         let outcomes = persist_all(dialect, &store, &refs, &plan.chosen, fsync).await?;
-        let mut replaced: HashMap<(Id, Digest), Arc<Replacement>> = HashMap::new();
+        let mut replaced: HashMap<(Id, Digest), Replacement> = HashMap::new();
         for (chosen, outcome) in plan.chosen.iter().zip(outcomes) {
             match outcome {
                 Ok(reused) => {
@@ -220,7 +220,7 @@ pub async fn apply(
                     });
                     replaced.insert(
                         (chosen.tool_use_id.clone(), chosen.digest),
-                        Arc::new(Replacement::new(&chosen.replacement)),
+                        Replacement::new(&chosen.replacement),
                     );
                 }
                 Err(message) => {

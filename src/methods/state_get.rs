@@ -108,7 +108,7 @@ async fn encode_snapshot(published: Arc<Published>) -> Result<Box<RawValue>> {
 /// The reply, in the shape of [`StateGetResult`] (ids sorted, replacements
 /// by id), written from the snapshot as it is serialized.
 struct Reply<'a> {
-    decided: Vec<(&'a crate::state::Id, Option<&'a Arc<Replacement>>)>,
+    decided: Vec<(&'a crate::state::Id, Option<&'a Replacement>)>,
     pending: &'a [String],
 }
 

@@ -9,7 +9,6 @@
 
 use std::collections::HashSet;
 use std::io::BufReader;
-use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use serde_json::json;
@@ -145,7 +144,7 @@ async fn reconstruct(
     );
     drop(seen_ids);
     state.commit_decisions(image.seen.iter().map(|(id, digest)| {
-        let replacement = inherited.get(&**id).map(|r| Arc::new(Replacement::new(r)));
+        let replacement = inherited.get(&**id).map(|r| Replacement::new(r));
         (id.clone(), *digest, replacement)
     }));
 

@@ -298,7 +298,7 @@ pub struct SessionImage {
     /// from messages and from `seen` lines.
     pub seen: Vec<(Id, Digest)>,
     /// Replacement records in order (the first for an id and original wins).
-    pub replacements: Vec<(Id, Digest, Arc<Replacement>)>,
+    pub replacements: Vec<(Id, Digest, Replacement)>,
     /// Calls whose result has not been seen: id → tool name.
     pub undecided_names: HashMap<Id, Arc<str>>,
     interned: HashSet<Arc<str>>,
@@ -346,7 +346,7 @@ impl SessionImage {
         self.replacements.push((
             Id::from(record.tool_use_id.as_str()),
             digest,
-            Arc::new(Replacement::new(&record.replacement)),
+            Replacement::new(&record.replacement),
         ));
     }
 
@@ -440,7 +440,7 @@ impl SessionImage {
     /// Every decision the image records, in the order they take effect:
     /// replacements first (a journaled replacement was sent, whether or not
     /// its message was appended), then results sent whole.
-    pub fn decisions(&self) -> impl Iterator<Item = (Id, Digest, Option<Arc<Replacement>>)> {
+    pub fn decisions(&self) -> impl Iterator<Item = (Id, Digest, Option<Replacement>)> {
         self.replacements
             .iter()
             .map(|(id, d, r)| (id.clone(), *d, Some(r.clone())))
