@@ -22,8 +22,8 @@ use crate::format::{Digest, DigestKind};
 /// One replacement string, stored compactly: its sizes (in chars, UTF-16
 /// units and bytes) and its packed text in one shared allocation, so a
 /// clone is a reference count and a state holds a single pointer to it.
-/// (A `Box` of the text behind an `Arc` of the sizes took two allocations,
-/// 64 bytes more per replacement.)
+/// (A `Box` of the text behind an `Arc` of the sizes took two allocations
+/// and 16 bytes more, 688 bytes for a typical preview where this takes 672.)
 #[derive(Clone)]
 pub struct Replacement(triomphe::ThinArc<[u64; 3], u8>);
 
