@@ -47,6 +47,11 @@ impl Replacement {
         &self.0.slice
     }
 
+    /// Length in chars, UTF-16 units and bytes.
+    fn sizes(&self) -> &[u64; 3] {
+        &self.0.header.header
+    }
+
     /// The exact replacement string.
     pub fn text(&self) -> String {
         // The bytes were compressed from a `String` by `new`: they decode.
@@ -56,7 +61,7 @@ impl Replacement {
     }
 
     pub fn size(&self, unit: SizeUnit) -> u64 {
-        let sizes = &self.0.header.header;
+        let sizes = self.sizes();
         match unit {
             SizeUnit::Chars => sizes[0],
             SizeUnit::Utf16 => sizes[1],
@@ -78,7 +83,7 @@ impl std::fmt::Debug for Replacement {
 
 impl PartialEq for Replacement {
     fn eq(&self, other: &Self) -> bool {
-        self.0.header.header == other.0.header.header && self.text() == other.text()
+        self.sizes() == other.sizes() && self.text() == other.text()
     }
 }
 
