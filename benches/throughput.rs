@@ -192,7 +192,8 @@ async fn main() {
 
 /// Reapply-only `budget/apply` of 200 results of 100 KB (20 MB), sent to a
 /// real server over stdio and answered in full, against serde_json parsing
-/// and serializing the same request bytes in process.
+/// and serializing the same request bytes in process. The requests go back
+/// to back; the same request after a pause is reported beside them.
 async fn reapply_over_stdio(root: &Path, format: &str) {
     let dir = root.join(format!("reapply-{format}"));
     let mut p = Proc::start(&dir, json!({"durability": "none"})).await;
@@ -244,9 +245,22 @@ async fn reapply_over_stdio(root: &Path, format: &str) {
         }
         digest.push(t.elapsed());
     }
+    // The same request after a pause longer than the connection keeps a
+    // large read buffer: it is read into fresh memory, as the first
+    // request of an agent's turn is.
+    let mut paused = Vec::new();
+    for _ in 0..3 {
+        tokio::time::sleep(toolwire::transport::BUFFER_IDLE + Duration::from_millis(500)).await;
+        let t = Instant::now();
+        p.send(&body).await;
+        let reply = p.reply(p.next - 1).await;
+        paused.push(t.elapsed());
+        assert!(!reply.windows(8).any(|w| w == b"\"error\":"));
+    }
     let (o, b) = (median(ours), median(base));
     let ratio = o.as_secs_f64() / b.as_secs_f64();
     let (p, d) = (median(parse), median(digest));
+    let paused = median(paused);
     row(
         &format!("reapply-only budget/apply over stdio, {format}"),
         ms(o),
@@ -260,6 +274,18 @@ async fn reapply_over_stdio(root: &Path, format: &str) {
             ms(p) / ms(b),
             ms(d),
             ms(d) / ms(b),
+        ),
+    );
+    row(
+        &format!("  the same after a pause, {format}"),
+        ms(paused),
+        "ms",
+        ms(b),
+        "report",
+        true,
+        &format!(
+            "each sent {:.1} s after the last reply: read into fresh memory",
+            (toolwire::transport::BUFFER_IDLE + Duration::from_millis(500)).as_secs_f64()
         ),
     );
 }

@@ -145,16 +145,31 @@ where
         },
     };
     let mut frames = FramedRead::new(reader, LspCodec::default());
-    while let Some(frame) = frames.next().await {
-        match frame {
-            Ok(Frame::Body(body)) => {
-                conn.on_body(&body);
-                // A large request leaves a read buffer of its size behind
-                // for the connection's life: copy out what follows it.
-                if body.len() > transport::BUFFER_KEPT {
+    // A large request leaves a read buffer of its size behind. It reads
+    // the next frame in place, once this one is dropped, unless the
+    // client pauses: then what it holds is copied out and it is freed.
+    let mut large_buffer = false;
+    loop {
+        let frame = if large_buffer {
+            // Reading a frame is cancel-safe: a frame half read when the
+            // pause ends stays in the buffer, and is copied with it.
+            tokio::select! {
+                frame = frames.next() => frame,
+                () = tokio::time::sleep(transport::BUFFER_IDLE) => {
                     let buffer = frames.read_buffer_mut();
                     *buffer = bytes::BytesMut::from(&buffer[..]);
+                    large_buffer = false;
+                    continue;
                 }
+            }
+        } else {
+            frames.next().await
+        };
+        let Some(frame) = frame else { break };
+        match frame {
+            Ok(Frame::Body(body)) => {
+                large_buffer |= body.len() > transport::BUFFER_KEPT;
+                conn.on_body(&body);
             }
             Ok(Frame::Malformed(reason)) => {
                 tracing::warn!(%reason, "malformed frame");

@@ -153,6 +153,68 @@ async fn bad_input_gets_errors_and_the_server_keeps_answering() {
     assert_eq!(state["seenIds"], json!([]));
 }
 
+/// After a frame larger than `BUFFER_KEPT` the connection keeps its read
+/// buffer for the next frame, and frees it once the client pauses for
+/// `BUFFER_IDLE`. Either way every frame is read whole: large requests
+/// back to back, then one sent in two halves around a pause past the
+/// release, each answered with exactly the result it carried. (Time is
+/// paused: the pause takes none.)
+#[tokio::test(start_paused = true)]
+async fn large_frames_are_read_whole_back_to_back_and_across_a_pause() {
+    use toolwire::transport::{BUFFER_IDLE, BUFFER_KEPT};
+    if !common::local_only(
+        "large_frames_are_read_whole_back_to_back_and_across_a_pause",
+        "checks how a connection reads frames, whatever the backend",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (mut c, _t) = connect(new_server());
+    let unlimited = json!({"maxResultChars": 100_000_000, "maxMessageChars": 100_000_000});
+    c.initialize(
+        dir.path(),
+        json!({"durability": "none", "limits": unlimited}),
+    )
+    .await;
+    // Each request carries a result of its own, sent whole and so echoed
+    // in the reply: a byte of another frame would show.
+    let params = |i: usize, fill: &str| {
+        let id = format!("toolu_big_{i}");
+        let text = format!("<{i}>{}</{i}>", fill.repeat(BUFFER_KEPT + i * 100_000));
+        let messages = json!([assistant_calls(&[&id]), results(&[(&id, &text)])]);
+        (json!({"sessionId": "big", "messages": messages}), text)
+    };
+    for (i, fill) in ["a", "b", "c"].into_iter().enumerate() {
+        let (params, text) = params(i, fill);
+        let r = c.call("budget/apply", params).await;
+        assert_eq!(r["messages"][1]["content"][0]["content"], json!(text));
+    }
+    let (params, text) = params(3, "d");
+    let body = serde_json::to_vec(
+        &json!({"jsonrpc": "2.0", "id": 1000, "method": "budget/apply", "params": params}),
+    )
+    .unwrap();
+    let mut frame = format!("Content-Length: {}\r\n\r\n", body.len()).into_bytes();
+    frame.extend_from_slice(&body);
+    let (first, rest) = frame.split_at(frame.len() / 2);
+    c.send_raw(first).await;
+    tokio::time::sleep(BUFFER_IDLE * 3).await;
+    c.send_raw(rest).await;
+    // A frame lost in the release would leave the server waiting for the
+    // rest of it: with time paused, the timeout ends that wait at once.
+    let m = tokio::time::timeout(BUFFER_IDLE * 600, c.response(1000))
+        .await
+        .expect("the frame sent in two halves was never answered");
+    assert_eq!(
+        m["result"]["messages"][1]["content"][0]["content"],
+        json!(text)
+    );
+    // And small frames after it, once the buffer is freed again.
+    tokio::time::sleep(BUFFER_IDLE * 3).await;
+    let state = c.call("state/get", json!({"sessionId": "big"})).await;
+    assert_eq!(state["seenIds"].as_array().map(Vec::len), Some(4));
+}
+
 #[tokio::test]
 async fn batches_are_answered_in_one_array() {
     let dir = tempfile::tempdir().unwrap();

@@ -43,8 +43,19 @@ impl Outbox {
     }
 }
 
-/// The largest read or write buffer a connection keeps between frames.
+/// The largest write buffer a connection keeps between frames, and the
+/// largest read buffer it keeps once its client pauses ([`BUFFER_IDLE`]).
 pub const BUFFER_KEPT: usize = 1 << 20;
+
+/// How long a connection keeps a read buffer larger than [`BUFFER_KEPT`]
+/// after the frame that needed it, for the next one. A client sending
+/// large requests back to back (a replay, a batch of sessions, a retry)
+/// then reads each into memory already mapped: a fresh 20 MB buffer per
+/// request costs about 5,000 page faults, a quarter of a reapply-only
+/// `budget/apply` of that size (`cargo bench --bench throughput --
+/// reapply`). An agent between turns waits far longer than this, and its
+/// connection does not hold the memory meanwhile.
+pub const BUFFER_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Start the writer task for `writer`; it ends when every [`Outbox`] clone
 /// is dropped, after flushing.
