@@ -248,9 +248,10 @@ async fn reapply_over_stdio(root: &Path, format: &str) {
     // The same request after a pause longer than the connection keeps a
     // large read buffer: it is read into fresh memory, as the first
     // request of an agent's turn is.
+    let pause = toolwire::transport::BUFFER_IDLE + Duration::from_millis(500);
     let mut paused = Vec::new();
     for _ in 0..3 {
-        tokio::time::sleep(toolwire::transport::BUFFER_IDLE + Duration::from_millis(500)).await;
+        tokio::time::sleep(pause).await;
         let t = Instant::now();
         p.send(&body).await;
         let reply = p.reply(p.next - 1).await;
@@ -285,7 +286,7 @@ async fn reapply_over_stdio(root: &Path, format: &str) {
         true,
         &format!(
             "each sent {:.1} s after the last reply: read into fresh memory",
-            (toolwire::transport::BUFFER_IDLE + Duration::from_millis(500)).as_secs_f64()
+            pause.as_secs_f64()
         ),
     );
 }
