@@ -175,8 +175,13 @@ fn compress<R>(input: &[u8], keep: impl FnOnce(&[u8]) -> R) -> R {
             .and_then(|ctx| ctx.compress_to_buffer(input, &mut scratch[1..]).ok());
         match packed {
             Some(n) => keep(&scratch[..1 + n]),
-            // Only a context that cannot be made lands here: keep it as is.
-            None => keep(&[RAW].iter().chain(input).copied().collect::<Vec<u8>>()),
+            // Only a context that cannot be made lands here: keep it as is
+            // (the bound is never less than the input).
+            None => {
+                scratch[0] = RAW;
+                scratch[1..=input.len()].copy_from_slice(input);
+                keep(&scratch[..=input.len()])
+            }
         }
     })
 }
