@@ -161,6 +161,7 @@ async fn bad_input_gets_errors_and_the_server_keeps_answering() {
 /// paused: the pause takes none.)
 #[tokio::test(start_paused = true)]
 async fn large_frames_are_read_whole_back_to_back_and_across_a_pause() {
+    use toolwire::transport::codec::LspCodec;
     use toolwire::transport::{BUFFER_IDLE, BUFFER_KEPT};
     if !common::local_only(
         "large_frames_are_read_whole_back_to_back_and_across_a_pause",
@@ -194,8 +195,8 @@ async fn large_frames_are_read_whole_back_to_back_and_across_a_pause() {
         &json!({"jsonrpc": "2.0", "id": 1000, "method": "budget/apply", "params": params}),
     )
     .unwrap();
-    let mut frame = format!("Content-Length: {}\r\n\r\n", body.len()).into_bytes();
-    frame.extend_from_slice(&body);
+    let mut frame = bytes::BytesMut::new();
+    tokio_util::codec::Encoder::encode(&mut LspCodec::default(), body.into(), &mut frame).unwrap();
     let (first, rest) = frame.split_at(frame.len() / 2);
     c.send_raw(first).await;
     tokio::time::sleep(BUFFER_IDLE * 3).await;
