@@ -374,12 +374,28 @@ async fn a_replica_killed_between_appends_leaves_its_pending_pair_to_the_others(
             kill(&mut d);
             d.child.wait().await.unwrap();
             let _ = id;
-            let messages = stored_messages(&store, &session).await;
-            let pending = b
-                .client
-                .call("state/get", json!({"sessionId": session}))
-                .await["pending"]
-                .clone();
+            // The killed replica may have sent its COMMIT already: the
+            // database then finishes it after the process is gone, at any
+            // moment of the reads below. The pair only ever goes from
+            // pending to whole, so a transcript read the same before and
+            // after the `state/get` pins the state that `state/get` saw.
+            let (messages, pending) = loop {
+                let before = stored_messages(&store, &session).await;
+                let pending = b
+                    .client
+                    .call("state/get", json!({"sessionId": session}))
+                    .await["pending"]
+                    .clone();
+                let after = stored_messages(&store, &session).await;
+                if before == after {
+                    break (after, pending);
+                }
+                assert_eq!(
+                    (before.len(), after.len()),
+                    (0, 2),
+                    "the pair went from pending to whole, never through half"
+                );
+            };
             match messages.len() {
                 2 => assert_eq!(pending, json!([]), "committed whole"),
                 0 => {
