@@ -117,7 +117,6 @@ pub fn plan_message(unit: &[&Value], state: &ReplacementState, cx: &PlanContext)
     for (m, msg) in unit.iter().enumerate() {
         for (block, id) in format::results(cx.dialect, msg) {
             let content = cx.dialect.result_content(msg, block);
-            let size = content.size(cx.unit);
             let eligible = is_eligible(&content, &id, cx);
             let digest = if eligible {
                 original_digest(cx.dialect, msg, block, state.digest_kind(&id))
@@ -125,16 +124,20 @@ pub fn plan_message(unit: &[&Value], state: &ReplacementState, cx: &PlanContext)
                 Digest::ANY
             };
             let id = Id::from(&*id);
+            // A reapplied result is sent as its replacement: the original's
+            // size (a count over all its text) is only taken for the others.
             let candidate = match state.fate(&id, digest) {
-                _ if !eligible => Candidate { size, fresh: false },
-                Fate::Replaced(r) => Candidate {
+                Fate::Replaced(r) if eligible => Candidate {
                     size: r.size(cx.unit),
                     fresh: false,
                 },
-                Fate::Frozen => Candidate { size, fresh: false },
-                Fate::Fresh => Candidate {
-                    size,
+                Fate::Fresh if eligible => Candidate {
+                    size: content.size(cx.unit),
                     fresh: fresh_here.insert((id.clone(), digest)),
+                },
+                _ => Candidate {
+                    size: content.size(cx.unit),
+                    fresh: false,
                 },
             };
             rows.push(Row {
