@@ -340,10 +340,59 @@ mod tests {
         out
     }
 
+    /// Results whose fate is fixed (sent whole before, or of an exempt
+    /// tool) still count toward the turn's budget: the fresh result beside
+    /// them is persisted because of them.
+    #[test]
+    fn frozen_and_exempt_results_count_toward_the_turn() {
+        let dir = std::path::PathBuf::from("/data/sessions/s/tool-results");
+        let exempt = |id: &str| id == "ex";
+        let policy = |_: &str| ToolPolicy {
+            max_result_chars: None,
+            preview_mode: PreviewMode::Head,
+        };
+        let cx = PlanContext {
+            dialect: &crate::format::anthropic::Anthropic,
+            limits: Limits {
+                max_result_chars: 100_000,
+                max_message_chars: 2500,
+                preview_chars: 60,
+            },
+            unit: SizeUnit::Chars,
+            artifact_dir: &dir,
+            is_exempt: &exempt,
+            policy: &policy,
+        };
+        let result = |id: &str, len: usize| json!({"type": "tool_result", "tool_use_id": id, "content": "x".repeat(len)});
+        let turn = |blocks: Vec<Value>| json!({"role": "user", "content": blocks});
+        let chosen = |msg: &Value, state: &ReplacementState| -> Vec<String> {
+            plan_message(&[msg], state, &cx)
+                .chosen
+                .iter()
+                .map(|c| c.tool_use_id.to_string())
+                .collect()
+        };
+        let mut state = ReplacementState::default();
+        // Within budget alone: sent whole, and so frozen.
+        let first = turn(vec![result("frozen", 1000)]);
+        assert!(chosen(&first, &state).is_empty());
+        apply(&first, &mut state, &cx);
+        // 1000 frozen + 2000 fresh is over 2500: the fresh one goes.
+        let second = turn(vec![result("frozen", 1000), result("fresh", 2000)]);
+        assert_eq!(chosen(&second, &state), ["fresh"]);
+        // The same with an exempt result in place of the frozen one.
+        let third = turn(vec![result("ex", 1000), result("other", 2000)]);
+        assert_eq!(chosen(&third, &state), ["other"]);
+        // Either alone fits.
+        let alone = turn(vec![result("other", 2000)]);
+        assert!(chosen(&alone, &state).is_empty());
+    }
+
     proptest! {
         /// Turn after turn, with ids recurring in later messages: once an id
-        /// has been sent, it is sent the same way forever, and a message
-        /// ends within budget unless only decided content remains.
+        /// has been sent, it is sent the same way forever, and applying a
+        /// message again changes nothing. (What counts toward a turn's
+        /// budget: `frozen_and_exempt_results_count_toward_the_turn`.)
         #[test]
         fn a_seen_result_is_sent_identically_forever(
             turns in prop::collection::vec(prop::collection::vec(0usize..12, 1..6), 1..8),
