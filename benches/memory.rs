@@ -212,8 +212,11 @@ fn print(rows: &[Row]) {
 
 /// The figure after the path and after a `state/get` of the session.
 fn after_path_and_get(server: &mut Served, path: &str, baseline: f64, rows: &mut Vec<Row>) {
-    // Let the runtime's threads go quiet before reading RSS.
-    std::thread::sleep(Duration::from_millis(300));
+    // Let the runtime's threads go quiet before reading RSS, and the
+    // server hand back what the requests freed: it does once a connection
+    // has paused for a second after a request that carried a conversation
+    // (`transport::RELEASE_AFTER`).
+    std::thread::sleep(Duration::from_millis(1500));
     let (rss, hwm) = server.memory();
     rows.push(Row {
         name: format!("100k seen / 10k replaced, after {path}"),

@@ -21,6 +21,7 @@ pub mod daemon;
 mod docs;
 pub mod error;
 pub mod format;
+pub mod heap;
 pub mod import;
 pub mod json;
 pub mod logfile;

@@ -2,6 +2,10 @@
 
 mod cli;
 
+/// What sessions keep is allocated apart from requests (see `heap`).
+#[global_allocator]
+static HEAP: toolwire::heap::Heap = toolwire::heap::Heap;
+
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};

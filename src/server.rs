@@ -149,16 +149,28 @@ where
     // the next frame in place, once this one is dropped, unless the
     // client pauses: then what it holds is copied out and it is freed.
     let mut large_buffer = false;
+    // A request carrying a conversation leaves memory freed behind it
+    // (its parsed values, the previews it rendered). Once the client
+    // pauses and nothing is in flight, it is handed back to the system.
+    let mut release_due = false;
     loop {
-        let frame = if large_buffer {
+        let frame = if large_buffer || release_due {
             // Reading a frame is cancel-safe: a frame half read when the
             // pause ends stays in the buffer, and is copied with it.
             tokio::select! {
                 frame = frames.next() => frame,
                 () = tokio::time::sleep(transport::BUFFER_IDLE) => {
-                    let buffer = frames.read_buffer_mut();
-                    *buffer = bytes::BytesMut::from(&buffer[..]);
-                    large_buffer = false;
+                    let release = release_due && conn.is_idle();
+                    if large_buffer || release {
+                        let buffer = frames.read_buffer_mut();
+                        *buffer = bytes::BytesMut::from(&buffer[..]);
+                        large_buffer = false;
+                    }
+                    if release {
+                        conn.shared.outbox.release_buffer();
+                        crate::heap::release_in_background();
+                        release_due = false;
+                    }
                     continue;
                 }
             }
@@ -169,6 +181,7 @@ where
         match frame {
             Ok(Frame::Body(body)) => {
                 large_buffer |= body.len() > transport::BUFFER_KEPT;
+                release_due |= body.len() > transport::RELEASE_AFTER;
                 conn.on_body(&body);
             }
             Ok(Frame::Malformed(reason)) => {
@@ -193,6 +206,14 @@ where
 }
 
 impl Connection {
+    /// No request of this connection is being handled.
+    fn is_idle(&self) -> bool {
+        self.inflight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+    }
+
     fn on_body(&mut self, body: &[u8]) {
         let direct = ReplySink::Direct(self.shared.outbox.clone());
         let value: Value = match crate::json::from_slice(body) {

@@ -270,24 +270,15 @@ impl Slots {
             if let Some(slots) = slots.upgrade() {
                 slots.release_due.store(false, Ordering::Release);
             }
-            let _ = tokio::task::spawn_blocking(release_free_memory).await;
+            let _ = tokio::task::spawn_blocking(crate::heap::release_free_memory).await;
             tokio::time::sleep(crate::process::BLOCKING_KEEP_ALIVE + Duration::from_secs(1)).await;
             let latest = slots
                 .upgrade()
                 .is_some_and(|slots| slots.releases.load(Ordering::Acquire) == burst);
             if latest {
-                let _ = tokio::task::spawn_blocking(release_free_memory).await;
+                let _ = tokio::task::spawn_blocking(crate::heap::release_free_memory).await;
             }
         });
-    }
-}
-
-/// Give memory the allocator holds free back to the system.
-fn release_free_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only releases free pages back to the kernel.
-    unsafe {
-        libc::malloc_trim(0);
     }
 }
 

@@ -39,7 +39,9 @@ impl Replacement {
             SizeUnit::Bytes.len(text),
         ];
         compress(text.as_bytes(), |packed| {
-            Replacement(triomphe::ThinArc::from_header_and_slice(sizes, packed))
+            crate::heap::apart(|| {
+                Replacement(triomphe::ThinArc::from_header_and_slice(sizes, packed))
+            })
         })
     }
 
@@ -99,6 +101,12 @@ struct Decision {
 /// A typical 30-byte id then takes a 48-byte allocation instead of the 64
 /// of `std::sync::Arc<str>`: 1.6 MB of a session of 100,000 ids.
 pub type Id = triomphe::Arc<str>;
+
+/// An id the state will keep, allocated with what sessions keep (see
+/// `heap`), apart from the request it came in.
+pub fn keep_id(id: &str) -> Id {
+    crate::heap::apart(|| Id::from(id))
+}
 
 type Shard = std::collections::HashMap<Id, Decision>;
 

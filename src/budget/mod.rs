@@ -123,7 +123,7 @@ pub fn plan_message(unit: &[&Value], state: &ReplacementState, cx: &PlanContext)
             } else {
                 Digest::ANY
             };
-            let id = Id::from(&*id);
+            let id = crate::state::keep_id(&id);
             // A reapplied result is sent as its replacement: the original's
             // size (a count over all its text) is only taken for the others.
             let candidate = match state.fate(&id, digest) {

@@ -72,7 +72,7 @@ impl SessionMethod for PairAppend {
             let names: Vec<(crate::state::Id, Arc<str>)> = group
                 .iter()
                 .flat_map(|msg| format::calls(dialect, msg))
-                .map(|(id, name)| (crate::state::Id::from(&*id), Arc::from(&*name)))
+                .map(|(id, name)| (crate::state::keep_id(&id), Arc::from(&*name)))
                 .collect();
             // On a shared store another replica may move the pending pair
             // between this plan and its commit: then the commit is refused

@@ -87,10 +87,9 @@ fn set_pair(loaded: &mut Loaded, row: Option<Vec<u8>>) -> Result<()> {
     };
     for (id, name) in pending.iter().flat_map(|p| &p.calls) {
         if !loaded.state.is_decided(id) {
-            loaded.tool_names.insert_mut(
-                crate::state::Id::from(id.as_str()),
-                Arc::from(name.as_str()),
-            );
+            loaded
+                .tool_names
+                .insert_mut(crate::state::keep_id(id), Arc::from(name.as_str()));
         }
     }
     loaded.guard = PairGuard::holding(pending);

@@ -344,7 +344,7 @@ impl SessionImage {
             .unwrap_or(Digest::ANY);
         self.note_kind(&record.tool_use_id, digest);
         self.replacements.push((
-            Id::from(record.tool_use_id.as_str()),
+            crate::state::keep_id(&record.tool_use_id),
             digest,
             Replacement::new(&record.replacement),
         ));
@@ -362,7 +362,7 @@ impl SessionImage {
             self.note_kind(id, digest);
             let key = match self.undecided_names.remove_entry(id.as_str()) {
                 Some((key, _)) => key,
-                None => Id::from(id.as_str()),
+                None => crate::state::keep_id(id),
             };
             self.seen.push((key, digest));
         }
@@ -400,7 +400,7 @@ impl SessionImage {
         if msg.side == Some(Side::Assistant) {
             let mut ids = Vec::new();
             for (id, name) in msg.calls {
-                let id = Id::from(&*id);
+                let id = crate::state::keep_id(&id);
                 let name = self.intern(&name);
                 self.undecided_names.insert(id.clone(), name);
                 ids.push(id);
@@ -419,7 +419,7 @@ impl SessionImage {
             let id: &str = &result.id;
             let key = match self.undecided_names.remove_entry(id) {
                 Some((key, _)) => key,
-                None => Id::from(id),
+                None => crate::state::keep_id(id),
             };
             if let Some(open) = &mut self.open
                 && open.ids.iter().any(|o| **o == *id)

@@ -20,14 +20,23 @@ use crate::error::Error;
 /// The sending side of a connection's writer task. Cloning is cheap;
 /// sending never waits.
 #[derive(Clone, Debug)]
-pub struct Outbox(mpsc::UnboundedSender<Bytes>);
+pub struct Outbox(mpsc::UnboundedSender<Out>);
+
+/// What the writer task is handed.
+#[derive(Debug)]
+enum Out {
+    /// One message's encoded body.
+    Body(Bytes),
+    /// The connection has paused: free the write buffer.
+    Release,
+}
 
 impl Outbox {
     pub fn send_value(&self, value: &Value) {
         match serde_json::to_vec(value) {
             Ok(body) => {
                 // The writer is gone only when the client is: nothing to do.
-                let _ = self.0.send(Bytes::from(body));
+                let _ = self.0.send(Out::Body(Bytes::from(body)));
             }
             Err(err) => tracing::error!(%err, "could not encode an outgoing message"),
         }
@@ -35,7 +44,13 @@ impl Outbox {
 
     /// Queue bytes already encoded as one message (a line forwarded as is).
     pub fn send_raw(&self, body: Bytes) {
-        let _ = self.0.send(body);
+        let _ = self.0.send(Out::Body(body));
+    }
+
+    /// Have the writer free its buffer once what is queued is written (the
+    /// client has paused; the next reply allocates afresh).
+    pub fn release_buffer(&self) {
+        let _ = self.0.send(Out::Release);
     }
 
     pub fn notify(&self, method: &str, params: Value) {
@@ -57,6 +72,12 @@ pub const BUFFER_KEPT: usize = 1 << 20;
 /// connection does not hold the memory meanwhile.
 pub const BUFFER_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// A request frame larger than this (one that carries a conversation, not
+/// a null request) has the server hand the memory it freed back to the
+/// system once its connection has paused for [`BUFFER_IDLE`] with nothing
+/// in flight (see `heap::release_in_background`).
+pub const RELEASE_AFTER: usize = 64 << 10;
+
 /// Start the writer task for `writer`; it ends when every [`Outbox`] clone
 /// is dropped, after flushing.
 pub fn spawn_writer<W>(writer: W) -> (Outbox, tokio::task::JoinHandle<()>)
@@ -73,27 +94,31 @@ where
     C: tokio_util::codec::Encoder<Bytes> + Send + 'static,
 {
     use futures_util::SinkExt;
-    let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Out>();
     let task = tokio::spawn(async move {
         let mut framed = FramedWrite::new(writer, codec);
-        while let Some(body) = rx.recv().await {
+        while let Some(first) = rx.recv().await {
             // Write everything queued, then flush once.
-            let mut large = body.len() > BUFFER_KEPT;
-            if framed.feed(body).await.is_err() {
-                return;
-            }
-            while let Ok(more) = rx.try_recv() {
-                large |= more.len() > BUFFER_KEPT;
-                if framed.feed(more).await.is_err() {
-                    return;
+            let (mut large, mut release) = (false, false);
+            let mut next = Some(first);
+            while let Some(out) = next.take().or_else(|| rx.try_recv().ok()) {
+                match out {
+                    Out::Body(body) => {
+                        large |= body.len() > BUFFER_KEPT;
+                        if framed.feed(body).await.is_err() {
+                            return;
+                        }
+                    }
+                    Out::Release => release = true,
                 }
             }
             if framed.flush().await.is_err() {
                 return;
             }
             // One large reply would otherwise keep a buffer of its size
-            // (resident, since it was written to) for the connection's life.
-            if large {
+            // (resident, since it was written to) for the connection's
+            // life; a paused connection keeps none.
+            if large || release {
                 *framed.write_buffer_mut() = bytes::BytesMut::new();
             }
         }
@@ -209,5 +234,38 @@ impl Incoming {
             Some(id) => Incoming::Request { id, method, params },
             None => Incoming::Notification { method, params },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_writer_keeps_writing_after_freeing_its_buffer() {
+        let (ours, mut theirs) = tokio::io::duplex(1 << 16);
+        let (outbox, task) = spawn_writer(ours);
+        outbox.send_raw(Bytes::from_static(b"{\"a\":1}"));
+        outbox.release_buffer();
+        outbox.send_raw(Bytes::from(vec![b'x'; BUFFER_KEPT / 8]));
+        outbox.release_buffer();
+        outbox.send_raw(Bytes::from_static(b"{\"b\":2}"));
+        drop(outbox);
+        let mut written = Vec::new();
+        let (read, ended) = tokio::join!(
+            tokio::io::AsyncReadExt::read_to_end(&mut theirs, &mut written),
+            task
+        );
+        read.unwrap();
+        ended.unwrap();
+        let big = format!(
+            "Content-Length: {}\r\n\r\n{}",
+            BUFFER_KEPT / 8,
+            "x".repeat(BUFFER_KEPT / 8)
+        );
+        let expected = format!(
+            "Content-Length: 7\r\n\r\n{{\"a\":1}}{big}Content-Length: 7\r\n\r\n{{\"b\":2}}"
+        );
+        assert_eq!(String::from_utf8(written).unwrap(), expected);
     }
 }

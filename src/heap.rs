@@ -1,0 +1,413 @@
+//! A heap of its own for what sessions keep.
+//!
+//! A session's state lives as long as the session: every decided id and
+//! every packed preview. Requests allocate far more, and briefly: each
+//! `budget/apply` parses its conversation into values, renders previews
+//! and frees it all when it replies. In one shared heap the state's small
+//! entries land among a request's values, and once those are freed the
+//! pages stay, each held by the few entries of the state on it. A session
+//! built by a hundred `budget/apply` requests then held about 9 MB more
+//! than the same session read back from its transcript, and no release
+//! returns it (README, "Memory").
+//!
+//! [`Heap`] is the process's global allocator. It serves every allocation
+//! from the system allocator (glibc's malloc), except those a thread makes
+//! inside [`apart`]: these come from a second allocator (`dlmalloc`) whose
+//! memory is one reserved range of address space that nothing else uses,
+//! so the state's entries sit together, apart from any request. A block is
+//! given back to whichever allocator its address belongs to, so it may be
+//! freed, from any thread, in or out of [`apart`].
+//!
+//! Only the allocation of an entry the state keeps goes inside [`apart`]
+//! (an id, a replacement), never the work that computes it.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Address space reserved for the separate heap: reserved, not used; pages
+/// are committed as it grows and given back as it shrinks.
+const RESERVE: usize = 64 << 30;
+
+/// Blocks larger than this always come from the system allocator, which
+/// maps the large ones whole; the state's entries are far smaller.
+const LARGEST: usize = 16 << 10;
+
+/// The alignment dlmalloc gives every block (two words).
+const ALIGN: usize = 2 * std::mem::size_of::<usize>();
+
+thread_local! {
+    static APART: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Run `f` with this thread's allocations served from the separate heap.
+///
+/// Meant for the allocation of an entry the state keeps, not for the work
+/// that computes it: what is allocated here and freed soon after leaves
+/// holes among the entries. Nests; has no effect unless [`Heap`] is the
+/// global allocator.
+pub fn apart<T>(f: impl FnOnce() -> T) -> T {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let _ = APART.try_with(|apart| apart.set(self.0));
+        }
+    }
+    let was = APART.try_with(|apart| apart.replace(true)).unwrap_or(false);
+    let _restore = Restore(was);
+    f()
+}
+
+fn is_apart() -> bool {
+    APART.try_with(Cell::get).unwrap_or(false)
+}
+
+/// The global allocator: the system's, and the separate heap inside
+/// [`apart`].
+pub struct Heap;
+
+// SAFETY: every block is allocated by exactly one of the two allocators and
+// given back to the one whose address range holds it; the separate heap is
+// only used under its lock.
+unsafe impl GlobalAlloc for Heap {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if let Some(ptr) = apart_alloc(layout, false) {
+            return ptr;
+        }
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if let Some(ptr) = apart_alloc(layout, true) {
+            return ptr;
+        }
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if REGION.holds(ptr) {
+            // SAFETY: the block came from the separate heap (its address is
+            // in the range only that heap uses) and is live.
+            unsafe { separate().c_free(ptr) }
+        } else {
+            // SAFETY: the block came from the system allocator.
+            unsafe { System.dealloc(ptr, layout) }
+        }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if !REGION.holds(ptr) {
+            // SAFETY: the block came from the system allocator.
+            return unsafe { System.realloc(ptr, layout, new_size) };
+        }
+        if new_size <= LARGEST {
+            // SAFETY: a live block of the separate heap, whose alignment
+            // (at most `ALIGN`, see `apart_alloc`) c_realloc keeps.
+            let moved = unsafe { separate().c_realloc(ptr, new_size) };
+            if !moved.is_null() {
+                return moved;
+            }
+        }
+        // Grown past what the separate heap keeps (or out of room there):
+        // the system allocator takes it over.
+        // SAFETY: `new_size` is non-zero and, rounded up to the alignment,
+        // fits an isize (the caller's guarantees for realloc).
+        let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+        // SAFETY: as above.
+        let new = unsafe { System.alloc(new_layout) };
+        if !new.is_null() {
+            // SAFETY: both blocks are live, distinct, and at least this long.
+            unsafe {
+                std::ptr::copy_nonoverlapping(ptr, new, layout.size().min(new_size));
+                separate().c_free(ptr);
+            }
+        }
+        new
+    }
+}
+
+/// A block from the separate heap, when this thread is inside [`apart`] and
+/// the block is small enough to keep there.
+fn apart_alloc(layout: Layout, zeroed: bool) -> Option<*mut u8> {
+    if layout.size() > LARGEST || layout.align() > ALIGN || !is_apart() {
+        return None;
+    }
+    let mut heap = separate();
+    // SAFETY: dlmalloc's malloc has no precondition beyond its lock, held.
+    let ptr = unsafe {
+        if zeroed {
+            heap.calloc(layout.size(), ALIGN)
+        } else {
+            heap.c_malloc(layout.size())
+        }
+    };
+    (!ptr.is_null()).then_some(ptr)
+}
+
+/// Hand the memory both heaps hold free back to the system: glibc's, all
+/// of it (`malloc_trim`, which without the state in its heap has only a
+/// runtime's and requests' leftovers to walk), and the separate heap's top.
+/// Blocks for as long as that takes: call it off any request's path.
+pub fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free pages back to the kernel.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+    // SAFETY: trimming only returns free pages, under the lock.
+    unsafe {
+        separate().trim(0);
+    }
+}
+
+/// [`release_free_memory`] on a blocking thread of the current runtime,
+/// unless a release is already running (one covers every caller of the
+/// moment).
+pub fn release_in_background() {
+    static RUNNING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    /// Clears `RUNNING` when the release is done, or dropped unrun (the
+    /// runtime shutting down).
+    struct Running;
+    impl Drop for Running {
+        fn drop(&mut self) {
+            RUNNING.store(false, Ordering::Release);
+        }
+    }
+    if RUNNING.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let running = Running;
+    tokio::task::spawn_blocking(move || {
+        release_free_memory();
+        drop(running);
+    });
+}
+
+static SEPARATE: Mutex<dlmalloc::Dlmalloc<Region>> =
+    Mutex::new(dlmalloc::Dlmalloc::new_with_allocator(Region));
+
+fn separate() -> std::sync::MutexGuard<'static, dlmalloc::Dlmalloc<Region>> {
+    // Nothing panics while holding the lock; a poisoned lock still guards
+    // a consistent heap.
+    SEPARATE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Where the separate heap gets its memory: one range of address space,
+/// reserved on first use, handed out from its start and taken back from its
+/// end.
+struct Region;
+
+static REGION: RegionState = RegionState {
+    base: AtomicUsize::new(0),
+    used: AtomicUsize::new(0),
+};
+
+struct RegionState {
+    /// Start of the reserved range (0 until reserved).
+    base: AtomicUsize,
+    /// Bytes committed from the start; changed only under the heap's lock.
+    used: AtomicUsize,
+}
+
+impl RegionState {
+    fn holds(&self, ptr: *mut u8) -> bool {
+        let base = self.base.load(Ordering::Acquire);
+        let addr = ptr as usize;
+        base != 0 && addr >= base && addr - base < RESERVE
+    }
+
+    /// The reserved range, reserving it first if need be (under the lock).
+    fn base(&self) -> Option<usize> {
+        let base = self.base.load(Ordering::Acquire);
+        if base != 0 {
+            return Some(base);
+        }
+        // SAFETY: a new private anonymous mapping that nothing else uses;
+        // PROT_NONE and MAP_NORESERVE reserve address space only.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                RESERVE,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return None;
+        }
+        self.base.store(ptr as usize, Ordering::Release);
+        Some(ptr as usize)
+    }
+
+    /// Drop the pages of `[start, end)` of the range (which must be its
+    /// committed end) and uncommit them.
+    fn shrink_to(&self, base: usize, start: usize, end: usize) -> bool {
+        if end != base + self.used.load(Ordering::Relaxed) || start > end {
+            return false;
+        }
+        if start == end {
+            return true;
+        }
+        // SAFETY: `[start, end)` lies in our reservation and holds no live
+        // block (dlmalloc gives back only free memory); mapping it afresh
+        // as PROT_NONE drops its pages and their commit charge.
+        let ptr = unsafe {
+            libc::mmap(
+                start as *mut libc::c_void,
+                end - start,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return false;
+        }
+        self.used.store(start - base, Ordering::Relaxed);
+        true
+    }
+}
+
+// SAFETY: `Region` hands out disjoint, page-aligned, zeroed parts of its
+// reservation and takes back only the end of what it handed out.
+unsafe impl dlmalloc::Allocator for Region {
+    fn alloc(&self, size: usize) -> (*mut u8, usize, u32) {
+        let failed = (std::ptr::null_mut(), 0, 0);
+        let Some(base) = REGION.base() else {
+            return failed;
+        };
+        let used = REGION.used.load(Ordering::Relaxed);
+        let size = size.next_multiple_of(self.page_size());
+        if size > RESERVE - used {
+            return failed;
+        }
+        let start = (base + used) as *mut libc::c_void;
+        // SAFETY: `[start, start + size)` is in our reservation and not yet
+        // handed out.
+        if unsafe { libc::mprotect(start, size, libc::PROT_READ | libc::PROT_WRITE) } != 0 {
+            return failed;
+        }
+        REGION.used.store(used + size, Ordering::Relaxed);
+        (start.cast(), size, 0)
+    }
+
+    fn remap(&self, _ptr: *mut u8, _old: usize, _new: usize, _can_move: bool) -> *mut u8 {
+        std::ptr::null_mut()
+    }
+
+    fn free_part(&self, ptr: *mut u8, oldsize: usize, newsize: usize) -> bool {
+        let Some(base) = REGION.base() else {
+            return false;
+        };
+        let start = ptr as usize;
+        REGION.shrink_to(base, start + newsize, start + oldsize)
+    }
+
+    fn free(&self, ptr: *mut u8, size: usize) -> bool {
+        self.free_part(ptr, size, 0)
+    }
+
+    fn can_release_part(&self, _flags: u32) -> bool {
+        true
+    }
+
+    fn allocates_zeros(&self) -> bool {
+        true
+    }
+
+    fn page_size(&self) -> usize {
+        4096
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(size: usize) -> Layout {
+        Layout::from_size_align(size, 8).unwrap()
+    }
+
+    #[test]
+    fn blocks_made_apart_come_from_the_separate_range() {
+        let heap = Heap;
+        unsafe {
+            let outside = heap.alloc(layout(48));
+            let inside = apart(|| heap.alloc(layout(48)));
+            let large = apart(|| heap.alloc(layout(LARGEST + 1)));
+            assert!(!REGION.holds(outside));
+            assert!(REGION.holds(inside));
+            assert!(!REGION.holds(large), "large blocks stay with the system");
+            // Written and freed from outside `apart`, each by its owner.
+            inside.write_bytes(7, 48);
+            heap.dealloc(inside, layout(48));
+            heap.dealloc(outside, layout(48));
+            heap.dealloc(large, layout(LARGEST + 1));
+        }
+    }
+
+    #[test]
+    fn apart_nests_and_restores() {
+        assert!(!is_apart());
+        apart(|| {
+            apart(|| assert!(is_apart()));
+            assert!(is_apart());
+        });
+        assert!(!is_apart());
+        let caught = std::panic::catch_unwind(|| apart(|| panic!("inside")));
+        assert!(caught.is_err());
+        assert!(!is_apart(), "a panic inside still restores the flag");
+    }
+
+    #[test]
+    fn realloc_keeps_the_bytes_and_moves_large_blocks_out() {
+        let heap = Heap;
+        unsafe {
+            let ptr = apart(|| heap.alloc(layout(32)));
+            assert!(REGION.holds(ptr));
+            for i in 0..32 {
+                ptr.add(i).write(i as u8);
+            }
+            // Grown within the separate heap's sizes: stays apart.
+            let grown = heap.realloc(ptr, layout(32), 1000);
+            assert!(REGION.holds(grown));
+            // Grown past them: the system allocator takes it over.
+            let moved = heap.realloc(grown, layout(1000), LARGEST * 2);
+            assert!(!REGION.holds(moved));
+            for i in 0..32 {
+                assert_eq!(moved.add(i).read(), i as u8);
+            }
+            heap.dealloc(moved, layout(LARGEST * 2));
+            let zeroed = apart(|| heap.alloc_zeroed(layout(256)));
+            assert!(REGION.holds(zeroed));
+            assert!((0..256).all(|i| zeroed.add(i).read() == 0));
+            heap.dealloc(zeroed, layout(256));
+        }
+    }
+
+    #[test]
+    fn the_separate_heap_gives_its_top_back() {
+        let heap = Heap;
+        unsafe {
+            // Enough blocks to grow the heap well past its trim threshold.
+            let blocks: Vec<*mut u8> =
+                apart(|| (0..2000).map(|_| heap.alloc(layout(4096))).collect());
+            assert!(blocks.iter().all(|&b| REGION.holds(b)));
+            let grown = REGION.used.load(Ordering::Relaxed);
+            for &b in blocks.iter().rev() {
+                heap.dealloc(b, layout(4096));
+            }
+            release_free_memory();
+            let after = REGION.used.load(Ordering::Relaxed);
+            assert!(after < grown, "{after} of {grown} bytes still committed");
+        }
+    }
+}
