@@ -27,8 +27,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Address space reserved for the separate heap: reserved, not used; pages
-/// are committed as it grows and given back as it shrinks.
-const RESERVE: usize = 64 << 30;
+/// are committed as it grows and given back as it shrinks. Far more than
+/// any server's sessions hold (100,000 ids and 10,000 previews take 12 MB).
+const RESERVE: usize = 16 << 30;
 
 /// Blocks larger than this always come from the system allocator, which
 /// maps the large ones whole; the state's entries are far smaller.
@@ -205,6 +206,7 @@ struct Region;
 static REGION: RegionState = RegionState {
     base: AtomicUsize::new(0),
     used: AtomicUsize::new(0),
+    failed: std::sync::atomic::AtomicBool::new(false),
 };
 
 struct RegionState {
@@ -212,6 +214,8 @@ struct RegionState {
     base: AtomicUsize,
     /// Bytes committed from the start; changed only under the heap's lock.
     used: AtomicUsize,
+    /// The reservation was refused.
+    failed: std::sync::atomic::AtomicBool,
 }
 
 impl RegionState {
@@ -222,10 +226,16 @@ impl RegionState {
     }
 
     /// The reserved range, reserving it first if need be (under the lock).
+    /// `None` if it cannot be reserved (a low `ulimit -v`): then every
+    /// block comes from the system allocator, and no reservation is tried
+    /// again.
     fn base(&self) -> Option<usize> {
         let base = self.base.load(Ordering::Acquire);
         if base != 0 {
             return Some(base);
+        }
+        if self.failed.load(Ordering::Relaxed) {
+            return None;
         }
         // SAFETY: a new private anonymous mapping that nothing else uses;
         // PROT_NONE and MAP_NORESERVE reserve address space only.
@@ -240,6 +250,7 @@ impl RegionState {
             )
         };
         if ptr == libc::MAP_FAILED {
+            self.failed.store(true, Ordering::Relaxed);
             return None;
         }
         self.base.store(ptr as usize, Ordering::Release);

@@ -336,3 +336,111 @@ async fn the_binary_keeps_its_promises_under_a_pipelined_storm() {
     );
     assert_eq!(last["replacements"]["toolu_2"], json!(expected));
 }
+
+/// How much of the separate heap `toolwire serve` keeps session state in is
+/// resident, in kB, from `/proc/<pid>/smaps`; `None` if the server has no
+/// such heap. The heap is one reserved range of 16 GiB: a committed prefix
+/// (`rw-p`) and the rest still reserved (`---p`), adjacent, with no file.
+fn separate_heap_rss_kb(pid: u32) -> Option<u64> {
+    struct Mapping {
+        start: u64,
+        end: u64,
+        perms: String,
+        anonymous: bool,
+        rss: u64,
+    }
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap();
+    let mut maps: Vec<Mapping> = Vec::new();
+    for line in smaps.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if let Some((start, end)) = words[0].split_once('-')
+            && let (Ok(start), Ok(end)) =
+                (u64::from_str_radix(start, 16), u64::from_str_radix(end, 16))
+        {
+            maps.push(Mapping {
+                start,
+                end,
+                perms: words[1].to_owned(),
+                anonymous: words.len() < 6,
+                rss: 0,
+            });
+        } else if words[0] == "Rss:"
+            && let Some(last) = maps.last_mut()
+        {
+            last.rss = words[1].parse().unwrap();
+        }
+    }
+    maps.iter().enumerate().find_map(|(i, m)| {
+        if !(m.anonymous && m.perms == "---p") {
+            return None;
+        }
+        let committed = i
+            .checked_sub(1)
+            .map(|j| &maps[j])
+            .filter(|p| p.anonymous && p.perms == "rw-p" && p.end == m.start);
+        let start = committed.map_or(m.start, |p| p.start);
+        (m.end - start >= 15 << 30).then(|| committed.map_or(0, |p| p.rss))
+    })
+}
+
+async fn decide_and_reapply(c: &mut ProcClient) {
+    c.call("initialize", json!({"processId": null})).await;
+    let big = "x".repeat(100_000);
+    let turn = json!([
+        assistant_calls(&["t1", "t2"]),
+        results(&[("t1", &big), ("t2", "ok")])
+    ]);
+    let first = c
+        .call("budget/apply", json!({"sessionId": "s", "messages": turn}))
+        .await;
+    assert_eq!(first["records"].as_array().unwrap().len(), 1);
+    let again = c
+        .call("budget/apply", json!({"sessionId": "s", "messages": turn}))
+        .await;
+    assert_eq!(
+        again["messages"], first["messages"],
+        "replayed byte for byte"
+    );
+    let state = c.call("state/get", json!({"sessionId": "s"})).await;
+    assert_eq!(state["seenIds"].as_array().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn session_state_lives_in_its_own_heap_or_without_one() {
+    // As it comes: the state's entries are in the separate range.
+    let dir = tempfile::tempdir().unwrap();
+    let (mut c, child) = spawn_binary(dir.path());
+    decide_and_reapply(&mut c).await;
+    let rss = separate_heap_rss_kb(child.id().unwrap());
+    assert!(rss.is_some_and(|kb| kb > 0), "separate heap: {rss:?}");
+
+    // Under an address-space limit that refuses the reservation, every
+    // block comes from the system allocator, and nothing else changes.
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolwire"));
+    command
+        .arg("serve")
+        .current_dir(dir.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true);
+    // SAFETY: setrlimit is async-signal-safe and touches only the child.
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 4 << 30,
+                rlim_max: 4 << 30,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().unwrap();
+    let (stdin, stdout) = (child.stdin.take().unwrap(), child.stdout.take().unwrap());
+    let mut c = Client::new(stdout, stdin);
+    decide_and_reapply(&mut c).await;
+    assert_eq!(separate_heap_rss_kb(child.id().unwrap()), None);
+}
