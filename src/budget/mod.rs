@@ -123,7 +123,7 @@ pub fn plan_message(unit: &[&Value], state: &ReplacementState, cx: &PlanContext)
             } else {
                 Digest::ANY
             };
-            let id = crate::state::keep_id(&id);
+            let id = Id::from(&*id);
             // A reapplied result is sent as its replacement: the original's
             // size (a count over all its text) is only taken for the others.
             let candidate = match state.fate(&id, digest) {
@@ -156,7 +156,8 @@ pub fn plan_message(unit: &[&Value], state: &ReplacementState, cx: &PlanContext)
             .iter()
             .zip(&candidates)
             .filter(|(_, c)| c.fresh)
-            .map(|(r, _)| (r.id.clone(), r.digest))
+            // The ids the state will keep: allocated with what it keeps.
+            .map(|(r, _)| (crate::state::keep_id(&r.id), r.digest))
             .collect(),
         chosen: Vec::new(),
         digests: rows
