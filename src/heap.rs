@@ -347,8 +347,18 @@ mod tests {
         Layout::from_size_align(size, 8).unwrap()
     }
 
+    /// The tests share the process's one separate heap: a block another
+    /// test holds above the freed ones would keep its top from shrinking.
+    fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+        static SERIAL: Mutex<()> = Mutex::new(());
+        SERIAL
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     #[test]
     fn blocks_made_apart_come_from_the_separate_range() {
+        let _serial = one_at_a_time();
         let heap = Heap;
         unsafe {
             let outside = heap.alloc(layout(48));
@@ -380,6 +390,7 @@ mod tests {
 
     #[test]
     fn realloc_keeps_the_bytes_and_moves_large_blocks_out() {
+        let _serial = one_at_a_time();
         let heap = Heap;
         unsafe {
             let ptr = apart(|| heap.alloc(layout(32)));
@@ -406,6 +417,7 @@ mod tests {
 
     #[test]
     fn the_separate_heap_gives_its_top_back() {
+        let _serial = one_at_a_time();
         let heap = Heap;
         unsafe {
             // Enough blocks to grow the heap well past its trim threshold.
