@@ -183,8 +183,80 @@ pub fn release_in_background() {
     let running = Running;
     tokio::task::spawn_blocking(move || {
         release_free_memory();
+        tracing::debug!("handed the memory freed by large work back to the system");
         drop(running);
     });
+}
+
+/// Large work under way in a front that has no connection of its own to
+/// watch for a pause (the HTTP proxy, the MCP front): a request body or a
+/// tool result that carries a conversation. Once the last such work has
+/// ended and none has begun for [`QUIET`], what it freed is handed back to
+/// the system ([`release_in_background`]), as a `serve` connection does
+/// when its client pauses.
+#[must_use = "the work counts as under way until this is dropped"]
+pub struct LargeWork(());
+
+/// How long the process goes without large work before a release.
+pub const QUIET: std::time::Duration = std::time::Duration::from_secs(1);
+
+static LARGE: Quiet = Quiet::new();
+
+impl LargeWork {
+    /// Count large work as under way until the value is dropped.
+    pub fn begin() -> LargeWork {
+        LARGE.begin();
+        LargeWork(())
+    }
+}
+
+impl Drop for LargeWork {
+    fn drop(&mut self) {
+        LARGE.end(release_in_background);
+    }
+}
+
+/// Counts work under way and, when the count falls to zero, calls `then`
+/// after [`QUIET`] unless work has begun (or ended) since.
+struct Quiet {
+    active: AtomicUsize,
+    /// Moves on every begin and end: a wait that sees it moved is stale,
+    /// and the wait of the latest end decides.
+    epoch: AtomicUsize,
+}
+
+impl Quiet {
+    const fn new() -> Quiet {
+        Quiet {
+            active: AtomicUsize::new(0),
+            epoch: AtomicUsize::new(0),
+        }
+    }
+
+    fn begin(&self) {
+        self.active.fetch_add(1, Ordering::AcqRel);
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn end(&'static self, then: fn()) {
+        let seen = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
+        if self.active.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
+        // Outside a runtime (a thread of its own) there is nothing to wait
+        // on; the next large work's end will wait instead.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            tokio::time::sleep(QUIET).await;
+            if self.active.load(Ordering::Acquire) == 0
+                && self.epoch.load(Ordering::Acquire) == seen
+            {
+                then();
+            }
+        });
+    }
 }
 
 static SEPARATE: Mutex<dlmalloc::Dlmalloc<Region>> =
@@ -413,6 +485,61 @@ mod tests {
             assert!((0..256).all(|i| zeroed.add(i).read() == 0));
             heap.dealloc(zeroed, layout(256));
         }
+    }
+
+    static QUIET_CALLS: AtomicUsize = AtomicUsize::new(0);
+
+    fn count_quiet_call() {
+        QUIET_CALLS.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Lets spawned waits run at the current (paused) time.
+    async fn settle() {
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_release_waits_for_the_last_large_work_and_a_quiet_second() {
+        static WORK: Quiet = Quiet::new();
+        let calls = || QUIET_CALLS.load(Ordering::SeqCst);
+        let step = QUIET / 4;
+
+        // Two pieces of work overlap: the first one's end releases nothing.
+        WORK.begin();
+        WORK.begin();
+        WORK.end(count_quiet_call);
+        tokio::time::sleep(QUIET * 2).await;
+        settle().await;
+        assert_eq!(calls(), 0, "work is still under way");
+
+        // The last one ends; new work begins and ends within the quiet
+        // second, so that wait is stale and the last end's wait decides.
+        WORK.end(count_quiet_call);
+        tokio::time::sleep(step * 2).await;
+        WORK.begin();
+        tokio::time::sleep(step).await;
+        WORK.end(count_quiet_call);
+        tokio::time::sleep(step * 2).await;
+        settle().await;
+        assert_eq!(calls(), 0, "work came within a second of the first end");
+        tokio::time::sleep(step * 3).await;
+        settle().await;
+        assert_eq!(calls(), 1, "one release a quiet second after the last end");
+
+        // Nothing more happens until work comes again.
+        tokio::time::sleep(QUIET * 5).await;
+        settle().await;
+        assert_eq!(calls(), 1);
+    }
+
+    #[test]
+    fn large_work_ended_outside_a_runtime_schedules_nothing() {
+        static WORK: Quiet = Quiet::new();
+        WORK.begin();
+        WORK.end(|| panic!("no runtime to wait on"));
+        assert_eq!(WORK.active.load(Ordering::SeqCst), 0);
     }
 
     #[test]

@@ -374,3 +374,41 @@ fn on_the_shared_store_a_fork_reads_what_the_front_saved() {
     );
     assert!(child.finish().success());
 }
+
+/// After a tool result large enough to budget, once the front has had a
+/// quiet second, it hands what budgeting freed back to the system
+/// (`heap::LargeWork`).
+#[test]
+fn a_quiet_front_hands_back_what_a_large_result_freed() {
+    const RELEASED: &str = "handed the memory freed by large work back to the system";
+    let data = tempfile::tempdir().unwrap();
+    let log = data.path().join("front.log");
+    let mut front = Peer::start_logging(
+        &front_argv("quiet", &[], &sized_server()),
+        data.path(),
+        "toolwire=warn,toolwire::heap=debug",
+        &log,
+    );
+    let released = || {
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .matches(RELEASED)
+            .count()
+    };
+    let wait_for = |count: usize| {
+        let deadline = std::time::Instant::now() + mcp_peer::WAIT;
+        while released() < count {
+            assert!(std::time::Instant::now() < deadline, "no release {count}");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    };
+    front.request(1, &initialize(1, "2025-11-25"));
+    front.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    for (id, round) in [(2, 1), (3, 2)] {
+        let reply = front.request(id, &call(id, "text", json!({"size": 200_000})));
+        assert!(reply.contains("persisted-output"), "{reply}");
+        wait_for(round);
+        assert_eq!(released(), round, "one release per quiet spell");
+    }
+    assert!(front.finish().success());
+}

@@ -553,3 +553,49 @@ async fn it_listens_on_loopback_unless_told_otherwise_and_logs_no_secrets() {
         "{log}"
     );
 }
+
+/// After a request large enough to carry a conversation, once the proxy
+/// has had a quiet second, it hands what budgeting freed back to the
+/// system (`heap::LargeWork`), once per quiet spell.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_proxy_hands_back_what_a_large_request_freed() {
+    const RELEASED: &str = "handed the memory freed by large work back to the system";
+    let fake = FakeProvider::start().await;
+    let toml = format!(
+        "durability = \"none\"\n[proxy.upstreams]\nanthropic = \"{0}\"\nopenai = \"{0}\"\ngemini = \"{0}\"\n",
+        fake.url()
+    );
+    let proxy = Proxy::start_with(
+        &toml,
+        &["--listen", "127.0.0.1:0"],
+        "toolwire=warn,toolwire::heap=debug",
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let released = || proxy.stderr.lock().unwrap().matches(RELEASED).count();
+    for round in 1..=2 {
+        let id = format!("toolu_big_{round}");
+        let body = json!({"model": "m", "max_tokens": 8, "messages": [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": id, "name": "bash", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": "log line\n".repeat(30_000)}]}]});
+        let r = client
+            .post(format!("{}/v1/messages", proxy.url))
+            .header("x-toolwire-session", "quiet")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while released() < round {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no release after round {round}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(released(), round, "one release per quiet spell");
+    }
+    proxy.stop().await;
+}

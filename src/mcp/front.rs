@@ -263,6 +263,11 @@ impl Front {
     /// One line from the server: forwarded exactly, unless it answers a
     /// request whose result the front amends.
     pub(super) async fn on_server_line(&self, line: Bytes) {
+        // A large tool result is parsed and budgeted here: once the front
+        // has been without such lines for a moment, what that freed goes
+        // back to the system.
+        let _large =
+            (line.len() > crate::transport::RELEASE_AFTER).then(crate::heap::LargeWork::begin);
         let mut value: Value = match serde_json::from_slice(&line) {
             Ok(value) => value,
             Err(err) => {

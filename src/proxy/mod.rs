@@ -128,6 +128,11 @@ impl Proxy {
             }
         };
 
+        // A conversation's worth of body: once the proxy has been without
+        // such requests for a moment, what budgeting it freed goes back to
+        // the system.
+        let _large =
+            (body.len() > crate::transport::RELEASE_AFTER).then(crate::heap::LargeWork::begin);
         let mut record = Record {
             format: target.format().to_owned(),
             chars_received: char_count(&body),

@@ -75,7 +75,9 @@ pub const BUFFER_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
 /// A request frame larger than this (one that carries a conversation, not
 /// a null request) has the server hand the memory it freed back to the
 /// system once its connection has paused for [`BUFFER_IDLE`] with nothing
-/// in flight (see `heap::release_in_background`).
+/// in flight (see `heap::release_in_background`). The proxy and the MCP
+/// front count a body or a tool result over this size as large work
+/// (`heap::LargeWork`).
 pub const RELEASE_AFTER: usize = 64 << 10;
 
 /// Start the writer task for `writer`; it ends when every [`Outbox`] clone

@@ -60,12 +60,33 @@ pub struct Peer {
 impl Peer {
     /// Start `argv` in `cwd`, its stderr inherited.
     pub fn start(argv: &[String], cwd: &Path) -> Peer {
-        let mut child = Command::new(&argv[0])
-            .args(&argv[1..])
+        Peer::spawn(
+            Command::new(&argv[0]).args(&argv[1..]),
+            cwd,
+            Stdio::inherit(),
+        )
+    }
+
+    /// Start `argv` in `cwd` with `RUST_LOG` set to `filter`, its stderr
+    /// written to `log`.
+    pub fn start_logging(argv: &[String], cwd: &Path, filter: &str, log: &Path) -> Peer {
+        let file = std::fs::File::create(log).unwrap();
+        Peer::spawn(
+            Command::new(&argv[0])
+                .args(&argv[1..])
+                .env("RUST_LOG", filter),
+            cwd,
+            Stdio::from(file),
+        )
+    }
+
+    fn spawn(command: &mut Command, cwd: &Path, stderr: Stdio) -> Peer {
+        let argv = command.get_program().to_owned();
+        let mut child = command
             .current_dir(cwd)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .unwrap_or_else(|err| panic!("cannot start {argv:?}: {err}"));
         let stdout = child.stdout.take().unwrap();
