@@ -397,40 +397,86 @@ const RECENT_FROM: usize = 8 << 10;
 /// several times over, in 48 bytes each (96 KiB in all).
 const RECENT_SLOTS: usize = 1 << 11;
 
+/// Slots per set of that table: a string may sit in any of the slots of
+/// the set its hash picks.
+const RECENT_WAYS: usize = 4;
+
 /// The XXH3 digest of a long string as JSON, remembered by a 128-bit hash
 /// of its raw bytes. Every turn a client sends its whole conversation
 /// again, so every large original is digested again: writing its JSON
 /// escapes into the hash (a newline every few dozen bytes of tool output)
 /// cost as much as parsing the request, where hashing the bytes as they
-/// are runs several times faster. The table is process-wide and
-/// direct-mapped (a slot holds the last string that hashed to it), so it
-/// stays a fixed size; a string it has not seen, or no longer holds, is
-/// digested the long way. Only XXH3 digests are kept: a SHA-256 one stands
-/// for a stronger binding than a 128-bit non-cryptographic key could.
+/// are runs several times faster. The table is process-wide and a fixed
+/// size; a string it has not seen, or no longer holds, is digested the
+/// long way. Only XXH3 digests are kept: a SHA-256 one stands for a
+/// stronger binding than a 128-bit non-cryptographic key could.
 fn recent_string_digest(s: &str) -> Digest {
-    type Slot = Option<(u128, u64)>;
-    static RECENT: std::sync::Mutex<Vec<Slot>> = std::sync::Mutex::new(Vec::new());
-    let key = xxhash_rust::xxh3::xxh3_128(s.as_bytes());
-    let slot = (key as usize) % RECENT_SLOTS;
-    let lock = || RECENT.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(Some((held, digest))) = lock().get(slot)
-        && *held == key
-    {
-        return Digest(Some((DigestKind::Xxh3, *digest)));
-    }
-    let mut out: HashWriter<xxhash_rust::xxh3::Xxh3> = HashWriter {
-        hash: Default::default(),
-        buf: Vec::with_capacity(HashWriter::<xxhash_rust::xxh3::Xxh3>::BLOCK),
-    };
-    out.string(s);
-    out.hash.update(&out.buf);
-    let digest = out.hash.digest();
-    let mut recent = lock();
-    if recent.is_empty() {
-        recent.resize(RECENT_SLOTS, None);
-    }
-    recent[slot] = Some((key, digest));
+    static RECENT: std::sync::Mutex<Recent> = std::sync::Mutex::new(Recent::new());
+    let digest = remembered(&RECENT, s, |s| {
+        let mut out: HashWriter<xxhash_rust::xxh3::Xxh3> = HashWriter {
+            hash: Default::default(),
+            buf: Vec::with_capacity(HashWriter::<xxhash_rust::xxh3::Xxh3>::BLOCK),
+        };
+        out.string(s);
+        out.hash.update(&out.buf);
+        out.hash.digest()
+    });
     Digest(Some((DigestKind::Xxh3, digest)))
+}
+
+/// `s`'s digest from `recent` when it holds it, else `digest(s)`, then
+/// remembered.
+fn remembered(recent: &std::sync::Mutex<Recent>, s: &str, digest: impl FnOnce(&str) -> u64) -> u64 {
+    let key = xxhash_rust::xxh3::xxh3_128(s.as_bytes());
+    let lock = || recent.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(held) = lock().get(key) {
+        return held;
+    }
+    let computed = digest(s);
+    lock().put(key, computed);
+    computed
+}
+
+/// Digests by key, in sets of [`RECENT_WAYS`] slots, each set in order of
+/// last use. A direct-mapped table (one slot per key) let two strings of
+/// one conversation that hash to the same slot evict each other on every
+/// turn: of 200 large results, about one in eleven, each digested the
+/// long way on every request. With four slots a set, a conversation of a
+/// few hundred large results fits whole.
+struct Recent {
+    sets: Vec<[Option<(u128, u64)>; RECENT_WAYS]>,
+}
+
+impl Recent {
+    const fn new() -> Recent {
+        Recent { sets: Vec::new() }
+    }
+
+    fn set(key: u128) -> usize {
+        (key as usize) % (RECENT_SLOTS / RECENT_WAYS)
+    }
+
+    fn get(&mut self, key: u128) -> Option<u64> {
+        let set = self.sets.get_mut(Recent::set(key))?;
+        let way = set
+            .iter()
+            .position(|slot| matches!(slot, Some((held, _)) if *held == key))?;
+        // Most recently used first.
+        set[..=way].rotate_right(1);
+        set[0].map(|(_, digest)| digest)
+    }
+
+    /// Remember `digest` for `key`, in place of the set's least recently
+    /// used.
+    fn put(&mut self, key: u128, digest: u64) {
+        if self.sets.is_empty() {
+            self.sets
+                .resize(RECENT_SLOTS / RECENT_WAYS, [None; RECENT_WAYS]);
+        }
+        let set = &mut self.sets[Recent::set(key)];
+        set.rotate_right(1);
+        set[0] = Some((key, digest));
+    }
 }
 
 /// A hash that [`HashWriter`] feeds.
@@ -1004,6 +1050,48 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A conversation's large results are all remembered from one turn to
+    /// the next: none is digested the long way twice, and the least
+    /// recently used gives way once a set is full.
+    #[test]
+    fn a_conversation_of_large_results_is_remembered_whole() {
+        let recent = std::sync::Mutex::new(Recent::new());
+        let long_way = std::cell::Cell::new(0);
+        let digest = |s: &str| {
+            long_way.set(long_way.get() + 1);
+            s.len() as u64
+        };
+        let results: Vec<String> = (0..300).map(|i| format!("result {i}")).collect();
+        for turn in 0..3 {
+            for r in &results {
+                assert_eq!(remembered(&recent, r, digest), r.len() as u64);
+            }
+            assert_eq!(long_way.replace(0), if turn == 0 { 300 } else { 0 });
+        }
+        // Five strings of one set: the first, least recently used, went.
+        let mut one_set = Vec::new();
+        for i in 0.. {
+            let s = format!("same set {i}");
+            let key = xxhash_rust::xxh3::xxh3_128(s.as_bytes());
+            if Recent::set(key) == 0 {
+                one_set.push(s);
+                if one_set.len() == RECENT_WAYS + 1 {
+                    break;
+                }
+            }
+        }
+        for s in &one_set {
+            remembered(&recent, s, digest);
+        }
+        long_way.set(0);
+        for s in one_set[1..].iter().rev() {
+            remembered(&recent, s, digest);
+        }
+        assert_eq!(long_way.replace(0), 0, "the last four are held");
+        remembered(&recent, &one_set[0], digest);
+        assert_eq!(long_way.get(), 1, "the first was evicted");
     }
 
     /// A long string's remembered digest is its digest: when first seen,
