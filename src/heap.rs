@@ -406,8 +406,16 @@ unsafe impl dlmalloc::Allocator for Region {
         true
     }
 
+    /// The system's page size (4 KiB on x86-64, up to 64 KiB on some
+    /// ARM kernels): `mprotect` and the shrinking `mmap` need page-aligned
+    /// ranges.
     fn page_size(&self) -> usize {
-        4096
+        // SAFETY: sysconf only reads a system parameter.
+        let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        usize::try_from(size)
+            .ok()
+            .filter(|&s| s > 0)
+            .unwrap_or(4096)
     }
 }
 
