@@ -242,10 +242,13 @@ pub fn skim_head(head: MessageHead<'_>) -> Skim<'_> {
                 .calls
                 .push((block.id.unwrap_or_default(), block.name.unwrap_or_default())),
             Some("tool_result") if side == Some(Side::User) => {
-                let raw = block.content.map(RawValue::get).unwrap_or("null");
+                let raw = block
+                    .content
+                    .map_or(&b"null"[..], |raw| raw.get().as_bytes());
                 skim.results.push(SkimResult {
                     id: block.tool_use_id.unwrap_or_default(),
                     original: (!is_replacement_json(raw)).then_some(Original::Raw(raw)),
+                    digest: None,
                 });
             }
             _ => {}
@@ -267,12 +270,12 @@ pub(crate) fn other(index: usize) -> Item<'static> {
 
 /// Whether a result's raw content is a preview toolwire put in: then it is
 /// a replacement, not an original.
-fn is_replacement_json(raw: &str) -> bool {
-    raw.strip_prefix('"')
-        .is_some_and(|s| s.starts_with(OPEN_TAG))
+pub(crate) fn is_replacement_json(raw: &[u8]) -> bool {
+    raw.strip_prefix(b"\"")
+        .is_some_and(|s| s.starts_with(OPEN_TAG.as_bytes()))
         || raw
-            .strip_prefix("[{\"type\":\"text\",\"text\":\"")
-            .is_some_and(|s| s.starts_with(OPEN_TAG))
+            .strip_prefix(b"[{\"type\":\"text\",\"text\":\"")
+            .is_some_and(|s| s.starts_with(OPEN_TAG.as_bytes()))
 }
 
 /// A message reduced to its role and the ids, names and raw content of its
@@ -290,16 +293,50 @@ pub struct ContentHead<'a>(Vec<BlockHead<'a>>);
 
 #[derive(Deserialize)]
 pub struct BlockHead<'a> {
-    #[serde(rename = "type", borrow)]
+    #[serde(rename = "type", borrow, default, deserialize_with = "text")]
     kind: Option<Cow<'a, str>>,
-    #[serde(borrow)]
+    #[serde(borrow, default, deserialize_with = "text")]
     id: Option<Cow<'a, str>>,
-    #[serde(borrow)]
+    #[serde(borrow, default, deserialize_with = "text")]
     tool_use_id: Option<Cow<'a, str>>,
-    #[serde(borrow)]
+    #[serde(borrow, default, deserialize_with = "text")]
     name: Option<Cow<'a, str>>,
     #[serde(borrow)]
     content: Option<&'a RawValue>,
+}
+
+/// An optional string, borrowed from the line unless it has escapes
+/// (serde's own `Option<Cow<str>>` always copies); `null` is none, and
+/// anything but a string is refused, as it would be.
+fn text<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<Cow<'de, str>>, D::Error> {
+    struct Text;
+    impl<'de> serde::de::Visitor<'de> for Text {
+        type Value = Option<Cow<'de, str>>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_none<E>(self) -> std::result::Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D: serde::Deserializer<'de>>(
+            self,
+            d: D,
+        ) -> std::result::Result<Self::Value, D::Error> {
+            d.deserialize_str(self)
+        }
+        fn visit_borrowed_str<E>(self, s: &'de str) -> std::result::Result<Self::Value, E> {
+            Ok(Some(Cow::Borrowed(s)))
+        }
+        fn visit_str<E>(self, s: &str) -> std::result::Result<Self::Value, E> {
+            Ok(Some(Cow::Owned(s.to_owned())))
+        }
+        fn visit_string<E>(self, s: String) -> std::result::Result<Self::Value, E> {
+            Ok(Some(Cow::Owned(s)))
+        }
+    }
+    d.deserialize_option(Text)
 }
 
 impl<'de: 'a, 'a> Deserialize<'de> for ContentHead<'a> {
@@ -331,6 +368,25 @@ impl<'de: 'a, 'a> Deserialize<'de> for ContentHead<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn block_ids_are_strings_or_null() {
+        fn skim(line: &str) -> Option<Vec<(Cow<'_, str>, Cow<'_, str>)>> {
+            Anthropic.skim(line.as_bytes()).map(|s| s.calls)
+        }
+        let calls = skim(r#"{"role":"assistant","content":[{"type":"tool_use","id":"a\"b","name":"Bash"},{"type":"tool_use","id":null}]}"#).unwrap();
+        assert_eq!(calls[0].0, "a\"b");
+        assert!(
+            matches!(calls[0].1, Cow::Borrowed("Bash")),
+            "borrowed from the line"
+        );
+        assert_eq!(calls[1], (Cow::Borrowed(""), Cow::Borrowed("")));
+        // Anything but a string or null leaves the message unread.
+        assert!(skim(r#"{"role":"assistant","content":[{"type":"tool_use","id":5}]}"#).is_none());
+        assert!(
+            skim(r#"{"role":"assistant","content":[{"type":["tool_use"],"id":"a"}]}"#).is_none()
+        );
+    }
 
     #[test]
     fn skim_digest_matches_the_digest_of_the_parsed_content() {

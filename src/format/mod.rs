@@ -140,13 +140,17 @@ pub struct SkimResult<'a> {
     /// replacement (a `<persisted-output>` preview). Digested by whoever
     /// takes it in, in the kind that id's decisions use.
     pub original: Option<Original<'a>>,
+    /// The original's digest in [`Digest::NEW`], when the reader already
+    /// made it (on the thread that parsed the line).
+    pub digest: Option<Digest>,
 }
 
 /// A result's original content as a skim found it.
 #[derive(Debug)]
 pub enum Original<'a> {
-    /// Its raw JSON, borrowed from the transcript line.
-    Raw(&'a str),
+    /// Its raw JSON (valid UTF-8, as the parser found it), borrowed from
+    /// the transcript line.
+    Raw(&'a [u8]),
     /// Its parsed value (dialects whose skim parses the whole message).
     Value(Value),
 }
@@ -158,12 +162,10 @@ impl Original<'_> {
     /// transcript with spaces or other escapes) is parsed first.
     pub fn digest(&self, kind: DigestKind) -> Digest {
         match self {
-            Original::Raw(raw) if is_compact_json(raw.as_bytes()) => {
-                Digest::of_json_bytes_as(kind, raw.as_bytes())
-            }
-            Original::Raw(raw) => match crate::json::from_slice::<Value>(raw.as_bytes()) {
+            Original::Raw(raw) if is_compact_json(raw) => Digest::of_json_bytes_as(kind, raw),
+            Original::Raw(raw) => match crate::json::from_slice::<Value>(raw) {
                 Ok(value) => Digest::of_value_as(kind, &value),
-                Err(_) => Digest::of_json_bytes_as(kind, raw.as_bytes()),
+                Err(_) => Digest::of_json_bytes_as(kind, raw),
             },
             Original::Value(value) => Digest::of_value_as(kind, value),
         }
@@ -262,7 +264,7 @@ fn string_end(raw: &[u8], start: usize) -> Option<usize> {
 
 /// The length of the escape at `at` (a backslash), `None` when it is not
 /// one serde_json writes.
-fn escape_len(raw: &[u8], at: usize) -> Option<usize> {
+pub(crate) fn escape_len(raw: &[u8], at: usize) -> Option<usize> {
     match *raw.get(at + 1)? {
         b'"' | b'\\' | b'n' | b'r' | b't' | b'b' | b'f' => Some(2),
         b'u' => {
@@ -831,6 +833,7 @@ pub fn skim_value<'a>(dialect: &dyn Dialect, message: &'a [u8]) -> Option<Skim<'
                 skim.results.push(SkimResult {
                     id: Cow::Owned(item.id.into_owned()),
                     original,
+                    digest: None,
                 });
             }
             ItemKind::Other => {}

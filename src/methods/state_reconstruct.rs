@@ -8,7 +8,6 @@
 //! client passed a `workDoneToken`.
 
 use std::collections::HashSet;
-use std::io::BufReader;
 
 use futures_util::future::BoxFuture;
 use serde_json::json;
@@ -190,7 +189,7 @@ fn read_transcript(
 ) -> Result<SessionImage> {
     const STEP: u64 = 8 << 20;
     let mut next_report = STEP;
-    let (reader, total, path): (Box<dyn std::io::BufRead>, u64, &std::path::Path) = match source {
+    let (reader, total, path): (Box<dyn std::io::Read>, u64, &std::path::Path) = match source {
         Source::File(path) => {
             let file = reader::open_regular(path)?;
             let len = file.metadata().map(|m| m.len()).unwrap_or(0);
@@ -199,11 +198,7 @@ fn read_transcript(
                 .map_err(|err| Error::storage(path, &err))?;
             let total = logical.len();
             let reader = logical.reader().map_err(|err| Error::storage(path, &err))?;
-            (
-                Box::new(BufReader::with_capacity(1 << 20, reader)),
-                total,
-                path,
-            )
+            (Box::new(reader), total, path)
         }
         Source::Bytes(bytes) => (
             Box::new(&bytes[..]),

@@ -4,7 +4,7 @@
 //! [`reader`], forked through hard links ([`fork`]) and collected by
 //! [`crate::retention`].
 
-use std::io::{BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
 
 use super::{ForkSource, Outcome, SessionStore};
@@ -307,7 +307,7 @@ fn load_from_disk(key: &SessionKey, files: &dyn LogFileFactory) -> Result<Loaded
     let mut image = SessionImage::default();
     let (complete, torn) = reader::read_lines(
         format,
-        BufReader::with_capacity(256 << 10, logical.reader().map_err(storage)?),
+        logical.reader().map_err(storage)?,
         reader::ReadLimits::default(),
         || false,
         |span, entry| image.add(span, entry),

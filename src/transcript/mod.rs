@@ -16,6 +16,7 @@ pub mod fork;
 pub mod guard;
 pub mod reader;
 pub mod repair;
+mod shadow;
 pub mod writer;
 
 use serde::Serialize;

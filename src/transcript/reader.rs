@@ -9,8 +9,9 @@
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
-use std::io::{self, BufRead};
-use std::sync::Arc;
+use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -94,14 +95,27 @@ struct LineHead<'a, M> {
 #[derive(Debug)]
 pub enum Head<'a> {
     Message(Skim<'a>),
-    Record(ReplacementRecord),
+    /// A record, and its replacement as the state keeps it when the reader
+    /// already made that (on the thread that parsed the line).
+    Record(ReplacementRecord, Option<Replacement>),
     Seen(SeenLine),
     Ignored,
 }
 
 /// Parse the head of one line (without its newline); `None` when it is not
-/// a valid line.
+/// a valid line. A line of Anthropic messages with long strings in it is
+/// read through its [`shadow`](super::shadow), with the same answer.
 pub fn parse_head(format: Format, line: &[u8]) -> Option<Head<'_>> {
+    if format == Format::Anthropic
+        && let Some(head) = super::shadow::head(line)
+    {
+        return Some(head);
+    }
+    parse_head_plain(format, line)
+}
+
+/// [`parse_head`] by serde_json alone.
+pub fn parse_head_plain(format: Format, line: &[u8]) -> Option<Head<'_>> {
     match format {
         Format::Anthropic => head_with::<anthropic::MessageHead>(line, anthropic::skim_head),
         other => {
@@ -123,7 +137,7 @@ fn head_with<'a, M: Deserialize<'a>>(
         Some("replacement") => {
             let record = head.record?;
             Some(if record.kind == RECORD_KIND {
-                Head::Record(record)
+                Head::Record(record, None)
             } else {
                 Head::Ignored
             })
@@ -153,6 +167,10 @@ pub struct ReadLimits {
     /// A longer line is torn: skipped (handed to `f` as unparsable) without
     /// being held in memory, and reading resumes after its newline.
     pub max_line: usize,
+    /// How many bytes are read at a time (a longer line grows the buffer
+    /// up to `max_line`). A window's complete lines are parsed on two
+    /// threads when it is large enough and a spare core is free.
+    pub window: usize,
 }
 
 impl Default for ReadLimits {
@@ -160,97 +178,253 @@ impl Default for ReadLimits {
         // No line toolwire writes is longer than the frame that brought it.
         ReadLimits {
             max_line: crate::transport::codec::MAX_FRAME,
+            window: 4 << 20,
         }
     }
 }
 
-/// Read every line, handing each to `f` with its span and head (`None` for
-/// an unparsable or overlong line). Returns the length up to the end of the
-/// last complete line, and whether a torn (unterminated) tail followed it.
+/// A window's lines are split between two threads only from this size on:
+/// below it a thread costs more than it saves.
+const PARALLEL_FROM: usize = 1 << 20;
+
+/// Read every line, handing each to `f` in order with its span and head
+/// (`None` for an unparsable or overlong line). Returns the length up to
+/// the end of the last complete line, and whether a torn (unterminated)
+/// tail followed it.
 ///
-/// `cancelled` is asked before each read; once it says yes, reading stops
-/// with an [`io::ErrorKind::Interrupted`] error.
-pub fn read_lines<R: BufRead>(
+/// Reads a window at a time. While a spare core is free (one helper per
+/// spare core, process-wide), a large window's complete lines are parsed
+/// in two parts: the later part on a helper thread while this one reads
+/// the next window and then parses the earlier part. Whichever thread
+/// parses a line also digests its results' originals and packs its
+/// record's replacement. `f` sees the same lines in the same order either
+/// way. `cancelled` is asked before each read; once it
+/// says yes, reading stops with an [`io::ErrorKind::Interrupted`] error.
+pub fn read_lines<R: io::Read>(
     format: Format,
     mut reader: R,
     limits: ReadLimits,
     cancelled: impl Fn() -> bool,
     mut f: impl FnMut(Span, Option<Head>),
 ) -> io::Result<(u64, bool)> {
-    let mut buf = Vec::new();
-    let mut offset = 0u64;
-    // Bytes of the current line consumed so far, and whether it has
-    // outgrown the limit (its bytes are then dropped as they come).
-    let mut line_len = 0u64;
-    let mut overlong = false;
+    let mut cur = vec![0u8; limits.window.clamp(1, limits.max_line.saturating_add(1))];
+    // Read into while a helper parses `cur`; allocated when first needed.
+    let mut next = Vec::new();
+    // `cur[..filled]` holds the stream from `base` on; while an overlong
+    // line is being dropped, `skipping` is where it began.
+    let (mut filled, mut eof) = fill(&mut reader, &mut cur, 0, &cancelled)?;
+    let mut base = 0u64;
+    let mut skipping: Option<u64> = None;
+    // A read large enough for a helper frees much on two threads' heaps
+    // when done: counted as large work, which hands it back once the
+    // process has gone quiet.
+    let mut large = None;
     loop {
+        let mut pos = 0;
+        if let Some(start) = skipping {
+            match memchr::memchr(b'\n', &cur[..filled]) {
+                Some(i) => {
+                    let end = base + i as u64 + 1;
+                    f(
+                        Span {
+                            offset: start,
+                            len: end - start,
+                        },
+                        None,
+                    );
+                    skipping = None;
+                    pos = i + 1;
+                }
+                None => pos = filled,
+            }
+        }
+        // Whole lines in `cur[pos..end]`, then the start of one.
+        let end = match skipping {
+            Some(_) => filled,
+            None => memchr::memrchr(b'\n', &cur[pos..filled]).map_or(pos, |i| pos + i + 1),
+        };
+        let rest = filled - end;
+        // An unfinished line longer than allowed is dropped as it comes.
+        if skipping.is_none() && rest > limits.max_line {
+            skipping = Some(base + end as u64);
+        }
+        let carry = if skipping.is_some() { 0 } else { rest };
+        let next_base = base + (filled - carry) as u64;
+        let region = &cur[pos..end];
+        let helper = match (eof, region.len() >= PARALLEL_FROM) {
+            (false, true) => Helper::take(),
+            _ => None,
+        };
+        if let Some(helper) = helper {
+            large.get_or_insert_with(crate::heap::LargeWork::begin);
+            // The helper takes the later part, larger by what reading the
+            // next window costs this thread.
+            let from = region.len() * 2 / 5;
+            let mid = memchr::memchr(b'\n', &region[from..]).map_or(region.len(), |i| from + i + 1);
+            if next.len() != cur.len() {
+                // Zeroed by the system as it is first written, not here.
+                next = vec![0; cur.len()];
+            }
+            next[..carry].copy_from_slice(&cur[filled - carry..filled]);
+            let later_at = base + (pos + mid) as u64;
+            let (earlier, later, read) = std::thread::scope(|scope| {
+                let other = std::thread::Builder::new()
+                    .name("toolwire-reader".into())
+                    .stack_size(crate::process::THREAD_STACK)
+                    .spawn_scoped(scope, || {
+                        parse_all(format, &region[mid..], later_at, limits)
+                    });
+                let read = fill(&mut reader, &mut next, carry, &cancelled);
+                let earlier = parse_all(format, &region[..mid], base + pos as u64, limits);
+                let later = other.ok().and_then(|other| other.join().ok());
+                #[cfg(test)]
+                if later.is_some() {
+                    HELPED.fetch_add(1, Ordering::Relaxed);
+                }
+                (earlier, later, read)
+            });
+            drop(helper);
+            for (span, head) in earlier {
+                f(span, head);
+            }
+            match later {
+                Some(later) => later.into_iter().for_each(|(span, head)| f(span, head)),
+                // No thread to spare after all: this one parses it.
+                None => each_line(format, &region[mid..], later_at, limits, &mut f),
+            }
+            (filled, eof) = read?;
+            std::mem::swap(&mut cur, &mut next);
+        } else {
+            each_line(format, region, base + pos as u64, limits, &mut f);
+            if eof {
+                return Ok(match skipping {
+                    Some(start) => (start, true),
+                    None => (base + end as u64, rest > 0),
+                });
+            }
+            cur.copy_within(filled - carry..filled, 0);
+            if carry == cur.len() {
+                // One line fills the window: make room for the rest of it.
+                let grown = (cur.len() * 2).min(limits.max_line.saturating_add(1));
+                cur.resize(grown, 0);
+            }
+            (filled, eof) = fill(&mut reader, &mut cur, carry, &cancelled)?;
+        }
+        base = next_base;
+    }
+}
+
+/// Read into `buf[filled..]` until it is full or the stream ends; the new
+/// length, and whether the stream ended.
+fn fill(
+    reader: &mut impl io::Read,
+    buf: &mut [u8],
+    mut filled: usize,
+    cancelled: &impl Fn() -> bool,
+) -> io::Result<(usize, bool)> {
+    while filled < buf.len() {
         if cancelled() {
             return Err(io::Error::new(
                 io::ErrorKind::Interrupted,
                 "reading cancelled",
             ));
         }
-        let chunk = match reader.fill_buf() {
-            Ok(chunk) => chunk,
-            Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+        match reader.read(&mut buf[filled..]) {
+            Ok(0) => return Ok((filled, true)),
+            Ok(n) => filled += n,
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
             Err(err) => return Err(err),
-        };
-        if chunk.is_empty() {
-            return Ok((offset, line_len > 0));
         }
-        let newline = memchr::memchr(b'\n', chunk);
-        if let (Some(i), 0) = (newline, line_len) {
-            // The whole line is in the buffer (the usual case): parse it
-            // where it is instead of copying it out first.
-            let span = Span {
-                offset,
-                len: i as u64 + 1,
-            };
-            f(
-                span,
-                if i > limits.max_line {
-                    None
-                } else {
-                    parse_head(format, &chunk[..i])
-                },
-            );
-            offset += span.len;
-            reader.consume(i + 1);
-            continue;
-        }
-        let (take, complete) = match newline {
-            Some(i) => (i + 1, true),
-            None => (chunk.len(), false),
+    }
+    Ok((filled, false))
+}
+
+/// Every line of `region` with its head, in order.
+fn parse_all(
+    format: Format,
+    region: &[u8],
+    offset: u64,
+    limits: ReadLimits,
+) -> Vec<(Span, Option<Head<'_>>)> {
+    let mut out = Vec::new();
+    each_line(format, region, offset, limits, &mut |span, head| {
+        out.push((span, head))
+    });
+    out
+}
+
+/// Parse each line of `region` where it lies, digest its results'
+/// originals in the kind new journals use and pack its record's
+/// replacement (the costly parts of taking a line in, done here so they
+/// run on whichever thread parses the line).
+fn each_line<'a>(
+    format: Format,
+    region: &'a [u8],
+    mut offset: u64,
+    limits: ReadLimits,
+    f: &mut impl FnMut(Span, Option<Head<'a>>),
+) {
+    let mut start = 0;
+    for end in memchr::memchr_iter(b'\n', region) {
+        let line = &region[start..end];
+        let span = Span {
+            offset,
+            len: (end + 1 - start) as u64,
         };
-        let body = &chunk[..if complete { take - 1 } else { take }];
-        if !overlong {
-            if buf.len() + body.len() > limits.max_line {
-                overlong = true;
-                buf = Vec::new();
-            } else {
-                buf.extend_from_slice(body);
+        offset += span.len;
+        start = end + 1;
+        let mut head = if line.len() > limits.max_line {
+            None
+        } else {
+            parse_head(format, line)
+        };
+        match &mut head {
+            Some(Head::Message(skim)) => {
+                for result in &mut skim.results {
+                    if result.digest.is_none() {
+                        result.digest = result.original.as_ref().map(|o| o.digest(Digest::NEW));
+                    }
+                }
             }
+            Some(Head::Record(record, replacement)) => {
+                *replacement = Some(Replacement::new(&record.replacement));
+            }
+            _ => {}
         }
-        line_len += take as u64;
-        reader.consume(take);
-        if complete {
-            let span = Span {
-                offset,
-                len: line_len,
-            };
-            f(
-                span,
-                if overlong {
-                    None
-                } else {
-                    parse_head(format, &buf)
-                },
-            );
-            offset += line_len;
-            line_len = 0;
-            overlong = false;
-            buf.clear();
-        }
+        f(span, head);
+    }
+}
+
+/// A claim on one of the process's spare cores for a reader helper thread
+/// (so however many sessions load at once, helpers never outnumber the
+/// cores); given back when dropped.
+struct Helper;
+
+/// Helpers running now, process-wide.
+static HELPERS: AtomicUsize = AtomicUsize::new(0);
+
+/// Parts of windows parsed by a helper (for the tests).
+#[cfg(test)]
+static HELPED: AtomicUsize = AtomicUsize::new(0);
+
+impl Helper {
+    fn take() -> Option<Helper> {
+        static SPARE: OnceLock<usize> = OnceLock::new();
+        let spare = *SPARE.get_or_init(|| {
+            std::thread::available_parallelism().map_or(0, |n| n.get().saturating_sub(1))
+        });
+        HELPERS
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |busy| {
+                (busy < spare).then_some(busy + 1)
+            })
+            .ok()
+            .map(|_| Helper)
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        HELPERS.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -328,7 +502,7 @@ impl SessionImage {
         match head {
             None => self.skipped += 1,
             Some(Head::Ignored) => {}
-            Some(Head::Record(record)) => self.add_record(&record),
+            Some(Head::Record(record, replacement)) => self.add_prepared(&record, replacement),
             Some(Head::Seen(seen)) => self.add_seen(&seen),
             Some(Head::Message(msg)) => self.add_message(Some(span.offset), msg),
         }
@@ -336,6 +510,11 @@ impl SessionImage {
 
     /// A replacement record.
     pub fn add_record(&mut self, record: &ReplacementRecord) {
+        self.add_prepared(record, None);
+    }
+
+    /// A replacement record, with its replacement if already made.
+    fn add_prepared(&mut self, record: &ReplacementRecord, replacement: Option<Replacement>) {
         self.records += 1;
         let digest = record
             .digest
@@ -346,7 +525,7 @@ impl SessionImage {
         self.replacements.push((
             crate::state::keep_id(&record.tool_use_id),
             digest,
-            Replacement::new(&record.replacement),
+            replacement.unwrap_or_else(|| Replacement::new(&record.replacement)),
         ));
     }
 
@@ -427,7 +606,13 @@ impl SessionImage {
                 open.outstanding = open.outstanding.saturating_sub(1);
             }
             let digest = match &result.original {
-                Some(original) => original.digest(self.kind_of(id)),
+                Some(original) => {
+                    let kind = self.kind_of(id);
+                    match result.digest {
+                        Some(digest) if digest.kind() == Some(kind) => digest,
+                        _ => original.digest(kind),
+                    }
+                }
                 None => Digest::ANY,
             };
             self.seen.push((key, digest));
@@ -500,12 +685,13 @@ mod tests {
             }
         }
         input.extend_from_slice(b"{\"type\":\"mess");
-        let read = |capacity: usize, max_line: usize| {
+        let read = |window: usize, max_line: usize| {
             let mut seen = Vec::new();
             let end = read_lines(
                 Format::Anthropic,
-                io::BufReader::with_capacity(capacity, &input[..]),
-                ReadLimits { max_line },
+                // A byte at a time: every read comes up short.
+                OneByte(&input),
+                ReadLimits { max_line, window },
                 || false,
                 |span, head| {
                     let ids = match head {
@@ -525,9 +711,87 @@ mod tests {
             let whole = read(1 << 20, max_line);
             assert!(whole.0.1, "the torn tail is reported");
             assert_eq!(whole.1.len(), 45);
-            for capacity in [1, 7, 64, 333] {
-                assert_eq!(read(capacity, max_line), whole, "capacity {capacity}");
+            for window in [1, 7, 64, 333] {
+                assert_eq!(read(window, max_line), whole, "window {window}");
             }
+        }
+    }
+
+    /// A reader that hands over one byte per read.
+    struct OneByte<'a>(&'a [u8]);
+
+    impl io::Read for OneByte<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = buf.len().min(self.0.len()).min(1);
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
+    /// Windows parsed on two threads build the same image as lines read
+    /// one by one: the same results, in the same order, with the same
+    /// digests, a legacy journal's SHA-256 ones included.
+    #[test]
+    fn a_transcript_parsed_on_two_threads_builds_the_same_image() {
+        let mut input = Vec::new();
+        let mut rng = fastrand::Rng::with_seed(7);
+        let mut push = |line: serde_json::Value| {
+            input.extend_from_slice(line.to_string().as_bytes());
+            input.push(b'\n');
+        };
+        for i in 0..700 {
+            let id = format!("t{i}");
+            let len = rng.usize(10..9000);
+            let body = crate::replay::synthetic::tool_output(&mut rng, len);
+            push(
+                serde_json::json!({"type": "message", "message": {"role": "assistant", "content": [{"type": "tool_use", "id": id, "name": "Bash", "input": {}}]}}),
+            );
+            if i == 300 {
+                // A record from before XXH3: this id's originals are
+                // digested in SHA-256 from here on.
+                push(
+                    serde_json::json!({"type": "replacement", "record": {"kind": "tool-result", "toolUseId": "t301", "replacement": "r", "digest": "00000000000000ff"}}),
+                );
+            }
+            push(
+                serde_json::json!({"type": "message", "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": body}]}}),
+            );
+        }
+        input.extend_from_slice(b"{\"type\":\"mess");
+        assert!(input.len() > 3 * PARALLEL_FROM);
+        let image = |window: usize| {
+            let mut image = SessionImage::default();
+            let read = read_lines(
+                Format::Anthropic,
+                &input[..],
+                ReadLimits {
+                    window,
+                    ..ReadLimits::default()
+                },
+                || false,
+                |span, head| image.add(span, head),
+            )
+            .unwrap();
+            (read, image.seen, image.replacements.len(), image.messages)
+        };
+        let one_by_one = image(4096);
+        assert_eq!(one_by_one.1.len(), 700);
+        assert_eq!(
+            one_by_one.1[301].1.kind(),
+            Some(DigestKind::Sha256),
+            "the legacy id is digested as its record was"
+        );
+        let helped = || HELPED.load(Ordering::Relaxed);
+        let before = helped();
+        for _ in 0..50 {
+            assert_eq!(image(PARALLEL_FROM * 2), one_by_one);
+            if helped() > before {
+                break;
+            }
+        }
+        if std::thread::available_parallelism().is_ok_and(|n| n.get() > 1) {
+            assert!(helped() > before, "a helper thread parsed part of a window");
         }
     }
 }
