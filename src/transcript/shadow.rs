@@ -4,7 +4,7 @@
 //! serde_json checks a string byte by byte and stops at every escape, and
 //! log output has an escaped newline every line: that scan was most of
 //! what reading a transcript cost. Here each string of the line is scanned
-//! sixteen bytes at a time instead, and the long ones are left out of a
+//! 64 bytes at a time instead, and the long ones are left out of a
 //! *shadow* of the line: the same bytes, with each long string emptied
 //! (`"…"` becomes `""`). serde_json parses the shadow as it would the line,
 //! and what it finds is mapped back onto the line.
@@ -43,8 +43,8 @@ const LONG: usize = 128;
 struct Hole {
     /// Where its closing quote sits in the shadow.
     at: usize,
-    /// How many bytes of the line it stood for.
-    len: usize,
+    /// How many bytes of the line it and the holes before it stood for.
+    shift: usize,
     /// Every escape in it is the one serde_json writes.
     compact: bool,
 }
@@ -96,9 +96,10 @@ fn make_shadow(line: &[u8], shadow: &mut Vec<u8>, holes: &mut Vec<Hole>) -> bool
                 return false;
             }
             shadow.extend_from_slice(&line[copied..=open]);
+            let before = holes.last().map_or(0, |h| h.shift);
             holes.push(Hole {
                 at: shadow.len(),
-                len: body.len(),
+                shift: before + body.len(),
                 compact: string.compact,
             });
             copied = string.end;
@@ -121,14 +122,13 @@ struct Rebase<'l, 's> {
 
 impl<'l> Rebase<'l, '_> {
     /// Where shadow offset `at` lies in the line: later by every hole
-    /// before it.
+    /// before it. (A search, not a walk: a line may hold many holes and
+    /// many results.)
     fn to_line(&self, at: usize) -> usize {
-        at + self
-            .holes
-            .iter()
-            .take_while(|h| h.at < at)
-            .map(|h| h.len)
-            .sum::<usize>()
+        match self.holes.partition_point(|h| h.at < at) {
+            0 => at,
+            n => at + self.holes[n - 1].shift,
+        }
     }
 
     /// The offset of `s` (borrowed from the shadow) in the shadow.
@@ -161,12 +161,13 @@ impl<'l> Rebase<'l, '_> {
         let start = self.offset_of(raw)?;
         let (from, to) = (self.to_line(start), self.to_line(start + raw.len()));
         let text = self.line.get(from..to)?;
-        let one_string = self
-            .holes
-            .iter()
-            .find(|h| h.at == start + 1)
-            .filter(|h| raw.len() == 2 && h.compact);
-        let digest = one_string.map(|_| Digest::of_json_bytes(text));
+        let hole = self.holes.partition_point(|h| h.at < start + 1);
+        let one_string = raw.len() == 2
+            && self
+                .holes
+                .get(hole)
+                .is_some_and(|h| h.at == start + 1 && h.compact);
+        let digest = one_string.then(|| Digest::of_json_bytes(text));
         Some((text, digest))
     }
 
@@ -538,6 +539,23 @@ mod tests {
                 r#"{{"type":"message","{log}":1,"message":{{"role":"user","content":[{{"type":"tool_result","tool_use_id":"a","content":{{"{log}":"{log}","{log}x":[]}}}}]}}}}"#
             ),
         ];
+        // Many results in one line, long and short, some with escapes
+        // serde_json does not write: every one mapped back to its place.
+        let blocks: Vec<String> = (0..300)
+            .map(|i| {
+                let content = match i % 3 {
+                    0 => log.clone(),
+                    1 => format!("short {i}"),
+                    _ => long("\\u00e9 x"),
+                };
+                format!(r#"{{"type":"tool_result","tool_use_id":"id{i}","content":"{content}"}}"#)
+            })
+            .collect();
+        let mut cases = cases;
+        cases.push(format!(
+            r#"{{"type":"message","message":{{"role":"user","content":[{}]}}}}"#,
+            blocks.join(",")
+        ));
         let mut shadowed_lines = 0;
         for line in &cases {
             let line = line.as_bytes();
@@ -563,6 +581,7 @@ mod tests {
         }
         // Most of these are read through the shadow, not all handed back.
         assert!(shadowed_lines >= 5, "{shadowed_lines}");
+        assert!(cases.last().and_then(|l| shadowed(l.as_bytes())).is_some());
         // Broken UTF-8 in a long string.
         let mut bytes = cases[0].clone().into_bytes();
         let at = bytes.len() - 10;
