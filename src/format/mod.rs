@@ -458,25 +458,31 @@ impl Recent {
         (key as usize) % (RECENT_SLOTS / RECENT_WAYS)
     }
 
+    /// Where `key` sits in its set.
+    fn way(set: &[Option<(u128, u64)>; RECENT_WAYS], key: u128) -> Option<usize> {
+        set.iter()
+            .position(|slot| matches!(slot, Some((held, _)) if *held == key))
+    }
+
     fn get(&mut self, key: u128) -> Option<u64> {
         let set = self.sets.get_mut(Recent::set(key))?;
-        let way = set
-            .iter()
-            .position(|slot| matches!(slot, Some((held, _)) if *held == key))?;
+        let way = Recent::way(set, key)?;
         // Most recently used first.
         set[..=way].rotate_right(1);
         set[0].map(|(_, digest)| digest)
     }
 
-    /// Remember `digest` for `key`, in place of the set's least recently
-    /// used.
+    /// Remember `digest` for `key`, first in its set: in place of the
+    /// least recently used, or of itself when another thread put it in
+    /// while this one was digesting (the digest is made outside the lock).
     fn put(&mut self, key: u128, digest: u64) {
         if self.sets.is_empty() {
             self.sets
                 .resize(RECENT_SLOTS / RECENT_WAYS, [None; RECENT_WAYS]);
         }
         let set = &mut self.sets[Recent::set(key)];
-        set.rotate_right(1);
+        let way = Recent::way(set, key).unwrap_or(RECENT_WAYS - 1);
+        set[..=way].rotate_right(1);
         set[0] = Some((key, digest));
     }
 }
@@ -1093,6 +1099,14 @@ mod tests {
             remembered(&recent, s, digest);
         }
         assert_eq!(long_way.replace(0), 0, "the last four are held");
+        // A key put in twice (two threads digesting it at once) takes one
+        // slot, not two: the other three stay.
+        let raced = xxhash_rust::xxh3::xxh3_128(one_set[1].as_bytes());
+        recent.lock().unwrap().put(raced, one_set[1].len() as u64);
+        for s in &one_set[1..] {
+            remembered(&recent, s, digest);
+        }
+        assert_eq!(long_way.replace(0), 0, "the four are still held");
         remembered(&recent, &one_set[0], digest);
         assert_eq!(long_way.get(), 1, "the first was evicted");
     }

@@ -210,7 +210,7 @@ impl<'l> Rebase<'l, '_> {
 }
 
 /// What a scan of one JSON string found.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 struct Scanned {
     /// Index of the closing quote.
     end: usize,
