@@ -216,7 +216,7 @@ impl Connection {
 
     fn on_body(&mut self, body: &[u8]) {
         let direct = ReplySink::Direct(self.shared.outbox.clone());
-        let value: Value = match crate::json::from_slice(body) {
+        let value: Value = match crate::json::request_from_slice(body) {
             Ok(value) => value,
             Err(err @ ParseError::TooDeep { .. }) => {
                 // Valid JSON the server will not hold: answer the request

@@ -1,5 +1,6 @@
 //! A message body as the server reads it: parsed at any depth (or refused,
-//! with the id still found), classified, and its params decoded as every
+//! with the id still found), the same with its long strings lifted,
+//! classified, and its params decoded as every
 //! method's params type in turn. Nothing may panic.
 #![no_main]
 
@@ -19,9 +20,18 @@ impl MethodVisitor for DecodeAll {
 }
 
 fuzz_target!(|data: &[u8]| {
+    // Long strings lifted out of serde_json's way or not, the same answer.
+    let lifted = toolwire::json::lifted::from_slice(data);
     let value: Value = match toolwire::json::from_slice(data) {
-        Ok(value) => value,
-        Err(_) => {
+        Ok(value) => {
+            assert_eq!(lifted.ok().as_ref(), Some(&value));
+            value
+        }
+        Err(err) => {
+            assert_eq!(
+                lifted.err().map(|e| e.to_string()),
+                Some(err.to_string())
+            );
             let _ = toolwire::json::request_id(data);
             return;
         }

@@ -19,6 +19,9 @@
 //! bound keeps that within the threads' stacks (see `crate::process` for
 //! their size).
 
+pub mod lifted;
+pub(crate) mod strings;
+
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -65,6 +68,17 @@ pub fn from_slice<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, ParseErr
             Ok(value)
         }
         Err(err) => Err(ParseError::Syntax(err)),
+    }
+}
+
+/// A request's body as a value: [`from_slice`], with a large body's long
+/// strings unescaped here rather than by serde_json ([`lifted`]); the same
+/// value, or the same error, either way.
+pub fn request_from_slice(bytes: &[u8]) -> Result<Value, ParseError> {
+    if bytes.len() >= lifted::LARGE {
+        lifted::from_slice(bytes)
+    } else {
+        from_slice(bytes)
     }
 }
 

@@ -1,0 +1,284 @@
+//! A large request parsed with its long strings lifted out of serde_json's
+//! way.
+//!
+//! A `budget/apply` request is mostly tool output: tens of MB in a few
+//! hundred strings, each with an escaped newline every line, and serde_json
+//! reads those a byte at a time. Here every string of the body is scanned
+//! 64 bytes at a time ([`super::strings`]) instead, and a copy of the body
+//! is made in which each long string stands replaced by a short marker,
+//! `"\u0000<n>"`. serde_json parses that copy into the request's value, and
+//! each marker is then swapped for its string, unescaped here from the
+//! body.
+//!
+//! The value is the one serde_json would build from the body:
+//!
+//! - Outside strings a quote always opens one, so the scan finds the
+//!   strings serde_json would; a marker is a string in the same place, so
+//!   the structure is unchanged, duplicate keys included.
+//! - Only a string the scan found valid for every use is lifted (no raw
+//!   control character, only escapes JSON has, no `\u` escape of a
+//!   surrogate, which serde_json judges by what follows), and keys never
+//!   are.
+//! - No string of the body may hold a NUL (`\u0000`), the one character a
+//!   marker starts with: a body that has one is parsed the ordinary way.
+//! - Whatever goes wrong (an invalid string, a copy serde_json refuses,
+//!   broken UTF-8 in a lifted string) sends the body to the ordinary parse,
+//!   whose answer, error or value, is the one given.
+//!
+//! `tests::lifted_strings_parse_as_serde_json_does` and the `params` fuzz
+//! target hold the two to the same answers.
+
+use serde_json::Value;
+
+use super::ParseError;
+use super::strings::{Text, scan_string_into, unescape};
+
+/// Bodies shorter than this take the ordinary parse: lifting pays for its
+/// second copy only where there is much to lift.
+pub const LARGE: usize = 64 * 1024;
+
+/// Strings at least this long are lifted.
+const LONG: usize = 256;
+
+/// The first character of every marker; no string of a lifted body has it.
+const MARK: char = '\0';
+
+/// Parse `body` as [`super::from_slice`] would, long strings kept away from
+/// serde_json (see the module's notes). Used for bodies of [`LARGE`] or
+/// more; any body gets the same answer.
+pub fn from_slice(body: &[u8]) -> Result<Value, ParseError> {
+    lifted(body).map_or_else(|| super::from_slice(body), Ok)
+}
+
+/// The value, or `None` when the body must take the ordinary parse.
+fn lifted(body: &[u8]) -> Option<Value> {
+    let (copy, mut strings) = lift(body)?;
+    if strings.is_empty() {
+        return None;
+    }
+    let mut value: Value = super::from_slice(&copy).ok()?;
+    drop(copy);
+    let mut put = Put {
+        body,
+        done: vec![false; strings.len()],
+        strings: &mut strings,
+    };
+    put.value(&mut value).then_some(value)
+}
+
+/// A string lifted out of the body.
+struct Lifted {
+    /// Where it lies in the body, without its quotes.
+    raw: std::ops::Range<usize>,
+    /// Its text, when its scan wrote it whole.
+    text: Option<Vec<u8>>,
+}
+
+/// `body` with its long strings replaced by markers, and those strings;
+/// `None` when the body has an invalid string or a NUL in one.
+///
+/// Every string's text is written by its scan into one buffer, and a long
+/// string's is copied out of it: the long strings are unescaped in the
+/// same pass that finds them.
+fn lift(body: &[u8]) -> Option<(Vec<u8>, Vec<Lifted>)> {
+    let mut copy = Vec::new();
+    let mut strings = Vec::new();
+    let mut text = Text {
+        bytes: Vec::new(),
+        whole: true,
+    };
+    let mut copied = 0;
+    let mut at = 0;
+    while let Some(i) = memchr::memchr(b'"', &body[at..]) {
+        let open = at + i;
+        text.bytes.clear();
+        text.whole = true;
+        let string = scan_string_into(body, open + 1, &mut text)?;
+        if string.nul {
+            return None;
+        }
+        let end = string.end;
+        at = end + 1;
+        if end - (open + 1) < LONG || string.surrogate || is_key(&body[at..]) {
+            continue;
+        }
+        if copy.is_empty() {
+            copy.reserve(body.len() / 8);
+        }
+        copy.extend_from_slice(&body[copied..=open]);
+        copy.extend_from_slice(b"\\u0000");
+        copy.extend_from_slice(strings.len().to_string().as_bytes());
+        strings.push(Lifted {
+            raw: open + 1..end,
+            // A copy of its own size: the string lives on in the value,
+            // and a buffer grown by doubling would hold up to twice that.
+            text: text.whole.then(|| text.bytes.clone()),
+        });
+        copied = end;
+    }
+    copy.extend_from_slice(&body[copied..]);
+    Some((copy, strings))
+}
+
+/// Whether the string just closed is an object's key: a colon follows.
+fn is_key(after: &[u8]) -> bool {
+    after
+        .iter()
+        .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+        .is_some_and(|&b| b == b':')
+}
+
+/// Puts each lifted string back where its marker is.
+struct Put<'a> {
+    body: &'a [u8],
+    strings: &'a mut [Lifted],
+    /// Which markers were met (a duplicate key may drop some).
+    done: Vec<bool>,
+}
+
+impl Put<'_> {
+    /// `false` when a string cannot be put back: the ordinary parse
+    /// decides then.
+    fn value(&mut self, value: &mut Value) -> bool {
+        match value {
+            Value::String(s) if s.starts_with(MARK) => {
+                let Some(n) = s[MARK.len_utf8()..].parse::<usize>().ok() else {
+                    return false;
+                };
+                let (Some(string), Some(done)) = (self.strings.get_mut(n), self.done.get_mut(n))
+                else {
+                    return false;
+                };
+                if std::mem::replace(done, true) {
+                    return false;
+                }
+                let text = match string.text.take() {
+                    Some(bytes) => String::from_utf8(bytes).ok(),
+                    // Its scan gave up: unescaped apart.
+                    None => unescape(&self.body[string.raw.clone()]),
+                };
+                match text {
+                    Some(text) => {
+                        *s = text;
+                        true
+                    }
+                    None => false,
+                }
+            }
+            Value::Array(items) => items.iter_mut().all(|v| self.value(v)),
+            Value::Object(map) => map.values_mut().all(|v| self.value(v)),
+            _ => true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both parses' answers: the value, or that there was an error.
+    fn both(body: &[u8]) -> (Result<Value, String>, Result<Value, String>) {
+        let ordinary = super::super::from_slice::<Value>(body).map_err(|e| e.to_string());
+        let lifted = from_slice(body).map_err(|e| e.to_string());
+        (lifted, ordinary)
+    }
+
+    fn long(text: &str) -> String {
+        text.repeat(LONG / text.len().max(1) + 2)
+    }
+
+    #[test]
+    fn lifted_strings_parse_as_serde_json_does() {
+        let log = long("src/a.rs:1: error \\\"x\\\" \\n\\t");
+        let cases: Vec<String> = vec![
+            format!(r#"{{"a":"{log}","b":["{log}",1,"x",{{"c":"{log}"}}]}}"#),
+            // Escapes of every kind, and characters beyond ASCII.
+            format!(
+                r#"["{}", "{}"]"#,
+                long("\\u00e9\\/ é \\b\\f\\r"),
+                long("€𝄞")
+            ),
+            // Long keys stay; a duplicate key drops its first value.
+            format!(r#"{{"{log}":"{log}","k":"{log}","k":"{log}x"}}"#),
+            // Surrogate escapes, paired and not, are serde_json's to judge.
+            format!(r#"["{log}\ud83d\ude00","{log}\ud800"]"#),
+            format!(r#"["{log}\ud800x"]"#),
+            // A NUL anywhere: the ordinary parse.
+            format!(r#"["{log}","\u0000"]"#),
+            format!(r#"["{log}\u0000"]"#),
+            // Something that looks like a marker but is not one.
+            format!(r#"["{log}","\\u00000"]"#),
+            // Invalid around or in long strings.
+            format!(r#"["{log}" "{log}"]"#),
+            format!(r#"["{log}"] x"#),
+            format!("[\"{log}\u{1}\"]"),
+            format!(r#"["{log}\x"]"#),
+            format!(r#"["{log}\u12"]"#),
+            format!(r#"["{log}"#),
+            format!(r#"{{"{log}"}}"#),
+            format!(r#"{{"a" : "{log}" }}"#),
+            // No long string at all.
+            r#"{"a":[1,2.50,-0,1e400,"x"]}"#.to_string(),
+        ];
+        let mut lifted = 0;
+        for body in &cases {
+            let body = body.as_bytes();
+            let (fast, plain) = both(body);
+            assert_eq!(
+                fast.is_ok(),
+                plain.is_ok(),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+            if let (Ok(fast), Ok(plain)) = (&fast, &plain) {
+                assert_eq!(fast, plain, "{}", String::from_utf8_lossy(body));
+                assert_eq!(
+                    serde_json::to_string(fast).unwrap(),
+                    serde_json::to_string(plain).unwrap()
+                );
+            }
+            lifted += usize::from(self::lifted(body).is_some());
+        }
+        assert!(lifted >= 5, "{lifted}");
+        // Broken UTF-8 in a long string.
+        let mut bytes = cases[0].clone().into_bytes();
+        bytes[10] = 0xff;
+        let (fast, plain) = both(&bytes);
+        assert!(fast.is_err() && plain.is_err());
+        assert_eq!(fast, plain);
+    }
+
+    #[test]
+    fn random_strings_are_put_back_as_they_were() {
+        let pieces: [&str; 10] = [
+            "\\n",
+            "\\\"",
+            "\\\\",
+            "\\/",
+            "\\u00e9",
+            "\\u20ac",
+            "é",
+            "𝄞",
+            "\\ud83d\\ude00",
+            " ",
+        ];
+        let mut rng = fastrand::Rng::with_seed(5);
+        for _ in 0..2_000 {
+            let mut items = Vec::new();
+            for _ in 0..rng.usize(1..6) {
+                let mut s = String::new();
+                for _ in 0..rng.usize(0..400) {
+                    if rng.u8(..) < 200 {
+                        s.push_str("abcdefg");
+                    } else {
+                        s.push_str(pieces[rng.usize(..pieces.len())]);
+                    }
+                }
+                items.push(format!("\"{s}\""));
+            }
+            let body = format!(r#"{{"xs":[{}]}}"#, items.join(","));
+            let (fast, plain) = both(body.as_bytes());
+            assert_eq!(fast, plain, "{body}");
+        }
+    }
+}
