@@ -40,6 +40,10 @@ pub const LARGE: usize = 64 * 1024;
 /// Strings at least this long are lifted.
 const LONG: usize = 256;
 
+/// How far into a body its long strings must already make up a quarter of
+/// it for lifting to go on.
+const PROBE: usize = 256 * 1024;
+
 /// The first character of every marker; no string of a lifted body has it.
 const MARK: char = '\0';
 
@@ -75,7 +79,9 @@ struct Lifted {
 }
 
 /// `body` with its long strings replaced by markers, and those strings;
-/// `None` when the body has an invalid string or a NUL in one.
+/// `None` when the body has an invalid string or a NUL in one, or when
+/// long strings are under a quarter of its first [`PROBE`] bytes (of its
+/// first quarter, if shorter).
 ///
 /// Every string's text is written by its scan into one buffer, and a long
 /// string's is copied out of it: the long strings are unescaped in the
@@ -89,6 +95,9 @@ fn lift(body: &[u8]) -> Option<(Vec<u8>, Vec<Lifted>)> {
     };
     let mut copied = 0;
     let mut at = 0;
+    // Bytes of the body in long strings, and where they are counted.
+    let mut lifted = 0;
+    let probe = PROBE.min(body.len() / 4);
     while let Some(i) = memchr::memchr(b'"', &body[at..]) {
         let open = at + i;
         text.bytes.clear();
@@ -98,8 +107,18 @@ fn lift(body: &[u8]) -> Option<(Vec<u8>, Vec<Lifted>)> {
             return None;
         }
         let end = string.end;
-        at = end + 1;
-        if end - (open + 1) < LONG || string.surrogate || is_key(&body[at..]) {
+        let (from, to) = (at, end + 1);
+        at = to;
+        let long = end - (open + 1) >= LONG && !string.surrogate && !is_key(&body[at..]);
+        if long {
+            lifted += to - open;
+        }
+        if from < probe && to >= probe && lifted * 4 < to {
+            // Mostly short strings so far (a pair of many small calls):
+            // the scan would be spent for little, on top of serde_json's.
+            return None;
+        }
+        if !long {
             continue;
         }
         if copy.is_empty() {
@@ -245,6 +264,25 @@ mod tests {
         bytes[10] = 0xff;
         let (fast, plain) = both(&bytes);
         assert!(fast.is_err() && plain.is_err());
+        assert_eq!(fast, plain);
+    }
+
+    #[test]
+    fn a_body_of_short_strings_is_left_to_serde_json() {
+        let short: Vec<String> = (0..20_000).map(|i| format!("toolu_{i:07}")).collect();
+        let body = serde_json::to_vec(&serde_json::json!({"ids": short})).unwrap();
+        assert!(body.len() > PROBE);
+        assert!(lifted(&body).is_none());
+        let (fast, plain) = both(&body);
+        assert_eq!(fast, plain);
+        // Long strings past the probe, after short ones: lifted.
+        let log = long("line\\n");
+        let mut items: Vec<String> = (0..1_000).map(|i| format!(r#""id{i}""#)).collect();
+        items.extend((0..2_000).map(|_| format!(r#""{log}""#)));
+        let body = format!("[{}]", items.join(","));
+        assert!(body.len() > PROBE);
+        assert!(lifted(body.as_bytes()).is_some());
+        let (fast, plain) = both(body.as_bytes());
         assert_eq!(fast, plain);
     }
 
