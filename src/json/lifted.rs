@@ -64,7 +64,6 @@ fn lifted(body: &[u8]) -> Option<Value> {
     drop(copy);
     let mut put = Put {
         body,
-        done: vec![false; strings.len()],
         strings: &mut strings,
     };
     put.value(&mut value).then_some(value)
@@ -76,6 +75,8 @@ struct Lifted {
     raw: std::ops::Range<usize>,
     /// Its text, when its scan wrote it whole.
     text: Option<Vec<u8>>,
+    /// Put back already (a marker met twice is no marker of ours).
+    put: bool,
 }
 
 /// `body` with its long strings replaced by markers, and those strings;
@@ -96,7 +97,7 @@ fn lift(body: &[u8]) -> Option<(Vec<u8>, Vec<Lifted>)> {
     let mut copied = 0;
     let mut at = 0;
     // Bytes of the body in long strings, and where they are counted.
-    let mut lifted = 0;
+    let mut long_bytes = 0;
     let probe = PROBE.min(body.len() / 4);
     while let Some(i) = memchr::memchr(b'"', &body[at..]) {
         let open = at + i;
@@ -111,9 +112,9 @@ fn lift(body: &[u8]) -> Option<(Vec<u8>, Vec<Lifted>)> {
         at = to;
         let long = end - (open + 1) >= LONG && !string.surrogate && !is_key(&body[at..]);
         if long {
-            lifted += to - open;
+            long_bytes += to - open;
         }
-        if from < probe && to >= probe && lifted * 4 < to {
+        if from < probe && to >= probe && long_bytes * 4 < to {
             // Mostly short strings so far (a pair of many small calls):
             // the scan would be spent for little, on top of serde_json's.
             return None;
@@ -132,6 +133,7 @@ fn lift(body: &[u8]) -> Option<(Vec<u8>, Vec<Lifted>)> {
             // A copy of its own size: the string lives on in the value,
             // and a buffer grown by doubling would hold up to twice that.
             text: text.whole.then(|| text.bytes.clone()),
+            put: false,
         });
         copied = end;
     }
@@ -147,12 +149,11 @@ fn is_key(after: &[u8]) -> bool {
         .is_some_and(|&b| b == b':')
 }
 
-/// Puts each lifted string back where its marker is.
+/// Puts each lifted string back where its marker is (a duplicate key may
+/// have dropped some).
 struct Put<'a> {
     body: &'a [u8],
     strings: &'a mut [Lifted],
-    /// Which markers were met (a duplicate key may drop some).
-    done: Vec<bool>,
 }
 
 impl Put<'_> {
@@ -164,11 +165,10 @@ impl Put<'_> {
                 let Some(n) = s[MARK.len_utf8()..].parse::<usize>().ok() else {
                     return false;
                 };
-                let (Some(string), Some(done)) = (self.strings.get_mut(n), self.done.get_mut(n))
-                else {
+                let Some(string) = self.strings.get_mut(n) else {
                     return false;
                 };
-                if std::mem::replace(done, true) {
+                if std::mem::replace(&mut string.put, true) {
                     return false;
                 }
                 let text = match string.text.take() {

@@ -28,12 +28,9 @@ pub(crate) trait Sink {
     /// Whether anything is written at all (the scan is compiled without
     /// the writing when not).
     const WRITES: bool;
-    /// Bytes of the string that stand for themselves.
-    fn copy(&mut self, bytes: &[u8]);
-    /// `s[from..to]`, bytes that stand for themselves (at most 64).
-    fn copy_run(&mut self, s: &[u8], from: usize, to: usize) {
-        self.copy(&s[from..to]);
-    }
+    /// `s[from..to]` (at most 64 bytes), bytes of the string that stand
+    /// for themselves.
+    fn copy(&mut self, s: &[u8], from: usize, to: usize);
     /// The byte a two-byte escape stands for.
     fn push(&mut self, byte: u8);
     /// The scan went on a byte at a time (a `\u` escape, or the end of the
@@ -44,7 +41,7 @@ pub(crate) trait Sink {
 /// A scan that writes nothing.
 impl Sink for () {
     const WRITES: bool = false;
-    fn copy(&mut self, _: &[u8]) {}
+    fn copy(&mut self, _: &[u8], _: usize, _: usize) {}
     fn push(&mut self, _: u8) {}
     fn give_up(&mut self) {}
 }
@@ -57,10 +54,7 @@ pub(crate) struct Text {
 
 impl Sink for Text {
     const WRITES: bool = true;
-    fn copy(&mut self, bytes: &[u8]) {
-        self.bytes.extend_from_slice(bytes);
-    }
-    fn copy_run(&mut self, s: &[u8], from: usize, to: usize) {
+    fn copy(&mut self, s: &[u8], from: usize, to: usize) {
         // 64 bytes from `from` on, copied whole (a copy of fixed size, no
         // call), then cut back: cheaper than a copy of the exact length.
         match s.get(from..from + 64).map(<&[u8; 64]>::try_from) {
@@ -135,7 +129,7 @@ pub(crate) fn scan_string_into<S: Sink>(s: &[u8], start: usize, sink: &mut S) ->
                 // The backslash is at `i - 1`, or ended the block before.
                 let backslash = i.saturating_sub(1);
                 if backslash > from {
-                    sink.copy_run(s, at + from, at + backslash);
+                    sink.copy(s, at + from, at + backslash);
                 }
                 sink.push(UNESCAPED[byte as usize]);
                 from = i + 1;
@@ -150,7 +144,7 @@ pub(crate) fn scan_string_into<S: Sink>(s: &[u8], start: usize, sink: &mut S) ->
         if ends != 0 {
             let end = ends.trailing_zeros() as usize;
             if S::WRITES && end > from {
-                sink.copy_run(s, at + from, at + end);
+                sink.copy(s, at + from, at + end);
             }
             scanned.end = at + end;
             return Some(scanned);
@@ -159,7 +153,7 @@ pub(crate) fn scan_string_into<S: Sink>(s: &[u8], start: usize, sink: &mut S) ->
             // A backslash ending the block belongs to the next one's escape.
             let end = 64 - carried as usize;
             if end > from {
-                sink.copy_run(s, at + from, at + end);
+                sink.copy(s, at + from, at + end);
             }
         }
         at += 64;
