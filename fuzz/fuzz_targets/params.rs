@@ -1,7 +1,7 @@
 //! A message body as the server reads it: parsed at any depth (or refused,
-//! with the id still found), the same with its long strings lifted,
-//! classified, and its params decoded as every
-//! method's params type in turn. Nothing may panic.
+//! with the id still found), parsed again with its long strings lifted (to
+//! the same answer), classified, and its params decoded as every method's
+//! params type in turn. Nothing may panic.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

@@ -4,7 +4,7 @@
 //! A `budget/apply` request is mostly tool output: tens of MB in a few
 //! hundred strings, each with an escaped newline every line, and serde_json
 //! reads those a byte at a time. Here every string of the body is scanned
-//! 64 bytes at a time ([`super::strings`]) instead, and a copy of the body
+//! 64 bytes at a time (`super::strings`) instead, and a copy of the body
 //! is made in which each long string stands replaced by a short marker,
 //! `"\u0000<n>"`. serde_json parses that copy into the request's value, and
 //! each marker is then swapped for its string, unescaped here from the
@@ -238,6 +238,14 @@ mod tests {
             format!(r#"{{"a" : "{log}" }}"#),
             // No long string at all.
             r#"{"a":[1,2.50,-0,1e400,"x"]}"#.to_string(),
+            // Deeper than serde_json's own limit, within toolwire's, and
+            // beyond it.
+            format!("{}\"{log}\"{}", "[".repeat(500), "]".repeat(500)),
+            format!(
+                "{}\"{log}\"{}",
+                "[".repeat(super::super::MAX_DEPTH + 1),
+                "]".repeat(super::super::MAX_DEPTH + 1)
+            ),
         ];
         let mut lifted = 0;
         for body in &cases {

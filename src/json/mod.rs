@@ -18,6 +18,10 @@
 //! transcript line or a reply, cloning, dropping) recurses too; the depth
 //! bound keeps that within the threads' stacks (see `crate::process` for
 //! their size).
+//!
+//! Beside it: `strings`, JSON strings scanned (and unescaped) 64 bytes
+//! at a time, and [`lifted`], a large request parsed with its long strings
+//! kept away from serde_json, to the same value or the same error.
 
 pub mod lifted;
 pub(crate) mod strings;
