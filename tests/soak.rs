@@ -3,8 +3,10 @@
 //! both, artifacts of varied sizes — killed with `SIGKILL` at varied
 //! moments, then restarted and checked:
 //!
-//! - every transcript (source and fork copies) ends on a whole line, holds
-//!   no tool call without its results, and is a prefix of what was sent;
+//! - every transcript (source and fork copies), once the restarted server
+//!   has opened it, ends on a whole line, holds no tool call without its
+//!   results, and is a prefix of what was sent (a kill inside a long write
+//!   can leave part of a line, which opening cuts);
 //! - every decision answered before the kill is still in force after it,
 //!   byte for byte (journaled ones from the transcript, budget-only ones by
 //!   being decided again identically);
@@ -233,13 +235,23 @@ async fn trial(trial: u64) -> usize {
     let (mut c, mut child) = spawn_binary(dir.path());
     c.initialize(dir.path(), options).await;
     let sessions = data.join("sessions");
-    check_transcript(&sessions.join("p.jsonl"), &conversation, trial);
+    // A kill can land inside the write of a long commit: the kernel stops
+    // a write between pages once a fatal signal is pending, so part of a
+    // line may be on disk. The server cuts it when it next opens the
+    // session, before anything reads the transcript through it: each
+    // transcript is checked as the restarted server has opened it.
+    let mut transcripts = vec![sessions.join("p.jsonl")];
     for entry in std::fs::read_dir(&sessions).into_iter().flatten() {
         let path = entry.unwrap().path();
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         if name.starts_with("fp") && name.ends_with(".jsonl") {
-            check_transcript(&path, &conversation, trial);
+            transcripts.push(path);
         }
+    }
+    for path in &transcripts {
+        let id = path.file_stem().unwrap().to_string_lossy().into_owned();
+        c.call("state/get", json!({"sessionId": id})).await;
+        check_transcript(path, &conversation, trial);
     }
 
     // Journaled decisions of `p` survive as they were answered.
