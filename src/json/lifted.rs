@@ -40,6 +40,10 @@ pub const LARGE: usize = 64 * 1024;
 /// Strings at least this long are lifted.
 const LONG: usize = 256;
 
+/// Texts at least this long are taken out of the scan's buffer instead of
+/// copied out of it.
+const HUGE: usize = 1 << 20;
+
 /// How far into a body its long strings must already make up a quarter of
 /// it for lifting to go on.
 const PROBE: usize = 256 * 1024;
@@ -128,11 +132,21 @@ fn lift(body: &[u8]) -> Option<(Vec<u8>, Vec<Lifted>)> {
         copy.extend_from_slice(&body[copied..=open]);
         copy.extend_from_slice(b"\\u0000");
         copy.extend_from_slice(strings.len().to_string().as_bytes());
+        let bytes = if text.bytes.len() >= HUGE {
+            // Taken rather than copied, so a string of hundreds of MB is
+            // not held twice; cut to its size (a block this large is
+            // mapped on its own, and shrinking it moves nothing).
+            let mut bytes = std::mem::take(&mut text.bytes);
+            bytes.shrink_to_fit();
+            bytes
+        } else {
+            // A copy of its own size: the string lives on in the value,
+            // and the buffer, grown by doubling, may be up to twice that.
+            text.bytes.clone()
+        };
         strings.push(Lifted {
             raw: open + 1..end,
-            // A copy of its own size: the string lives on in the value,
-            // and a buffer grown by doubling would hold up to twice that.
-            text: text.whole.then(|| text.bytes.clone()),
+            text: text.whole.then_some(bytes),
             put: false,
         });
         copied = end;
@@ -238,6 +252,8 @@ mod tests {
             format!(r#"{{"a" : "{log}" }}"#),
             // No long string at all.
             r#"{"a":[1,2.50,-0,1e400,"x"]}"#.to_string(),
+            // Strings long enough to be taken whole from the scan's buffer.
+            format!(r#"["{0}","{1}","{0}"]"#, "ab\\n".repeat(400_000), long("é")),
             // Deeper than serde_json's own limit, within toolwire's, and
             // beyond it.
             format!("{}\"{log}\"{}", "[".repeat(500), "]".repeat(500)),
