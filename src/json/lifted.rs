@@ -22,8 +22,9 @@
 //! - No string of the body may hold a NUL (`\u0000`), the one character a
 //!   marker starts with: a body that has one is parsed the ordinary way.
 //! - Whatever goes wrong (an invalid string, a copy serde_json refuses,
-//!   broken UTF-8 in a lifted string) sends the body to the ordinary parse,
-//!   whose answer, error or value, is the one given.
+//!   broken UTF-8 in a lifted string, checked as it is lifted because a
+//!   later duplicate key may drop it unseen) sends the body to the
+//!   ordinary parse, whose answer, error or value, is the one given.
 //!
 //! `tests::lifted_strings_parse_as_serde_json_does` and the `params` fuzz
 //! target hold the two to the same answers.
