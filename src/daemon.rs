@@ -214,6 +214,7 @@ pub async fn run_daemon(workspace: &Path, idle: Duration) -> io::Result<()> {
     tracing::info!("idle; daemon exiting");
     let _ = fs::remove_file(&paths.socket);
     server.registry.close_all().await;
+    let _ = tokio::task::spawn_blocking(crate::transcript::wal::close_all).await;
     drop(lock);
     Ok(())
 }

@@ -64,6 +64,7 @@ async fn serve(args: Args) -> Result<(), String> {
         served = proxy.clone().serve(listener) => served.map_err(|err| format!("accepting connections: {err}")),
         _ = tokio::signal::ctrl_c() => {
             proxy.registry().close_all().await;
+            let _ = tokio::task::spawn_blocking(toolwire::transcript::wal::close_all).await;
             Ok(())
         }
     }

@@ -129,6 +129,7 @@ fn serve() -> ExitCode {
         ));
         let end = connection.await;
         server.registry.close_all().await;
+        let _ = tokio::task::spawn_blocking(toolwire::transcript::wal::close_all).await;
         Ok(end)
     });
     let end = match end {

@@ -20,6 +20,10 @@ pub fn run(args: Args) -> ExitCode {
         .map_err(|err| format!("no workspace directory: {err}"))
         .and_then(|dir| toolwire::config::load(&dir, None).map_err(|err| err.to_string()))
         .and_then(|config| {
+            // Committed lines a power loss left in the commit log only go
+            // back into their transcripts first.
+            toolwire::transcript::wal::open(&config.data_dir)
+                .map_err(|err| format!("{}: commit log: {err}", config.data_dir.display()))?;
             stats::collect(&config.data_dir, args.session.as_deref())
                 .map_err(|err| format!("{}: {err}", config.data_dir.display()))
         });

@@ -211,6 +211,7 @@ where
     };
     drop(front);
     registry.close_all().await;
+    let _ = tokio::task::spawn_blocking(crate::transcript::wal::close_all).await;
     let _ = client_writer.await;
     Ok(code)
 }

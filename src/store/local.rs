@@ -15,6 +15,7 @@ use crate::transcript::Lines;
 use crate::transcript::fork;
 use crate::transcript::guard::Transition;
 use crate::transcript::reader::{self, SessionImage};
+use crate::transcript::wal;
 use crate::transcript::writer::{self, LogFileFactory, TranscriptWriter};
 
 /// Transcript files, opened through `files` (fault-injecting in tests).
@@ -44,13 +45,12 @@ impl SessionStore for Local<'_> {
         fsync: bool,
         create: bool,
     ) -> Result<Outcome> {
-        let key = key.clone();
-        let files = self.files.clone();
         let mut created = false;
         if loaded.transcript.is_none() {
             if !create {
                 return Ok(Outcome::NOTHING);
             }
+            let (key, files) = (key.clone(), self.files.clone());
             let writer = tokio::task::spawn_blocking(move || create_transcript(&key, &*files))
                 .await
                 .map_err(|err| Error::Internal(format!("creating transcript: {err}")))??;
@@ -70,35 +70,41 @@ impl SessionStore for Local<'_> {
         if lines.is_empty() && header.is_none() {
             return Ok(Outcome::WRITTEN);
         }
-        let commit = move || {
-            let mut writer = transcript.lock().unwrap_or_else(|p| p.into_inner());
-            let outcome = match header {
-                // A new transcript starts with the line naming its format,
-                // in the same commit as its first lines.
-                Some(mut bytes) => {
-                    bytes.extend_from_slice(&lines.bytes);
-                    writer.commit(&bytes, fsync)
-                }
-                None => writer.commit(&lines.bytes, fsync),
-            };
-            if outcome.is_err() && created && writer.is_empty() {
-                // The first append of a new session was refused: the session
-                // must not come into being as an empty file. Removed while
-                // still locked, so no other process ever sees it.
-                let _ = std::fs::remove_file(writer.path());
+        let bytes = match header {
+            // A new transcript starts with the line naming its format, in
+            // the same commit as its first lines.
+            Some(mut bytes) => {
+                bytes.extend_from_slice(&lines.bytes);
+                bytes
             }
-            outcome
+            None => lines.bytes,
         };
-        let outcome = if fsync {
-            // fdatasync blocks for the device: keep it off the async workers.
-            tokio::task::spawn_blocking(commit)
-                .await
-                .map_err(|err| Error::Internal(format!("writing transcript: {err}")))?
-        } else {
+        let wal = (fsync && bytes.len() <= wal::MAX_RECORD)
+            .then(|| wal::get(&key.data_dir))
+            .flatten();
+        let outcome = match wal {
+            Some(wal) => logged_commit(&wal, &transcript, &bytes).await,
+            None if fsync => {
+                // fdatasync blocks for the device: keep it off the async
+                // workers.
+                let transcript = transcript.clone();
+                tokio::task::spawn_blocking(move || lock_writer(&transcript).commit(&bytes, fsync))
+                    .await
+                    .map_err(|err| Error::Internal(format!("writing transcript: {err}")))?
+            }
             // An append to the page cache is as quick as a thread handoff.
-            commit()
+            None => lock_writer(&transcript).commit(&bytes, fsync),
         };
         if outcome.is_err() && created {
+            let writer = lock_writer(&transcript);
+            if writer.is_empty() {
+                // The first append of a new session was refused: the
+                // session must not come into being as an empty file.
+                // Removed while still locked, so no other process ever
+                // sees it.
+                let _ = std::fs::remove_file(writer.path());
+            }
+            drop(writer);
             loaded.transcript = None;
         }
         outcome.map(|()| Outcome::WRITTEN)
@@ -218,6 +224,12 @@ fn fork_transcript(
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
     let parent = std::fs::File::open(from).map_err(|err| Error::storage(from, &err))?;
+    // The parent's last commits may be durable in the commit log only,
+    // which names the parent's path: once the fork links the parent's
+    // bytes, they must be on the disk whatever later happens at that path.
+    parent
+        .sync_data()
+        .map_err(|err| Error::storage(from, &err))?;
     let (line, links) =
         fork::start_fork(parent_id, &parent, from, len, &fork_id).map_err(storage)?;
     let written = (|| {
@@ -260,7 +272,50 @@ fn fork_transcript(
     written
 }
 
+fn lock_writer(
+    transcript: &Mutex<TranscriptWriter>,
+) -> std::sync::MutexGuard<'_, TranscriptWriter> {
+    transcript.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A small durable commit: appended to the transcript here (the page
+/// cache), made durable by the data directory's commit log together with
+/// the other sessions' commits of the same moment. Should the log be
+/// unable to, the transcript is synced itself, as without a log.
+async fn logged_commit(
+    wal: &std::sync::Arc<wal::Wal>,
+    transcript: &Arc<Mutex<TranscriptWriter>>,
+    bytes: &[u8],
+) -> Result<()> {
+    let Some(record) = lock_writer(transcript).stage(bytes)? else {
+        return Ok(());
+    };
+    // The session's commits run one at a time: nothing else writes this
+    // transcript until the commit settles.
+    let logged = match wal.submit(record) {
+        Ok(ack) => ack.await.unwrap_or(false),
+        Err(wal::NotLogged) => false,
+    };
+    let len = bytes.len();
+    if logged {
+        return lock_writer(transcript).settle(len, false);
+    }
+    let transcript = transcript.clone();
+    tokio::task::spawn_blocking(move || lock_writer(&transcript).settle(len, true))
+        .await
+        .map_err(|err| Error::Internal(format!("writing transcript: {err}")))?
+}
+
+/// Recover the data directory's commit logs left by dead processes, once
+/// per process, before any of its transcripts is read or written.
+fn recovered(key: &SessionKey) -> Result<()> {
+    wal::open(&key.data_dir)
+        .map(drop)
+        .map_err(|err| Error::storage(&key.data_dir.join("wal"), &err))
+}
+
 fn create_transcript(key: &SessionKey, files: &dyn LogFileFactory) -> Result<TranscriptWriter> {
+    recovered(key)?;
     let path = key.transcript_path();
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|err| Error::storage(dir, &err))?;
@@ -274,6 +329,7 @@ fn create_transcript(key: &SessionKey, files: &dyn LogFileFactory) -> Result<Tra
 }
 
 fn load_from_disk(key: &SessionKey, files: &dyn LogFileFactory) -> Result<Loaded> {
+    recovered(key)?;
     let path = key.transcript_path();
     let mut loaded = Loaded::default();
     match std::fs::symlink_metadata(&path) {

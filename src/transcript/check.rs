@@ -72,6 +72,7 @@ pub fn check_messages<'m>(
 /// Check a transcript file (a regular file of a known format).
 /// Read in `format`, else in the format its lines say.
 pub fn check_file(format: Option<Format>, path: &Path) -> Result<TranscriptCheckResult> {
+    super::wal::recover_beside(path).map_err(|err| crate::error::Error::storage(path, &err))?;
     let (_file, input, _) = repair::read_regular_shared(path)?;
     let (content, input) = repair::transcript_of(path, input)?;
     let parsed = repair::parse(&input);

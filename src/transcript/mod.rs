@@ -17,6 +17,7 @@ pub mod guard;
 pub mod reader;
 pub mod repair;
 mod shadow;
+pub mod wal;
 pub mod writer;
 
 use serde::Serialize;

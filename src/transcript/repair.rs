@@ -366,6 +366,9 @@ pub fn repair_file(
     format: Option<Format>,
     dry_run: bool,
 ) -> Result<TranscriptRepairResult> {
+    // Committed lines a power loss left in the commit log only go back
+    // into the transcript before it is read.
+    super::wal::recover_beside(path).map_err(|err| Error::storage(path, &err))?;
     let (file, input, meta) = read_regular(path)?;
     let (content, input) = transcript_of(path, input)?;
     let foreign = content.filter(|c| !matches!(c, crate::import::Content::Transcript { .. }));

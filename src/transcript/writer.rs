@@ -1,15 +1,19 @@
 //! The durable transcript writer.
 //!
-//! Each commit is one append of complete lines followed (under `fsync`
-//! durability) by `fdatasync` before the caller is answered. A failed write
+//! Each commit is one append of complete lines, made durable (under
+//! `fsync` durability) before the caller is answered: by `fdatasync`, or,
+//! for a small commit, by the data directory's commit log ([`wal`]). A failed write
 //! is rolled back by truncating to the last committed length, so a full disk
 //! never leaves half a line behind in a file the server keeps using. The
 //! process holds an exclusive `flock` on every transcript it has open.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use super::wal;
 use crate::error::{Error, Result};
 
 /// The file operations a transcript needs. Behind a trait so tests can make
@@ -48,15 +52,25 @@ impl LogFileFactory for PlainFiles {
 }
 
 pub struct TranscriptWriter {
-    path: PathBuf,
+    path: Arc<Path>,
     file: Box<dyn LogFile>,
     len: u64,
+    /// Device and inode of the file, which a commit log record names.
+    identity: Option<(u64, u64)>,
 }
 
 impl TranscriptWriter {
     /// Adopt an opened, locked file whose committed length is `len`.
     pub fn new(path: PathBuf, file: Box<dyn LogFile>, len: u64) -> Self {
-        TranscriptWriter { path, file, len }
+        let identity = std::fs::metadata(&path)
+            .ok()
+            .map(|meta| (meta.dev(), meta.ino()));
+        TranscriptWriter {
+            path: Arc::from(path),
+            file,
+            len,
+            identity,
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -70,6 +84,51 @@ impl TranscriptWriter {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// Append `bytes` (complete lines) to the page cache, as the first half
+    /// of a commit whose durability the caller sees to: the record for
+    /// the commit log, or `None` (nothing written) when `bytes` is empty.
+    /// Until [`TranscriptWriter::settle`], the committed length stays
+    /// where it was; a failed append is rolled back here.
+    pub fn stage(&mut self, bytes: &[u8]) -> Result<Option<wal::Record>> {
+        if bytes.is_empty() {
+            return Ok(None);
+        }
+        let Some(file) = self.identity else {
+            return Err(Error::Internal(format!(
+                "{} has no device and inode to log",
+                self.path.display()
+            )));
+        };
+        if let Err(err) = self.file.append(bytes) {
+            self.rollback();
+            return Err(Error::storage(&self.path, &err));
+        }
+        Ok(Some(wal::Record {
+            path: self.path.clone(),
+            file,
+            offset: self.len,
+            data: bytes.to_vec(),
+        }))
+    }
+
+    /// Finish a staged commit of `len` bytes: durable in the commit log,
+    /// or (`sync`) made durable here. A failed sync is rolled back.
+    pub fn settle(&mut self, len: usize, sync: bool) -> Result<()> {
+        if sync && let Err(err) = self.file.sync() {
+            self.rollback();
+            return Err(Error::storage(&self.path, &err));
+        }
+        self.len += len as u64;
+        Ok(())
+    }
+
+    /// Take back whatever part of an unsettled commit reached the file.
+    pub fn rollback(&mut self) {
+        if let Err(undo) = self.file.truncate(self.len) {
+            tracing::error!(path = %self.path.display(), %undo, "could not roll back a failed commit; the torn tail is cut on next open");
+        }
     }
 
     /// Append `bytes` (complete lines) as one commit.
@@ -87,10 +146,7 @@ impl TranscriptWriter {
                 Ok(())
             }
             Err(err) => {
-                // Take back whatever part of the commit reached the file.
-                if let Err(undo) = self.file.truncate(self.len) {
-                    tracing::error!(path = %self.path.display(), %undo, "could not roll back a failed commit; the torn tail is cut on next open");
-                }
+                self.rollback();
                 Err(Error::storage(&self.path, &err))
             }
         }
