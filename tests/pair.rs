@@ -507,6 +507,34 @@ async fn an_unwritable_data_directory_is_a_storage_error() {
     append(&mut c, user_text("still serving")).await;
 }
 
+#[tokio::test]
+async fn a_commit_log_that_cannot_be_made_leaves_commits_durable_one_by_one() {
+    if !local_transcripts("a_commit_log_that_cannot_be_made_leaves_commits_durable_one_by_one") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // Where the data directory's commit log goes, a file is in the way.
+    let wal = dir.path().join(".toolwire/wal");
+    std::fs::create_dir_all(dir.path().join(".toolwire")).unwrap();
+    std::fs::write(&wal, "in the way").unwrap();
+    let (server, _storage) = matrix_server();
+    let (mut c, _t) = connect(server);
+    c.initialize(dir.path(), json!({"durability": "fsync"}))
+        .await;
+    for i in 0..20 {
+        let a = format!("a{i}");
+        let r = append(&mut c, assistant_calls(&[&a])).await;
+        assert_eq!(r["status"], json!("buffered"), "{r}");
+        let r = append(&mut c, results(&[(&a, "ok")])).await;
+        assert_eq!(r["status"], json!("committed"), "{r}");
+    }
+    let path = dir.path().join(".toolwire/sessions/s.jsonl");
+    let msgs = transcript_messages(&path);
+    assert_eq!(msgs.len(), 40);
+    assert_paired(&msgs);
+    assert_eq!(std::fs::read_to_string(&wal).unwrap(), "in the way");
+}
+
 // ----------------------------------------------------------- repair --
 
 fn write_lines(path: &Path, lines: &[Value], torn: Option<&str>) {

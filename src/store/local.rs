@@ -79,7 +79,8 @@ impl SessionStore for Local<'_> {
             }
             None => lines.bytes,
         };
-        let wal = (fsync && bytes.len() <= wal::MAX_RECORD)
+        let small = bytes.len() <= wal::MAX_RECORD;
+        let wal = (fsync && small && lock_writer(&transcript).loggable())
             .then(|| wal::get(&key.data_dir))
             .flatten();
         let outcome = match wal {

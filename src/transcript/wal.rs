@@ -198,7 +198,13 @@ impl Wal {
             let wal = self.clone();
             let thread = std::thread::Builder::new()
                 .name("toolwire-wal".into())
-                .spawn(move || wal.run())
+                .spawn(move || {
+                    let run = std::panic::AssertUnwindSafe(|| wal.clone().run());
+                    if std::panic::catch_unwind(run).is_err() {
+                        // No commit may wait on a thread that is gone.
+                        wal.disable();
+                    }
+                })
                 .map_err(|_| NotLogged)?;
             state.thread = Some(thread);
         }
@@ -414,18 +420,23 @@ pub fn get(data_dir: &Path) -> Option<Arc<Wal>> {
 /// The log of `data_dir`, after recovering what logs of dead processes
 /// hold for it (once per data directory and process). Blocking.
 pub fn open(data_dir: &Path) -> io::Result<Arc<Wal>> {
-    let mut wals = registry();
-    if let Some(wal) = wals.get(data_dir) {
-        return Ok(wal.clone());
+    if let Some(wal) = get(data_dir) {
+        return Ok(wal);
     }
+    // Outside the registry's lock, which commits take: recovery's own lock
+    // file makes a second caller wait until the first is done.
     let dir = data_dir.join("wal");
     recover(&dir)?;
-    let wal = Arc::new(Wal {
-        dir,
-        state: Mutex::new(State::default()),
-        wake: Condvar::new(),
-    });
-    wals.insert(data_dir.to_path_buf(), wal.clone());
+    let wal = registry()
+        .entry(data_dir.to_path_buf())
+        .or_insert_with(|| {
+            Arc::new(Wal {
+                dir,
+                state: Mutex::new(State::default()),
+                wake: Condvar::new(),
+            })
+        })
+        .clone();
     Ok(wal)
 }
 
@@ -479,7 +490,16 @@ pub fn recover(dir: &Path) -> io::Result<Recovered> {
     let mut done = Recovered::default();
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
-        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(done),
+        // Nothing there, or something in the way that is no log (the
+        // log cannot be made there either, and commits sync themselves).
+        Err(err)
+            if matches!(
+                err.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+            ) =>
+        {
+            return Ok(done);
+        }
         Err(err) => return Err(err),
     };
     // One recovery at a time: a second process waits for the first to

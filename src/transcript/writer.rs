@@ -2,10 +2,11 @@
 //!
 //! Each commit is one append of complete lines, made durable (under
 //! `fsync` durability) before the caller is answered: by `fdatasync`, or,
-//! for a small commit, by the data directory's commit log ([`wal`]). A failed write
-//! is rolled back by truncating to the last committed length, so a full disk
-//! never leaves half a line behind in a file the server keeps using. The
-//! process holds an exclusive `flock` on every transcript it has open.
+//! for a small commit, by the data directory's commit log ([`wal`]). A
+//! failed write is rolled back by truncating to the last committed length,
+//! so a full disk never leaves half a line behind in a file the server
+//! keeps using. The process holds an exclusive `flock` on every transcript
+//! it has open.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -84,6 +85,12 @@ impl TranscriptWriter {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// Whether a commit log record can name this file (its device and
+    /// inode were read when it was opened).
+    pub fn loggable(&self) -> bool {
+        self.identity.is_some()
     }
 
     /// Append `bytes` (complete lines) to the page cache, as the first half
