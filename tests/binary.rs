@@ -313,8 +313,31 @@ async fn a_power_loss_after_the_replies_is_undone_by_the_commit_log() {
             assert_paired(&transcript_messages(path));
         }
         assert!(!logs[0].exists(), "the orphan log is deleted once replayed");
-        child.start_kill().unwrap();
-        child.wait().await.unwrap();
+        // The restarted server logs its own commits, and a clean exit
+        // syncs the transcripts and leaves no log behind.
+        c.call(
+            "pair/append",
+            json!({"sessionId": "p1", "message": user_text("after restart")}),
+        )
+        .await;
+        let live_logs = || {
+            std::fs::read_dir(data.join("wal"))
+                .unwrap()
+                .filter(|e| {
+                    e.as_ref()
+                        .unwrap()
+                        .path()
+                        .extension()
+                        .is_some_and(|e| e == "wal")
+                })
+                .count()
+        };
+        assert_eq!(live_logs(), 1);
+        c.call("shutdown", Value::Null).await;
+        c.notify("exit", Value::Null).await;
+        assert_eq!(child.wait().await.unwrap().code(), Some(0));
+        assert_eq!(live_logs(), 0);
+        assert_paired(&transcript_messages(&data.join("sessions/p1.jsonl")));
     }
     assert!(restored > 0, "no trial had anything in the log to restore");
 }

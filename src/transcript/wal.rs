@@ -823,4 +823,40 @@ mod tests {
         // The same data directory has one log per process.
         assert!(Arc::ptr_eq(&wal, &open(&data_dir).unwrap()));
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_full_log_is_checkpointed_and_started_again() {
+        let root = tempfile::tempdir().unwrap();
+        let data_dir = root.path().join("data");
+        std::fs::create_dir_all(&data_dir).unwrap();
+        let wal = open(&data_dir).unwrap();
+        let t = data_dir.join("t.jsonl");
+        std::fs::write(&t, b"").unwrap();
+        // Three and a half logs' worth, in records of the largest size.
+        let data = vec![b'x'; MAX_RECORD];
+        let count = (SEGMENT as usize * 7 / 2) / MAX_RECORD;
+        let mut waits = Vec::new();
+        for i in 0..count {
+            let r = record(&t, (i * MAX_RECORD) as u64, &data);
+            waits.push(wal.submit(r).unwrap());
+        }
+        for w in waits {
+            assert!(w.await.unwrap());
+        }
+        let log = std::fs::read_dir(data_dir.join("wal"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.extension().is_some_and(|e| e == "wal"))
+            .unwrap();
+        // The file never grows; what it holds now is the last generation
+        // only, from the top.
+        assert_eq!(std::fs::metadata(&log).unwrap().len(), SEGMENT);
+        let live = decode(&std::fs::read(&log).unwrap());
+        let per_log = SEGMENT as usize / live[0].encoded_len();
+        assert!(!live.is_empty() && live.len() <= per_log, "{}", live.len());
+        assert_eq!(
+            live.last().unwrap().offset,
+            ((count - 1) * MAX_RECORD) as u64
+        );
+    }
 }
