@@ -254,11 +254,7 @@ async fn a_power_loss_after_the_replies_is_undone_by_the_commit_log() {
         child.wait().await.unwrap();
 
         let data = dir.path().join(".toolwire");
-        let logs: Vec<_> = std::fs::read_dir(data.join("wal"))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|e| e == "wal"))
-            .collect();
+        let logs = toolwire::transcript::wal::log_files(&data).unwrap();
         assert_eq!(logs.len(), 1, "{logs:?}");
         let records = toolwire::transcript::wal::decode(&std::fs::read(&logs[0]).unwrap());
         if records.is_empty() {
@@ -320,18 +316,7 @@ async fn a_power_loss_after_the_replies_is_undone_by_the_commit_log() {
             json!({"sessionId": "p1", "message": user_text("after restart")}),
         )
         .await;
-        let live_logs = || {
-            std::fs::read_dir(data.join("wal"))
-                .unwrap()
-                .filter(|e| {
-                    e.as_ref()
-                        .unwrap()
-                        .path()
-                        .extension()
-                        .is_some_and(|e| e == "wal")
-                })
-                .count()
-        };
+        let live_logs = || toolwire::transcript::wal::log_files(&data).unwrap().len();
         assert_eq!(live_logs(), 1);
         c.call("shutdown", Value::Null).await;
         c.notify("exit", Value::Null).await;

@@ -475,6 +475,18 @@ pub fn recover_beside(transcript: &Path) -> io::Result<()> {
     }
 }
 
+/// The named log files of `data_dir` (live or orphaned), for inspection.
+pub fn log_files(data_dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let mut logs = Vec::new();
+    for entry in std::fs::read_dir(data_dir.join("wal"))? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "wal") {
+            logs.push(path);
+        }
+    }
+    Ok(logs)
+}
+
 /// What [`recover`] did.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Recovered {
@@ -785,12 +797,25 @@ mod tests {
         assert_eq!(std::fs::read(&t).unwrap(), b"kept\n");
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn commits_are_logged_in_batches_and_checkpointed() {
+    /// A fresh data directory and its (not yet made) log.
+    fn data_dir_with_log() -> (tempfile::TempDir, PathBuf, Arc<Wal>) {
         let root = tempfile::tempdir().unwrap();
         let data_dir = root.path().join("data");
         std::fs::create_dir_all(&data_dir).unwrap();
         let wal = open(&data_dir).unwrap();
+        (root, data_dir, wal)
+    }
+
+    /// The one log file of `data_dir`.
+    fn the_log(data_dir: &Path) -> PathBuf {
+        let logs = log_files(data_dir).unwrap();
+        assert_eq!(logs.len(), 1, "{logs:?}");
+        logs.into_iter().next().unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn commits_are_logged_in_batches_and_checkpointed() {
+        let (_root, data_dir, wal) = data_dir_with_log();
         let mut waits = Vec::new();
         for i in 0..50u64 {
             let t = data_dir.join(format!("{}.jsonl", i % 5));
@@ -805,12 +830,7 @@ mod tests {
         for w in waits {
             assert!(w.await.unwrap());
         }
-        let logs: Vec<_> = std::fs::read_dir(data_dir.join("wal"))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|e| e == "wal"))
-            .collect();
-        assert_eq!(logs.len(), 1);
+        let logs = [the_log(&data_dir)];
         assert_eq!(std::fs::metadata(&logs[0]).unwrap().len(), SEGMENT);
         let live = decode(&std::fs::read(&logs[0]).unwrap());
         assert_eq!(live.len(), 50);
@@ -826,10 +846,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_full_log_is_checkpointed_and_started_again() {
-        let root = tempfile::tempdir().unwrap();
-        let data_dir = root.path().join("data");
-        std::fs::create_dir_all(&data_dir).unwrap();
-        let wal = open(&data_dir).unwrap();
+        let (_root, data_dir, wal) = data_dir_with_log();
         let t = data_dir.join("t.jsonl");
         std::fs::write(&t, b"").unwrap();
         // Three and a half logs' worth, in records of the largest size.
@@ -843,11 +860,7 @@ mod tests {
         for w in waits {
             assert!(w.await.unwrap());
         }
-        let log = std::fs::read_dir(data_dir.join("wal"))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .find(|p| p.extension().is_some_and(|e| e == "wal"))
-            .unwrap();
+        let log = the_log(&data_dir);
         // The file never grows; what it holds now is the last generation
         // only, from the top.
         assert_eq!(std::fs::metadata(&log).unwrap().len(), SEGMENT);
