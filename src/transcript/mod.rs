@@ -7,7 +7,8 @@
 //! {"type":"seen","toolUseIds":["..."],"digests":["..."]}
 //! ```
 //!
-//! [`writer`] appends commits durably, [`guard`] decides what a message
+//! [`writer`] appends commits durably ([`wal`] makes the small ones of
+//! many sessions durable with one sync), [`guard`] decides what a message
 //! appends (holding tool calls back until all their results are in),
 //! [`reader`] streams a transcript back, and [`repair`] rewrites a broken one.
 
