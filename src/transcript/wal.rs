@@ -48,6 +48,16 @@
 //! of the process: the waiting commits and every later one sync their
 //! transcripts themselves, as without a log, and the file is kept for the
 //! next start's recovery.
+//!
+//! Two cases recovery cannot tell apart, both needing a power loss on top
+//! of something else: a commit whose log sync failed *and* whose own sync
+//! then failed too is rolled back and answered with an error, yet its
+//! record may have reached the disk; if nothing was committed after it,
+//! replay puts it back. And a transcript removed and made again at the
+//! same path, given the same inode number by the file system, within the
+//! time the log still holds the old one's records (at most until the next
+//! checkpoint), could get an old record replayed if it is exactly as long
+//! as the old one was at that record.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
