@@ -29,6 +29,8 @@
 //! `tests::lifted_strings_parse_as_serde_json_does` and the `params` fuzz
 //! target hold the two to the same answers.
 
+use std::io::Write;
+
 use serde_json::Value;
 
 use super::ParseError;
@@ -138,7 +140,8 @@ fn lift(body: &[u8]) -> Option<(Vec<u8>, Vec<Lifted>)> {
         }
         copy.extend_from_slice(&body[copied..=open]);
         copy.extend_from_slice(b"\\u0000");
-        copy.extend_from_slice(strings.len().to_string().as_bytes());
+        // Written in place (a Vec never fails a write).
+        let _ = write!(copy, "{}", strings.len());
         let bytes = if text.bytes.len() >= HUGE {
             // Taken rather than copied, so a string of hundreds of MB is
             // not held twice; cut to its size (a block this large is
@@ -224,7 +227,7 @@ mod tests {
     }
 
     fn long(text: &str) -> String {
-        text.repeat(LONG / text.len().max(1) + 2)
+        crate::json::strings::repeated_past(text, LONG)
     }
 
     #[test]

@@ -370,6 +370,13 @@ fn specials(chunk: &[u8]) -> [u32; 4] {
     masks.map(|m| m as u32)
 }
 
+/// `text` repeated until it is longer than `len` bytes: a string past a
+/// scanner user's length threshold, for its tests.
+#[cfg(test)]
+pub(crate) fn repeated_past(text: &str, len: usize) -> String {
+    text.repeat(len / text.len().max(1) + 2)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

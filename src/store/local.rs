@@ -79,12 +79,11 @@ impl SessionStore for Local<'_> {
             }
             None => lines.bytes,
         };
-        let small = bytes.len() <= wal::MAX_RECORD;
-        let wal = (fsync && small && lock_writer(&transcript).loggable())
+        let wal = (fsync && bytes.len() <= wal::MAX_RECORD)
             .then(|| wal::get(&key.data_dir))
             .flatten();
         let outcome = match wal {
-            Some(wal) => logged_commit(&wal, &transcript, &bytes).await,
+            Some(wal) => logged_commit(&wal, &transcript, bytes).await,
             None if fsync => {
                 // fdatasync blocks for the device: keep it off the async
                 // workers.
@@ -138,8 +137,9 @@ impl SessionStore for Local<'_> {
         let writer = match source.transcript {
             Some((from, len)) => Some(
                 tokio::task::spawn_blocking(move || {
-                    fork_transcript(&parent_id, &from, len, &path)
-                        .map(|(file, len)| TranscriptWriter::new(path, files.wrap(file), len))
+                    let (file, len) = fork_transcript(&parent_id, &from, len, &path)?;
+                    let meta = file.metadata().map_err(|err| Error::storage(&path, &err))?;
+                    Ok::<_, Error>(TranscriptWriter::new(path, files.wrap(file), len, &meta))
                 })
                 .await
                 .map_err(|e| Error::Internal(e.to_string()))??,
@@ -286,8 +286,9 @@ fn lock_writer(
 async fn logged_commit(
     wal: &std::sync::Arc<wal::Wal>,
     transcript: &Arc<Mutex<TranscriptWriter>>,
-    bytes: &[u8],
+    bytes: Vec<u8>,
 ) -> Result<()> {
+    let len = bytes.len();
     let Some(record) = lock_writer(transcript).stage(bytes)? else {
         return Ok(());
     };
@@ -297,7 +298,6 @@ async fn logged_commit(
         Ok(ack) => ack.await.unwrap_or(false),
         Err(wal::NotLogged) => false,
     };
-    let len = bytes.len();
     if logged {
         return lock_writer(transcript).settle(len, false);
     }
@@ -322,11 +322,13 @@ fn create_transcript(key: &SessionKey, files: &dyn LogFileFactory) -> Result<Tra
         std::fs::create_dir_all(dir).map_err(|err| Error::storage(dir, &err))?;
     }
     let file = writer::open_locked(&path, true)?;
-    let len = file
-        .metadata()
-        .map_err(|err| Error::storage(&path, &err))?
-        .len();
-    Ok(TranscriptWriter::new(path, files.wrap(file), len))
+    let meta = file.metadata().map_err(|err| Error::storage(&path, &err))?;
+    Ok(TranscriptWriter::new(
+        path,
+        files.wrap(file),
+        meta.len(),
+        &meta,
+    ))
 }
 
 fn load_from_disk(key: &SessionKey, files: &dyn LogFileFactory) -> Result<Loaded> {
@@ -351,7 +353,8 @@ fn load_from_disk(key: &SessionKey, files: &dyn LogFileFactory) -> Result<Loaded
     }
     let file = writer::open_locked(&path, false)?;
     let storage = |err: std::io::Error| Error::storage(&path, &err);
-    let actual = file.metadata().map_err(storage)?.len();
+    let meta = file.metadata().map_err(storage)?;
+    let actual = meta.len();
     // A fork's transcript reads through its parent's bytes first.
     let logical = fork::Logical::open(&file, &path, actual).map_err(storage)?;
     let mut head = Vec::new();
@@ -403,6 +406,7 @@ fn load_from_disk(key: &SessionKey, files: &dyn LogFileFactory) -> Result<Loaded
         path,
         files.wrap(file),
         keep,
+        &meta,
     ))));
     loaded.exists = true;
     loaded.format = Some(format);

@@ -245,7 +245,7 @@ mod tests {
     }
 
     fn long(text: &str) -> String {
-        text.repeat(LONG / text.len().max(1) + 2)
+        crate::json::strings::repeated_past(text, LONG)
     }
 
     #[test]

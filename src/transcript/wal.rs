@@ -255,7 +255,7 @@ impl Wal {
                     if timeout.timed_out() && state.queue.is_empty() {
                         drop(state);
                         if let Err(err) = log.checkpoint() {
-                            return self.fail(&log, &err, Vec::new());
+                            return self.fail(&log, &err);
                         }
                         state = self.lock();
                     }
@@ -266,7 +266,7 @@ impl Wal {
                 if state.queue[0].0.encoded_len() as u64 > room {
                     drop(state);
                     if let Err(err) = log.checkpoint() {
-                        return self.fail(&log, &err, Vec::new());
+                        return self.fail(&log, &err);
                     }
                     state = self.lock();
                     room = SEGMENT;
@@ -294,7 +294,12 @@ impl Wal {
                         let _ = done.send(true);
                     }
                 }
-                Err(err) => return self.fail(&log, &err, batch),
+                Err(err) => {
+                    // Dropping the batch's senders tells its waiters to
+                    // sync themselves.
+                    drop(batch);
+                    return self.fail(&log, &err);
+                }
             }
         }
     }
@@ -308,15 +313,14 @@ impl Wal {
                     tracing::warn!(path = %log.path.display(), %err, "could not remove the commit log");
                 }
             }
-            Err(err) => self.fail(&log, &err, Vec::new()),
+            Err(err) => self.fail(&log, &err),
         }
     }
 
     /// Stop logging: every waiting and later commit syncs its own
     /// transcript. The file stays for the next start's recovery.
-    fn fail(&self, log: &Log, err: &io::Error, batch: Vec<(Record, oneshot::Sender<bool>)>) {
+    fn fail(&self, log: &Log, err: &io::Error) {
         tracing::error!(path = %log.path.display(), %err, "the commit log failed; transcripts are synced one by one from now on");
-        drop(batch);
         self.disable();
     }
 

@@ -8,7 +8,7 @@
 //! keeps using. The process holds an exclusive `flock` on every transcript
 //! it has open.
 
-use std::fs::{File, OpenOptions};
+use std::fs::{File, Metadata, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -57,20 +57,18 @@ pub struct TranscriptWriter {
     file: Box<dyn LogFile>,
     len: u64,
     /// Device and inode of the file, which a commit log record names.
-    identity: Option<(u64, u64)>,
+    identity: (u64, u64),
 }
 
 impl TranscriptWriter {
-    /// Adopt an opened, locked file whose committed length is `len`.
-    pub fn new(path: PathBuf, file: Box<dyn LogFile>, len: u64) -> Self {
-        let identity = std::fs::metadata(&path)
-            .ok()
-            .map(|meta| (meta.dev(), meta.ino()));
+    /// Adopt an opened, locked file whose committed length is `len`;
+    /// `meta` is that open file's own metadata (the caller has read it).
+    pub fn new(path: PathBuf, file: Box<dyn LogFile>, len: u64, meta: &Metadata) -> Self {
         TranscriptWriter {
             path: Arc::from(path),
             file,
             len,
-            identity,
+            identity: (meta.dev(), meta.ino()),
         }
     }
 
@@ -87,36 +85,24 @@ impl TranscriptWriter {
         self.len == 0
     }
 
-    /// Whether a commit log record can name this file (its device and
-    /// inode were read when it was opened).
-    pub fn loggable(&self) -> bool {
-        self.identity.is_some()
-    }
-
     /// Append `bytes` (complete lines) to the page cache, as the first half
     /// of a commit whose durability the caller sees to: the record for
     /// the commit log, or `None` (nothing written) when `bytes` is empty.
     /// Until [`TranscriptWriter::settle`], the committed length stays
     /// where it was; a failed append is rolled back here.
-    pub fn stage(&mut self, bytes: &[u8]) -> Result<Option<wal::Record>> {
+    pub fn stage(&mut self, bytes: Vec<u8>) -> Result<Option<wal::Record>> {
         if bytes.is_empty() {
             return Ok(None);
         }
-        let Some(file) = self.identity else {
-            return Err(Error::Internal(format!(
-                "{} has no device and inode to log",
-                self.path.display()
-            )));
-        };
-        if let Err(err) = self.file.append(bytes) {
+        if let Err(err) = self.file.append(&bytes) {
             self.rollback();
             return Err(Error::storage(&self.path, &err));
         }
         Ok(Some(wal::Record {
             path: self.path.clone(),
-            file,
+            file: self.identity,
             offset: self.len,
-            data: bytes.to_vec(),
+            data: bytes,
         }))
     }
 
