@@ -602,3 +602,84 @@ async fn malformed_messages_are_rejected_naming_the_field_without_changing_state
         json!({"seenIds": [], "replacements": {}, "pending": []})
     );
 }
+
+/// Issue 31, reproduction 1 (PROTOCOL.md 11.1, "cache markers are not
+/// content"): Claude Code puts `cache_control` on the text block inside the
+/// last tool_result and moves it on the next turn. The result is still the
+/// same original: one decision, one saved output (without the marker), the
+/// same preview; the marker of each request rides on the replacement's text
+/// block. Also after a restart, read back from the journal.
+#[tokio::test]
+async fn a_moved_cache_marker_is_not_a_new_original() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = "compiling crate foo v0.1.0\n".repeat(2500);
+    let marker = json!({"type": "ephemeral"});
+    let marked = json!([{"type": "text", "text": big, "cache_control": marker}]);
+    let bare = json!([{"type": "text", "text": big}]);
+    let turn1 = json!([
+        assistant_calls(&["toolu_A1"]),
+        user(vec![tr(marked.clone(), "toolu_A1")])
+    ]);
+    // Turn 2: the marker has moved to the new last block.
+    let turn2 = json!([
+        assistant_calls(&["toolu_A1"]),
+        user(vec![tr(bare.clone(), "toolu_A1")]),
+        assistant_calls(&["toolu_A2"]),
+        user(vec![tr(
+            json!([{"type": "text", "text": "ok", "cache_control": marker}]),
+            "toolu_A2"
+        )]),
+    ]);
+    let saved = artifact(dir.path(), "s", "toolu_A1.json");
+    let preview;
+    {
+        let server = new_server();
+        let (mut c, task) = connect(server.clone());
+        c.initialize(dir.path(), json!({})).await;
+        let first = c
+            .call("budget/apply", json!({"sessionId": "s", "messages": turn1}))
+            .await;
+        assert_eq!(persisted_ids(&first), ["toolu_A1"]);
+        let sent = content_of(&first, 1, 0);
+        preview = first["records"][0]["replacement"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert_eq!(
+            sent,
+            json!([{"type": "text", "text": preview, "cache_control": marker}])
+        );
+        let second = c
+            .call("budget/apply", json!({"sessionId": "s", "messages": turn2}))
+            .await;
+        assert_eq!(second["records"], json!([]), "{second}");
+        assert_eq!(second["persisted"], json!([]));
+        assert_eq!(content_of(&second, 1, 0), json!(preview));
+        // The marker moved back (a retry of turn 1): the same bytes again.
+        let retry = c
+            .call("budget/apply", json!({"sessionId": "s", "messages": turn1}))
+            .await;
+        assert_eq!(retry["messages"], first["messages"]);
+        c.close().await;
+        task.await.unwrap();
+        server.registry.close_all().await;
+    }
+    let names: Vec<String> = std::fs::read_dir(saved.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["toolu_A1.json"]);
+    let on_disk: Value = serde_json::from_slice(&std::fs::read(&saved).unwrap()).unwrap();
+    assert_eq!(on_disk, bare);
+    if !common::local_transcripts("a_moved_cache_marker_is_not_a_new_original") {
+        return;
+    }
+    // A new server reads the decision back from the journal.
+    let (mut c, _t) = connect(new_server());
+    c.initialize(dir.path(), json!({})).await;
+    let again = c
+        .call("budget/apply", json!({"sessionId": "s", "messages": turn2}))
+        .await;
+    assert_eq!(again["records"], json!([]));
+    assert_eq!(content_of(&again, 1, 0), json!(preview));
+}

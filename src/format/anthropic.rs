@@ -156,9 +156,8 @@ impl Dialect for Anthropic {
             .get_mut("content")
             .and_then(Value::as_array_mut)
             .and_then(|b| b.get_mut(index))
-            .and_then(Value::as_object_mut)
         {
-            block.insert("content".into(), Value::String(text.to_owned()));
+            super::put_text_keeping_marker(block, "content", text);
         }
     }
 

@@ -159,10 +159,13 @@ impl Original<'_> {
     /// The digest of this original in `kind`: that of its compact JSON as
     /// serde_json writes it. Raw JSON already in that form (as toolwire
     /// writes it) is hashed as it stands; anything else (an imported
-    /// transcript with spaces or other escapes) is parsed first.
+    /// transcript with spaces or other escapes) is parsed first, and so is
+    /// one that carries a cache marker, which is left out of the digest.
     pub fn digest(&self, kind: DigestKind) -> Digest {
         match self {
-            Original::Raw(raw) if is_compact_json(raw) => Digest::of_json_bytes_as(kind, raw),
+            Original::Raw(raw) if is_compact_json(raw) && !has_marker_key(raw) => {
+                Digest::of_json_bytes_as(kind, raw)
+            }
             Original::Raw(raw) => match crate::json::from_slice::<Value>(raw) {
                 Ok(value) => Digest::of_value_as(kind, &value),
                 Err(_) => Digest::of_json_bytes_as(kind, raw),
@@ -170,6 +173,15 @@ impl Original<'_> {
             Original::Value(value) => Digest::of_value_as(kind, value),
         }
     }
+}
+
+/// Whether raw JSON may hold a cache marker: the key's quoted name, which
+/// inside a JSON string would have its quotes escaped. A string's raw
+/// JSON never holds one.
+fn has_marker_key(raw: &[u8]) -> bool {
+    static KEY: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\"cache_control\""));
+    raw.first() != Some(&b'"') && KEY.find(raw).is_some()
 }
 
 /// Whether `raw` (valid JSON) is byte for byte what `serde_json::to_writer`
@@ -340,7 +352,8 @@ impl Digest {
 
     /// The digest of a value, as it would be written compactly: exactly
     /// the bytes `serde_json::to_writer` writes (keys in order, numbers as
-    /// spelled, its escapes), streamed into the hash without being built.
+    /// spelled, its escapes), streamed into the hash without being built,
+    /// with every [`CACHE_MARKER`] member left out, at any depth.
     pub fn of_value_as(kind: DigestKind, value: &Value) -> Digest {
         match kind {
             DigestKind::Sha256 => {
@@ -563,7 +576,10 @@ impl<H: Sink> HashWriter<H> {
             }
             Value::Object(map) => {
                 self.put(b"{");
-                for (i, (key, item)) in map.iter().enumerate() {
+                // Cache markers are not content (PROTOCOL.md 11.1): an
+                // original is the same whichever of its blocks carries one.
+                let content = map.iter().filter(|(key, _)| !is_cache_marker(key));
+                for (i, (key, item)) in content.enumerate() {
                     if i > 0 {
                         self.put(b",");
                     }
@@ -633,6 +649,72 @@ impl<H: Sink> HashWriter<H> {
         self.put(&bytes[start..]);
         self.put(b"\"");
     }
+}
+
+/// The key under which a provider's prompt-cache breakpoint rides on a
+/// content block (Anthropic's `cache_control`, also spelled so by gateways
+/// that pass OpenAI-shaped parts on to Anthropic). A client moves it from
+/// turn to turn (Claude Code puts it on the last block of the last user
+/// message), so it is never part of what identifies a result's original.
+pub const CACHE_MARKER: &str = "cache_control";
+
+fn is_cache_marker(key: &str) -> bool {
+    key == CACHE_MARKER
+}
+
+/// `value` with every cache marker taken out, at any depth: what a saved
+/// output holds, so that it is the same whichever turn saved it.
+pub fn without_cache_markers(value: &Value) -> Cow<'_, Value> {
+    fn strip(value: &mut Value) {
+        match value {
+            Value::Array(items) => items.iter_mut().for_each(strip),
+            Value::Object(map) => {
+                map.shift_remove(CACHE_MARKER);
+                map.values_mut().for_each(strip);
+            }
+            _ => {}
+        }
+    }
+    fn has(value: &Value) -> bool {
+        match value {
+            Value::Array(items) => items.iter().any(has),
+            Value::Object(map) => map.contains_key(CACHE_MARKER) || map.values().any(has),
+            _ => false,
+        }
+    }
+    if !has(value) {
+        return Cow::Borrowed(value);
+    }
+    let mut owned = value.clone();
+    strip(&mut owned);
+    Cow::Owned(owned)
+}
+
+/// The cache marker carried by a block *inside* a result's content (the
+/// last one, when several do): the replacement's text block carries it on
+/// in its place.
+pub fn inner_cache_marker(content: Option<&Value>) -> Option<&Value> {
+    match content? {
+        Value::Array(blocks) => blocks.iter().rev().find_map(|b| b.get(CACHE_MARKER)),
+        _ => None,
+    }
+}
+
+/// Put `text` as the content `field` of `target` (a result block or
+/// message), keeping the current request's inner cache marker: a result
+/// whose inner block carries one becomes a single `text` block with that
+/// marker, so the client's breakpoint stays where it put it; any other
+/// becomes the plain string. A marker on `target` itself stays untouched.
+pub fn put_text_keeping_marker(target: &mut Value, field: &str, text: &str) {
+    let marker = inner_cache_marker(target.get(field)).cloned();
+    let Some(obj) = target.as_object_mut() else {
+        return;
+    };
+    let content = match marker {
+        Some(marker) => serde_json::json!([{"type": "text", "text": text, CACHE_MARKER: marker}]),
+        None => Value::String(text.to_owned()),
+    };
+    obj.insert(field.into(), content);
 }
 
 /// The bytes of a little-endian word that are `"`, `\\` or below 0x20, as
@@ -1136,5 +1218,71 @@ mod tests {
         let other = json!(String::from_utf8(other).unwrap());
         assert_eq!(Digest::of_value(&other), serde_digest(Digest::NEW, &other));
         assert_ne!(Digest::of_value(&other), Digest::of_value(&json!(texts[0])));
+    }
+
+    /// PROTOCOL.md 11.1: two results that differ only in where the client
+    /// put its cache breakpoint are one original, whether read from a
+    /// request or from a transcript line, and the saved output is the same.
+    #[test]
+    fn cache_markers_are_not_content() {
+        let big = "log line\n".repeat(50);
+        let bare = json!([{"type": "text", "text": big}]);
+        let marked = json!([{"type": "text", "text": big, "cache_control": {"type": "ephemeral"}}]);
+        let deep = json!([{"type": "text", "text": big, "meta": {"cache_control": {"ttl": "1h"}}}]);
+        for kind in KINDS {
+            let emptied = json!([{"type": "text", "text": big, "meta": {}}]);
+            for (v, same) in [(&marked, &bare), (&deep, &emptied)] {
+                let want = Digest::of_value_as(kind, same);
+                assert_eq!(Digest::of_value_as(kind, v), want);
+                let raw = serde_json::to_vec(v).unwrap();
+                assert_eq!(Original::Raw(&raw).digest(kind), want);
+                assert_eq!(Original::Value(v.clone()).digest(kind), want);
+            }
+            // Text that merely mentions the key is content.
+            let mention = json!([{"type": "text", "text": "\"cache_control\""}]);
+            let raw = serde_json::to_vec(&mention).unwrap();
+            assert_eq!(
+                Original::Raw(&raw).digest(kind),
+                Digest::of_value_as(kind, &mention)
+            );
+            assert_ne!(
+                Digest::of_value_as(kind, &mention),
+                Digest::of_value_as(kind, &json!([{"type": "text", "text": ""}]))
+            );
+        }
+        assert_eq!(*without_cache_markers(&marked), bare);
+        assert_eq!(
+            *without_cache_markers(&deep),
+            json!([{"type": "text", "text": big, "meta": {}}])
+        );
+        assert!(matches!(without_cache_markers(&bare), Cow::Borrowed(_)));
+    }
+
+    /// The replacement carries the current request's marker: an inner
+    /// block's onto the replacement's text block, the result block's own
+    /// where it was.
+    #[test]
+    fn the_replacement_carries_the_current_markers() {
+        let marker = json!({"type": "ephemeral"});
+        let mut inner = json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "a",
+            "content": [{"type": "text", "text": "x"}, {"type": "text", "text": "y", "cache_control": marker}]}]});
+        anthropic::Anthropic.put_replacement(&mut inner, 0, "P");
+        assert_eq!(
+            inner["content"][0]["content"],
+            json!([{"type": "text", "text": "P", "cache_control": marker}])
+        );
+        let mut outer = json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "a",
+            "content": [{"type": "text", "text": "x"}], "cache_control": marker}]});
+        anthropic::Anthropic.put_replacement(&mut outer, 0, "P");
+        assert_eq!(
+            outer["content"][0],
+            json!({"type": "tool_result", "tool_use_id": "a", "content": "P", "cache_control": marker})
+        );
+        let mut chat = json!({"role": "tool", "tool_call_id": "a", "content": [{"type": "text", "text": "x", "cache_control": marker}]});
+        openai_chat::OpenaiChat.put_replacement(&mut chat, 0, "P");
+        assert_eq!(
+            chat["content"],
+            json!([{"type": "text", "text": "P", "cache_control": marker}])
+        );
     }
 }

@@ -165,7 +165,7 @@ impl Dialect for OpenaiChat {
     }
 
     fn put_replacement(&self, message: &mut Value, _index: usize, text: &str) {
-        super::set_text(message, "content", text);
+        super::put_text_keeping_marker(message, "content", text);
     }
 
     fn error_results(&self, calls: &[(String, String)], _turn: &[Value], text: &str) -> Vec<Value> {

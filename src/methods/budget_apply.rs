@@ -366,8 +366,12 @@ async fn persist_all(
                 let content = dialect.result_value(unit[c.message], c.block);
                 let bytes = match (content, c.kind) {
                     (Some(Value::String(s)), ArtifactKind::Text) => Ok(s.as_bytes().to_vec()),
-                    (content, _) => serde_json::to_vec(content.unwrap_or(&Value::Null))
-                        .map_err(|e| e.to_string()),
+                    // Saved without cache markers: one saved output
+                    // whichever turn's markers the original came with.
+                    (content, _) => serde_json::to_vec(&format::without_cache_markers(
+                        content.unwrap_or(&Value::Null),
+                    ))
+                    .map_err(|e| e.to_string()),
                 };
                 Job {
                     path: c.path.clone(),
