@@ -668,6 +668,10 @@ pub struct TranscriptRepairResult {
     pub kept: usize,
     pub dropped_tool_uses: Vec<String>,
     pub dropped_tool_results: Vec<String>,
+    /// Ids of results moved ahead of the other content of their turn
+    /// (a result that came after text in the message answering its call).
+    #[serde(default)]
+    pub moved_tool_results: Vec<String>,
     pub torn_lines: usize,
 }
 

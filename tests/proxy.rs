@@ -304,6 +304,22 @@ async fn gemini_sdk_30_turns_budgeted_and_byte_stable() {
     }
 }
 
+/// Post an Anthropic `body` through the proxy at `url`; its
+/// `x-toolwire-repaired` header (the request must succeed).
+async fn repaired_header(url: &str, body: &Value) -> String {
+    let r = reqwest::Client::new()
+        .post(format!("{url}/v1/messages"))
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    r.headers()["x-toolwire-repaired"]
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_orphaned_call_is_repaired_through_the_proxy_and_refused_directly() {
     let fake = FakeProvider::start().await;
@@ -326,17 +342,33 @@ async fn an_orphaned_call_is_repaired_through_the_proxy_and_refused_directly() {
         {"role": "user", "content": "go"},
         {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_lost", "name": "bash", "input": {}}]},
         {"role": "user", "content": "never mind"}]});
-    let r = reqwest::Client::new()
-        .post(format!("{}/v1/messages", proxy.url))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
     assert_eq!(
-        r.headers()["x-toolwire-repaired"],
-        "droppedToolUses=toolu_lost; droppedToolResults="
+        repaired_header(&proxy.url, &body).await,
+        "droppedToolUses=toolu_lost; droppedToolResults=; movedToolResults="
     );
+
+    // A repair that only moved a result ahead of text says so: the
+    // provider would have refused the request as sent (its results must
+    // come first in the message answering the calls).
+    let body = json!({"model": "m", "max_tokens": 8, "messages": [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_late", "name": "bash", "input": {}}]},
+        {"role": "user", "content": [{"type": "text", "text": "here you are"},
+                                     {"type": "tool_result", "tool_use_id": "toolu_late", "content": "ok"}]}]});
+    assert_eq!(
+        repaired_header(&proxy.url, &body).await,
+        "droppedToolUses=; droppedToolResults=; movedToolResults=toolu_late"
+    );
+    let sent: Value = serde_json::from_slice(&fake.received().pop().unwrap().body).unwrap();
+    let blocks = sent["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .skip(2)
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .map(|b| b["type"].as_str().unwrap_or_default().to_owned())
+        .collect::<Vec<_>>();
+    assert_eq!(blocks, ["tool_result", "text"], "{sent}");
 
     // The same through OpenAI Chat: the provider refuses the orphaned
     // call, the proxy's repaired request is accepted.

@@ -47,6 +47,9 @@ pub fn run(
                     "  dropped tool_result {id} (answers no call of the turn before, a second result, or in the wrong role)"
                 );
             }
+            for id in &report.moved_tool_results {
+                super::say!("  moved tool_result {id} ahead of the rest of its turn");
+            }
             if report.torn_lines > 0 {
                 super::say!("  dropped {} torn or unparsable lines", report.torn_lines);
             }

@@ -41,8 +41,9 @@ use upstream::{ProxyBody, Upstream};
 /// did not run (`failed; …`, `none; …`).
 pub const BUDGET_HEADER: &str = "x-toolwire-budget";
 /// Response header, present only when the pairing was repaired:
-/// `droppedToolUses=<ids>; droppedToolResults=<ids>` (ids comma-separated,
-/// percent-encoded).
+/// `droppedToolUses=<ids>; droppedToolResults=<ids>; movedToolResults=<ids>`
+/// (ids comma-separated, percent-encoded): every change repair made, so a
+/// request that only had results moved ahead of text says so too.
 pub const REPAIRED_HEADER: &str = "x-toolwire-repaired";
 
 /// The proxy: one per process, shared by every connection.
@@ -231,13 +232,14 @@ impl Proxy {
         if let Some((repaired, report)) =
             crate::transcript::repair::repair_messages(format, &messages)
         {
-            tracing::info!(session = %session, dropped_tool_uses = ?report.dropped_tool_uses, dropped_tool_results = ?report.dropped_tool_results, "repaired the pairing of a request");
+            tracing::info!(session = %session, dropped_tool_uses = ?report.dropped_tool_uses, dropped_tool_results = ?report.dropped_tool_results, moved_tool_results = ?report.moved_tool_results, "repaired the pairing of a request");
             notes.insert(
                 REPAIRED_HEADER,
                 note(&format!(
-                    "droppedToolUses={}; droppedToolResults={}",
+                    "droppedToolUses={}; droppedToolResults={}; movedToolResults={}",
                     id_list(&report.dropped_tool_uses),
-                    id_list(&report.dropped_tool_results)
+                    id_list(&report.dropped_tool_results),
+                    id_list(&report.moved_tool_results)
                 )),
             );
             record.repaired = true;

@@ -177,7 +177,10 @@ fn repair_round(
     let mut late: Vec<Vec<usize>> = vec![Vec::new(); at.len()];
     for v in pairing.faults() {
         match v.fault {
-            Some(Fault::Late) => late[v.message].push(v.index),
+            Some(Fault::Late) => {
+                late[v.message].push(v.index);
+                report.moved_tool_results.push(v.id.clone());
+            }
             Some(_) => {
                 drop[v.message].push(v.index);
                 match v.kind {
