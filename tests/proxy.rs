@@ -631,3 +631,249 @@ async fn a_quiet_proxy_hands_back_what_a_large_request_freed() {
     }
     proxy.stop().await;
 }
+
+/// An upstream that only writes down what reached it (path and query as
+/// sent on the wire, and the body) and answers `{}`.
+struct Recorder {
+    url: String,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<(String, bytes::Bytes)>>>,
+}
+
+impl Recorder {
+    async fn start() -> Recorder {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let log = log.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(
+                        move |req: hyper::Request<hyper::body::Incoming>| {
+                            let log = log.clone();
+                            async move {
+                                use http_body_util::BodyExt;
+                                let uri = req.uri().to_string();
+                                let body = req.into_body().collect().await.unwrap().to_bytes();
+                                log.lock().unwrap().push((uri, body));
+                                Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                                    http_body_util::Full::new(bytes::Bytes::from_static(b"{}")),
+                                ))
+                            }
+                        },
+                    );
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Recorder { url, seen }
+    }
+
+    fn seen(&self) -> Vec<String> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(uri, _)| uri.clone())
+            .collect()
+    }
+
+    fn bodies(&self) -> Vec<bytes::Bytes> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, body)| body.clone())
+            .collect()
+    }
+}
+
+/// One HTTP/1.1 request with its target written exactly as given (no
+/// client library resolves its dot segments first); the status and body.
+async fn raw_request(base: &str, target: &str, body: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = base.strip_prefix("http://").unwrap();
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "POST {target} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(LIMIT, stream.read_to_end(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let status = answer[9..12].parse().unwrap();
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// #32 item 7: the proxy routes on the path as it will leave, with dot
+/// segments (literal or `%2e`) resolved, so none reaches the upstream and
+/// a path that resolves outside the provider endpoints goes nowhere; a
+/// base URL with a path keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dot_segments_never_reach_the_upstream_and_a_base_path_is_kept() {
+    let upstream = Recorder::start().await;
+    let toml = format!(
+        "durability = \"none\"\n[proxy.upstreams]\nanthropic = \"{0}/gateway/anthropic\"\nopenai = \"{0}/gateway/openai/\"\ngemini = \"{0}/gateway/gemini\"\n",
+        upstream.url
+    );
+    let proxy = Proxy::start_with(&toml, &["--listen", "127.0.0.1:0"], "toolwire=warn").await;
+    let chat = r#"{"messages":[{"role":"user","content":"hi"}]}"#;
+    for refused in [
+        "/v1/messages/../../etc/passwd",
+        "/v1/messages/%2e%2e/%2E%2e/etc/passwd",
+        "/v1/messages/.%2e/.%2E/.%2e/etc/passwd",
+        "/v1beta/../x",
+        "/v1beta/models/../../../x:generateContent",
+        "/v1/messages/..%2f..%2fetc/passwd",
+        "/v1/messages/..%5c..%5cetc/passwd",
+    ] {
+        let (status, body) = raw_request(&proxy.url, refused, chat).await;
+        assert_eq!(status, 404, "{refused}: {body}");
+    }
+    assert_eq!(
+        upstream.seen(),
+        Vec::<String>::new(),
+        "nothing was forwarded"
+    );
+
+    let forwarded = [
+        ("/v1beta/../v1/messages", "/gateway/anthropic/v1/messages"),
+        (
+            "/v1/messages/./x/../count_tokens",
+            "/gateway/anthropic/v1/messages/count_tokens",
+        ),
+        (
+            "/v1/chat/%2e/completions",
+            "/gateway/openai/v1/chat/completions",
+        ),
+        (
+            "/v1beta/models/g:generateContent?alt=sse",
+            "/gateway/gemini/v1beta/models/g:generateContent?alt=sse",
+        ),
+    ];
+    for (sent, _) in forwarded {
+        let (status, body) = raw_request(&proxy.url, sent, chat).await;
+        assert_eq!(status, 200, "{sent}: {body}");
+    }
+    let expected: Vec<String> = forwarded.iter().map(|(_, to)| to.to_string()).collect();
+    assert_eq!(upstream.seen(), expected);
+    proxy.stop().await;
+}
+
+/// #32 item 6: Gemini takes its API key in the query (`?key=`); when the
+/// upstream cannot be reached, neither the log (at any level) nor the 502
+/// sent back carries it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_in_the_url_never_reaches_a_log_or_an_error() {
+    let held = tokio::net::TcpSocket::new_v4().unwrap();
+    held.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let port = held.local_addr().unwrap().port();
+    let toml = format!(
+        "durability = \"none\"\n[proxy.upstreams]\nanthropic = \"http://127.0.0.1:{port}\"\nopenai = \"http://127.0.0.1:{port}\"\ngemini = \"http://127.0.0.1:{port}\"\n"
+    );
+    let proxy = Proxy::start_with(&toml, &["--listen", "127.0.0.1:0"], "trace").await;
+    for path in [
+        "/v1beta/models/g:generateContent?key=AIza-query-secret",
+        "/v1beta/models/g:streamGenerateContent?alt=sse&key=AIza-query-secret",
+        "/v1beta/models?key=AIza-query-secret",
+    ] {
+        let r = reqwest::Client::new()
+            .post(format!("{}{path}", proxy.url))
+            .body(r#"{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 502, "{path}");
+        let body = r.text().await.unwrap();
+        assert!(body.contains("could not be reached"), "{body}");
+        assert!(!body.contains("query-secret"), "{path}: {body}");
+    }
+    let log = proxy.stop().await;
+    assert!(log.contains("could not be reached"), "{log}");
+    assert!(!log.contains("query-secret"), "{log}");
+}
+
+/// #32 item 8: a turn whose tool_use input nests deeper than serde_json's
+/// default 128 levels (200, then 1,000) is budgeted like any other: the
+/// result replaced on turn 1 goes as the same preview on the later turns,
+/// and the deep input reaches the provider byte for byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deep_json_keeps_the_budget() {
+    let upstream = Recorder::start().await;
+    let proxy = Proxy::start(&upstream.url, "").await;
+    let client = reqwest::Client::new();
+    let big = "line of tool output\\n".repeat(4_000);
+    let mut messages = format!(
+        r#"{{"role":"user","content":"go"}},{{"role":"assistant","content":[{{"type":"tool_use","id":"t1","name":"bash","input":{{}}}}]}},{{"role":"user","content":[{{"type":"tool_result","tool_use_id":"t1","content":"{big}"}}]}}"#
+    );
+    let mut preview = None;
+    for (turn, depth) in [(1, 0), (2, 200), (3, 1_000)] {
+        if depth > 0 {
+            let deep = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+            messages.push_str(&format!(
+                r#",{{"role":"assistant","content":[{{"type":"tool_use","id":"t{turn}","name":"edit","input":{{"v":{deep}}}}}]}},{{"role":"user","content":[{{"type":"tool_result","tool_use_id":"t{turn}","content":"ok"}}]}}"#
+            ));
+        }
+        let body = format!(r#"{{"model":"m","max_tokens":8,"messages":[{messages}]}}"#);
+        let r = client
+            .post(format!("{}/v1/messages", proxy.url))
+            .header("x-toolwire-session", "deep")
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "turn {turn}");
+        let expected = if turn == 1 {
+            "applied; persisted=1"
+        } else {
+            "applied; persisted=0"
+        };
+        assert_eq!(r.headers()["x-toolwire-budget"], expected, "turn {turn}");
+        let sent = String::from_utf8(upstream.bodies().pop().unwrap().to_vec()).unwrap();
+        let start = sent
+            .find("<persisted-output>")
+            .expect("the result went replaced");
+        let end = start + sent[start..].find('"').unwrap();
+        let this = sent[start..end].to_owned();
+        assert_eq!(preview.get_or_insert(this.clone()), &this, "turn {turn}");
+        assert_eq!(
+            sent,
+            body.replace(&format!("\"{big}\""), &format!("\"{this}\"")),
+            "turn {turn}: only the replaced result changed"
+        );
+    }
+    proxy.stop().await;
+}
+
+/// #32 item 14: a body that is not UTF-8 goes as sent, and says why it
+/// was not budgeted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_is_not_utf8_says_so() {
+    let upstream = Recorder::start().await;
+    let proxy = Proxy::start(&upstream.url, "").await;
+    let body = b"{\"messages\":[{\"role\":\"user\",\"content\":\"caf\xe9\"}]}".to_vec();
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/messages", proxy.url))
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.headers()["x-toolwire-budget"],
+        "none; the request body is not UTF-8"
+    );
+    assert_eq!(upstream.bodies(), vec![bytes::Bytes::from(body)]);
+    proxy.stop().await;
+}

@@ -91,9 +91,14 @@ impl Proxy {
     }
 
     async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
-        let path = req.uri().path().to_owned();
-        tracing::debug!(%peer, method = %req.method(), %path, headers = %redacted(req.headers()), "request");
-        let Some(target) = Target::of(req.method(), &path, req.headers()) else {
+        let raw_path = req.uri().path();
+        tracing::debug!(%peer, method = %req.method(), path = %raw_path, headers = %redacted(req.headers()), "request");
+        // Routed on the path as it will leave (`Upstream::url` resolves
+        // it the same way), never on what the agent spelled.
+        let Some(target) = route::normalize_path(raw_path)
+            .and_then(|path| Target::of(req.method(), &path, req.headers()))
+        else {
+            let path = raw_path.to_owned();
             let provider = Provider::guess(req.headers());
             return error(
                 provider,
@@ -209,6 +214,10 @@ impl Proxy {
         };
         // A body that is not JSON is the provider's to refuse: it goes as sent.
         let Ok(text) = std::str::from_utf8(&body) else {
+            notes.insert(
+                BUDGET_HEADER,
+                HeaderValue::from_static("none; the request body is not UTF-8"),
+            );
             return Ok((named, body));
         };
         let key = route.conversation_key();

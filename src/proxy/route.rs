@@ -30,6 +30,55 @@ pub enum Provider {
     Gemini,
 }
 
+/// A request path as the proxy routes and forwards it: dot segments
+/// (`.` and `..`, also spelled `%2e`) resolved as RFC 3986 5.2.4 resolves
+/// them, so the path that decides the route is the path that leaves, and
+/// no `..` is left for the upstream (or a gateway in front of it) to climb
+/// out of the configured base path with. `None` for a path no provider
+/// endpoint has and an upstream might read as another one: an encoded
+/// slash or backslash (`%2f`, `%5c`), a backslash, or a NUL.
+pub fn normalize_path(raw: &str) -> Option<String> {
+    let lower = raw.to_ascii_lowercase();
+    if raw.contains('\\') || ["%2f", "%5c", "%00"].iter().any(|e| lower.contains(e)) {
+        return None;
+    }
+    let mut out: Vec<&str> = Vec::new();
+    let mut segments = raw.split('/').skip(1).peekable();
+    while let Some(segment) = segments.next() {
+        let last = segments.peek().is_none();
+        match dot_segment(segment) {
+            Some(dots) => {
+                if dots == 2 {
+                    out.pop();
+                }
+                // `/a/..` and `/a/.` end in a directory: `/`, kept.
+                if last {
+                    out.push("");
+                }
+            }
+            None => out.push(segment),
+        }
+    }
+    Some(format!("/{}", out.join("/")))
+}
+
+/// 1 for `.`, 2 for `..`, in any mix of literal and `%2e` dots.
+fn dot_segment(segment: &str) -> Option<usize> {
+    let mut rest = segment;
+    let mut dots = 0;
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix('.') {
+            rest = r;
+        } else if rest.len() >= 3 && rest[..3].eq_ignore_ascii_case("%2e") {
+            rest = &rest[3..];
+        } else {
+            return None;
+        }
+        dots += 1;
+    }
+    (1..=2).contains(&dots).then_some(dots)
+}
+
 impl Route {
     /// The route of a request path (without its query), if it is one.
     pub fn of(path: &str) -> Option<Route> {
@@ -150,5 +199,31 @@ mod tests {
         assert_eq!(Route::of("/v1beta/models/../x:generateContent"), None);
         assert_eq!(Route::of("/v1beta/models/m:embedContent"), None);
         assert_eq!(Route::of("/"), None);
+    }
+
+    #[test]
+    fn dot_segments_are_resolved_before_routing() {
+        let n = |p: &str| normalize_path(p);
+        assert_eq!(n("/v1/messages").as_deref(), Some("/v1/messages"));
+        assert_eq!(
+            n("/v1/messages/../../etc/passwd").as_deref(),
+            Some("/etc/passwd")
+        );
+        assert_eq!(
+            n("/v1/messages/%2e%2e/%2E%2e/etc/passwd").as_deref(),
+            Some("/etc/passwd")
+        );
+        assert_eq!(n("/v1beta/../x").as_deref(), Some("/x"));
+        assert_eq!(
+            n("/v1beta/.%2e/v1/messages").as_deref(),
+            Some("/v1/messages")
+        );
+        assert_eq!(n("/../../..").as_deref(), Some("/"));
+        assert_eq!(n("/v1/./messages/.").as_deref(), Some("/v1/messages/"));
+        assert_eq!(n("/v1/messages/...").as_deref(), Some("/v1/messages/..."));
+        assert_eq!(n("/v1//messages").as_deref(), Some("/v1//messages"));
+        assert_eq!(n("/v1/messages/..%2f..%2fx"), None);
+        assert_eq!(n("/v1/messages/..%5Cx"), None);
+        assert_eq!(n("/v1/messages/..\\x"), None);
     }
 }

@@ -36,13 +36,14 @@ pub struct Body<'a> {
 impl<'a> Body<'a> {
     /// Parse `text` and locate the array under the top-level `key`.
     pub fn parse(text: &'a str, key: &str) -> Result<Body<'a>, BodyError> {
-        let value: Value = serde_json::from_str(text)
-            .map_err(|err| BodyError(format!("the request body is not valid JSON: {err}")))?;
+        // Nesting as deep as the JSON-RPC face accepts (a tool input the
+        // model nested hundreds of levels is still a conversation to
+        // budget), large bodies' long strings kept from serde_json.
+        let value: Value = crate::json::request_from_slice(text.as_bytes()).map_err(malformed)?;
         if !value.is_object() {
             return Err(BodyError("the request body is not a JSON object".into()));
         }
-        let entries: Entries = serde_json::from_str(text)
-            .map_err(|err| BodyError(format!("the request body is not valid JSON: {err}")))?;
+        let entries: Entries = crate::json::from_slice(text.as_bytes()).map_err(malformed)?;
         // A repeated key: JSON parsers keep the last one, and so do we.
         let conversation = entries
             .0
@@ -105,7 +106,7 @@ fn diff(
     let raw = &text[range.clone()];
     match (old, new) {
         (Value::Object(o), Value::Object(n)) if o.keys().eq(n.keys()) => {
-            let entries: Entries = serde_json::from_str(raw).map_err(malformed)?;
+            let entries: Entries = crate::json::from_slice(raw.as_bytes()).map_err(malformed)?;
             // Duplicate keys would make spans and values disagree.
             if entries.0.len() != o.len() {
                 edits.push((range, compact(new)?));
@@ -131,7 +132,8 @@ fn diff_array(
     new: &[Value],
     edits: &mut Edits,
 ) -> Result<(), BodyError> {
-    let items: Vec<&RawValue> = serde_json::from_str(&text[range.clone()]).map_err(malformed)?;
+    let items: Vec<&RawValue> =
+        crate::json::from_slice(text[range.clone()].as_bytes()).map_err(malformed)?;
     if items.len() != old.len() {
         return Err(BodyError("the conversation changed under the proxy".into()));
     }
@@ -166,7 +168,7 @@ fn compact(value: &Value) -> Result<String, BodyError> {
     serde_json::to_string(value).map_err(|err| BodyError(format!("encoding the request: {err}")))
 }
 
-fn malformed(err: serde_json::Error) -> BodyError {
+fn malformed(err: crate::json::ParseError) -> BodyError {
     BodyError(format!("the request body is not valid JSON: {err}"))
 }
 
@@ -219,6 +221,25 @@ mod tests {
         assert_eq!(out, BODY.replace(r#""long\u0020text""#, r#""short""#));
         // Nothing changed: the very same bytes.
         assert_eq!(body.with_conversation(&old, &old).unwrap(), BODY);
+    }
+
+    /// A conversation nested past serde_json's default 128 levels is read
+    /// and written back like any other (#32 item 8).
+    #[test]
+    fn deep_nesting_is_spliced_like_any_other() {
+        let deep = format!("{}{}", "[".repeat(1_000), "]".repeat(1_000));
+        let text = format!(
+            r#"{{"messages": [{{"role":"assistant","content":[{{"type":"tool_use","id":"a","input":{{"v":{deep}}}}}]}}, {{"role":"user","content":"long"}}], "x": {deep}}}"#
+        );
+        let body = Body::parse(&text, "messages").unwrap();
+        let old = body.conversation("messages").unwrap().clone();
+        let mut new = old.clone();
+        new[1]["content"] = json!("short");
+        let out = body.with_conversation(&old, &new).unwrap();
+        assert_eq!(out, text.replace(r#""long""#, r#""short""#));
+        let dropped = body.with_conversation(&old, &new[..1]).unwrap();
+        assert!(dropped.starts_with(r#"{"messages": [{"role":"assistant""#));
+        assert!(dropped.contains(&format!(r#"}}]}}], "x": {deep}}}"#)));
     }
 
     #[test]

@@ -76,11 +76,14 @@ impl Upstream {
     }
 
     /// The upstream URL of a request: the base URL with the request's path
-    /// and query appended, and never another host.
+    /// (dot segments resolved, as it was routed) and query appended; never
+    /// another host, never outside the base URL's own path (a gateway's
+    /// `/gateway/anthropic`).
     fn url(&self, provider: Provider, parts: &Parts) -> Option<url::Url> {
         let base = self.base(provider);
+        let base_path = base.path().trim_end_matches('/');
         let mut text = base.as_str().trim_end_matches('/').to_owned();
-        text.push_str(parts.uri.path());
+        text.push_str(&super::route::normalize_path(parts.uri.path())?);
         if let Some(query) = parts.uri.query() {
             text.push('?');
             text.push_str(query);
@@ -88,7 +91,11 @@ impl Upstream {
         let url = url::Url::parse(&text).ok()?;
         let same = url.scheme() == base.scheme()
             && url.host_str() == base.host_str()
-            && url.port_or_known_default() == base.port_or_known_default();
+            && url.port_or_known_default() == base.port_or_known_default()
+            && url
+                .path()
+                .strip_prefix(base_path)
+                .is_some_and(|rest| rest.starts_with('/'));
         same.then_some(url)
     }
 
@@ -124,11 +131,14 @@ impl Upstream {
             Ok(response) => response,
             Err(err) => {
                 // The error names the host, never the request's headers.
+                // reqwest's error would print the whole URL, and Gemini's
+                // `?key=` with it: the URL is left out, the base is shown
+                // without credentials.
                 let message = format!(
                     "toolwire proxy: the {} upstream {} could not be reached: {}",
                     provider.name(),
-                    self.base(provider),
-                    error_chain(&err)
+                    shown(self.base(provider)),
+                    error_chain(&err.without_url())
                 );
                 tracing::warn!("{message}");
                 record.status = 502;
@@ -203,6 +213,23 @@ fn base_url(name: &str, text: &str) -> Result<url::Url, String> {
         ));
     }
     Ok(url)
+}
+
+/// A URL as the proxy prints it (logs, error bodies): no password, and
+/// no query value, since providers take keys there (Gemini's `?key=`).
+pub fn shown(url: &url::Url) -> String {
+    let mut url = url.clone();
+    let _ = url.set_password(None);
+    if url.query().is_some() {
+        let names: Vec<String> = url
+            .query_pairs()
+            .map(|(name, _)| name.into_owned())
+            .collect();
+        url.query_pairs_mut()
+            .clear()
+            .extend_pairs(names.iter().map(|name| (name.as_str(), "<redacted>")));
+    }
+    url.to_string()
 }
 
 /// The end-to-end headers of a message, in order.
@@ -280,7 +307,8 @@ impl Stream for Tap {
             }
             Poll::Ready(Some(Err(err))) => {
                 self.end(false);
-                Poll::Ready(Some(Err(Box::new(err))))
+                // Logged when the connection ends: without the URL's key.
+                Poll::Ready(Some(Err(Box::new(err.without_url()))))
             }
             Poll::Ready(None) => {
                 self.end(true);
@@ -294,5 +322,27 @@ impl Stream for Tap {
 impl Drop for Tap {
     fn drop(&mut self) {
         self.end(false);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shown_url_carries_no_key() {
+        let url = url::Url::parse(
+            "https://u:pw@example.com/v1beta/models/m:generateContent?key=AIza-secret&alt=sse",
+        )
+        .unwrap();
+        let text = shown(&url);
+        assert!(
+            !text.contains("AIza-secret") && !text.contains("pw"),
+            "{text}"
+        );
+        assert!(
+            text.contains("/v1beta/models/m:generateContent?key="),
+            "{text}"
+        );
     }
 }
