@@ -266,24 +266,36 @@ impl ReplacementState {
     /// [`Self::digest_kind`], so two kinds only meet when a journal read
     /// back names, in its old kind, an original already taken in from a
     /// message before it; nothing then tells the two apart.
+    ///
+    /// A first decision without a digest (an inherited replacement, a
+    /// record written before digests) is *unbound*: it stands for the first
+    /// original met for its id afterwards (PROTOCOL.md 11.1), so it answers
+    /// any original until [`Self::commit_decisions`] binds it to one.
     pub fn fate(&self, id: &str, digest: Digest) -> Fate<'_> {
         let Some(first) = self.get(id) else {
             return Fate::Fresh;
         };
         if first.digest == digest
-            || first.digest == Digest::ANY
             || digest == Digest::ANY
-            || first.digest.kind() != digest.kind()
+            || (first.digest != Digest::ANY && first.digest.kind() != digest.kind())
         {
             return fate_of(&first.replacement);
         }
-        if self.reused.is_empty() {
-            return Fate::Fresh;
+        if !self.reused.is_empty()
+            && let Some(r) = self.reused.get(&(Id::from(id), digest))
+        {
+            return fate_of(r);
         }
-        match self.reused.get(&(Id::from(id), digest)) {
-            Some(r) => fate_of(r),
-            None => Fate::Fresh,
+        if first.digest == Digest::ANY {
+            return fate_of(&first.replacement);
         }
+        Fate::Fresh
+    }
+
+    /// Whether the first decision on `id` still waits for its original: it
+    /// came without one (see [`Self::fate`]).
+    pub fn is_unbound(&self, id: &str) -> bool {
+        self.get(id).is_some_and(|d| d.digest == Digest::ANY)
     }
 
     /// Whether any original of `id` is decided.
@@ -303,12 +315,27 @@ impl ReplacementState {
     /// Decide originals, each with its replacement if it got one. An
     /// original already decided keeps its first fate: decisions are frozen
     /// forever.
+    ///
+    /// An unbound first decision (see [`Self::fate`]) is bound by the first
+    /// original that comes for its id with a digest: a result met (no
+    /// replacement of its own) or a record of the same replacement (the
+    /// binding, journaled). It keeps its replacement and is frozen to that
+    /// original from then on. A record of another replacement is a
+    /// decision on another original.
     pub fn commit_decisions<I>(&mut self, decisions: I)
     where
         I: IntoIterator<Item = (Id, Digest, Option<Replacement>)>,
     {
         for (id, digest, replacement) in decisions {
-            if self.fate(&id, digest) != Fate::Fresh {
+            if digest != Digest::ANY && self.is_unbound(&id) && !self.reused_has(&id, digest) {
+                let first = self.get(&id).and_then(|d| d.replacement.as_ref());
+                if replacement.as_ref().is_none_or(|r| first == Some(r)) {
+                    self.bind(&id, digest);
+                    continue;
+                }
+                // Another replacement: a decision on another original,
+                // kept apart below.
+            } else if self.fate(&id, digest) != Fate::Fresh {
                 continue;
             }
             if replacement.is_some() {
@@ -333,6 +360,20 @@ impl ReplacementState {
                     replacement,
                 },
             );
+        }
+    }
+
+    fn reused_has(&self, id: &Id, digest: Digest) -> bool {
+        !self.reused.is_empty() && self.reused.contains_key(&(id.clone(), digest))
+    }
+
+    /// Tie the unbound first decision on `id` to the original `digest`.
+    fn bind(&mut self, id: &str, digest: Digest) {
+        let shards = Arc::make_mut(&mut self.shards);
+        if let Some(Some(shard)) = shards.get_mut(shard_of(id))
+            && let Some(decision) = Arc::make_mut(shard).get_mut(id)
+        {
+            decision.digest = digest;
         }
     }
 
@@ -435,6 +476,41 @@ mod tests {
         assert!(matches!(state.fate("x", one), Fate::Replaced(_)));
         assert_eq!(state.seen_count(), 2);
         assert_eq!(state.decisions().count(), 2);
+    }
+
+    /// PROTOCOL.md 11.1: a decision that came without its original binds
+    /// to the first original met (a result, or a record of the same
+    /// replacement) and is frozen to it; a record of another replacement
+    /// is a decision apart.
+    #[test]
+    fn an_unbound_decision_binds_to_the_first_original_met() {
+        let [one, two, three] =
+            ["one", "two", "three"].map(|t| Digest::of_value(&serde_json::json!(t)));
+        let mut state = ReplacementState::default();
+        state.commit_decisions([("x".into(), Digest::ANY, r("P"))]);
+        assert!(state.is_unbound("x"));
+        assert!(matches!(state.fate("x", one), Fate::Replaced(p) if p.text() == "P"));
+        assert!(matches!(state.fate("x", two), Fate::Replaced(_)));
+        state.commit_decisions([("x".into(), one, None)]);
+        assert!(!state.is_unbound("x"));
+        assert!(matches!(state.fate("x", one), Fate::Replaced(p) if p.text() == "P"));
+        assert_eq!(state.fate("x", two), Fate::Fresh);
+        assert_eq!((state.seen_count(), state.replacement_count()), (1, 1));
+        // Read back from a journal: the old record, then the binding.
+        let mut journal = ReplacementState::default();
+        journal.commit_decisions([("x".into(), Digest::ANY, r("P")), ("x".into(), one, r("P"))]);
+        assert_eq!(
+            journal.decisions().map(|(_, d, _)| d).collect::<Vec<_>>(),
+            [one]
+        );
+        // A record of another replacement decides another original.
+        journal.commit_decisions([
+            ("y".into(), Digest::ANY, r("Q")),
+            ("y".into(), three, r("R")),
+        ]);
+        assert!(journal.is_unbound("y"));
+        assert!(matches!(journal.fate("y", three), Fate::Replaced(p) if p.text() == "R"));
+        assert!(matches!(journal.fate("y", two), Fate::Replaced(p) if p.text() == "Q"));
     }
 
     #[test]

@@ -158,17 +158,19 @@ async fn reconstruct_reads_messages_records_and_a_torn_transcript() {
         .await;
     assert_eq!(
         rec,
-        json!({"seenCount": 4, "replacementCount": 3, "messagesRead": 4, "recordsRead": 3, "skippedLines": 2})
+        json!({"seenCount": 5, "replacementCount": 4, "messagesRead": 4, "recordsRead": 3, "skippedLines": 2})
     );
     let state = c.call("state/get", json!({"sessionId": "r"})).await;
+    // The record without a digest for an id no message shows waits for its
+    // original (PROTOCOL.md 11.1): it is kept, not dropped.
     assert_eq!(
         state["seenIds"],
-        json!(["a", "b", "c", "d"]),
+        json!(["a", "b", "c", "d", "unseen"]),
         "the old state was replaced"
     );
     assert_eq!(
         state["replacements"],
-        json!({"a": "RA", "c": "RC", "d": "RD"})
+        json!({"a": "RA", "c": "RC", "d": "RD", "unseen": "RU"})
     );
     let kinds: Vec<&str> = c
         .notifications
@@ -371,4 +373,123 @@ async fn two_spellings_of_one_workspace_share_their_sessions() {
         "one session, one decision"
     );
     assert_eq!(server.registry.session_count(), 1);
+}
+
+/// Issue 31, reproduction 2 (PROTOCOL.md 11.1, "inherited decisions are
+/// put back on the originals"): a fork resumed with only its parent's
+/// replacements (no transcript, no messages) meets the original and sends
+/// the parent's exact preview; the decision is then frozen to that
+/// original (a later, different result under the same id is fresh), and
+/// the binding is journaled, so a restart keeps both.
+#[tokio::test]
+async fn inherited_replacements_bind_to_the_first_original_met() {
+    let dir = tempfile::tempdir().unwrap();
+    let original = "c".repeat(150_000);
+    let turn = json!([assistant_calls(&["c"]), results(&[("c", &original)])]);
+    let other = json!([
+        assistant_calls(&["c"]),
+        results(&[("c", &"o".repeat(90_000))])
+    ]);
+    let child_outputs = dir.path().join(".toolwire/sessions/child/tool-results");
+    let (parent_sent, other_sent);
+    {
+        let server = new_server();
+        let (mut c, task) = connect(server.clone());
+        c.initialize(dir.path(), json!({})).await;
+        let parent = c
+            .call("budget/apply", json!({"sessionId": "p", "messages": turn}))
+            .await;
+        parent_sent = parent["messages"].clone();
+        let replacements =
+            c.call("state/get", json!({"sessionId": "p"})).await["replacements"].clone();
+        c.call(
+            "state/reconstruct",
+            json!({"sessionId": "child", "inheritedReplacements": replacements}),
+        )
+        .await;
+        let child = c
+            .call(
+                "budget/apply",
+                json!({"sessionId": "child", "messages": turn}),
+            )
+            .await;
+        assert_eq!(child["messages"], parent_sent, "the parent's exact bytes");
+        assert_eq!(child["persisted"], json!([]));
+        // The binding is a record with the original's digest.
+        assert_eq!(child["records"].as_array().unwrap().len(), 1, "{child}");
+        assert!(child["records"][0]["digest"].is_string());
+        assert!(!child_outputs.exists(), "nothing saved again");
+        // Applied again: nothing new.
+        let again = c
+            .call(
+                "budget/apply",
+                json!({"sessionId": "child", "messages": turn}),
+            )
+            .await;
+        assert_eq!(again["records"], json!([]));
+        // Frozen to that original: another result under the id is fresh.
+        let fresh = c
+            .call(
+                "budget/apply",
+                json!({"sessionId": "child", "messages": other}),
+            )
+            .await;
+        assert_eq!(persisted_count(&fresh), 1, "{fresh}");
+        other_sent = fresh["messages"].clone();
+        assert_ne!(
+            other_sent[1]["content"][0]["content"],
+            parent_sent[1]["content"][0]["content"]
+        );
+        c.close().await;
+        task.await.unwrap();
+        server.registry.close_all().await;
+    }
+    if !local_transcripts("inherited_replacements_bind_to_the_first_original_met") {
+        return;
+    }
+    let (mut c, _t) = connect(new_server());
+    c.initialize(dir.path(), json!({})).await;
+    for (messages, sent) in [(&turn, &parent_sent), (&other, &other_sent)] {
+        let r = c
+            .call(
+                "budget/apply",
+                json!({"sessionId": "child", "messages": messages}),
+            )
+            .await;
+        assert_eq!(&r["messages"], sent);
+        assert_eq!(r["records"], json!([]));
+    }
+}
+
+/// The same for a client's record without a digest, for an id its
+/// messages do not show.
+#[tokio::test]
+async fn a_record_without_a_digest_binds_to_the_first_original_met() {
+    let (_dir, mut c) = setup().await;
+    c.call(
+        "state/reconstruct",
+        json!({"sessionId": "r", "records": [{"kind": "tool-result", "toolUseId": "c", "replacement": "<persisted-output>\nold\n</persisted-output>"}]}),
+    )
+    .await;
+    let first = c
+        .call(
+            "budget/apply",
+            json!({"sessionId": "r", "messages": [big("c", 60_000)]}),
+        )
+        .await;
+    assert_eq!(
+        first["messages"][0]["content"][0]["content"],
+        json!("<persisted-output>\nold\n</persisted-output>")
+    );
+    let second = c
+        .call(
+            "budget/apply",
+            json!({"sessionId": "r", "messages": [big("c", 70_000)]}),
+        )
+        .await;
+    assert_eq!(persisted_count(&second), 1, "{second}");
+}
+
+fn persisted_count(result: &Value) -> usize {
+    result["persisted"].as_array().map_or(0, Vec::len)
 }

@@ -60,6 +60,10 @@ pub struct MessagePlan {
     /// `(message, block, digest)` of every eligible result of the unit, so
     /// rendering does not digest the originals a second time.
     pub digests: Vec<(usize, usize, Digest)>,
+    /// Originals met for ids whose decision came without one (inherited,
+    /// or journaled before digests): the decision is put back on them and
+    /// is to be bound to them (PROTOCOL.md 11.1), one per id.
+    pub bind: Vec<(Id, Digest)>,
 }
 
 /// The budget units of a conversation, as the indexes of their messages
@@ -114,6 +118,7 @@ pub fn plan_message(unit: &[&Value], state: &ReplacementState, cx: &PlanContext)
     let mut rows: Vec<Row> = Vec::new();
     let mut candidates = Vec::new();
     let mut fresh_here: HashSet<(Id, Digest)> = HashSet::new();
+    let mut bind: Vec<(Id, Digest)> = Vec::new();
     for (m, msg) in unit.iter().enumerate() {
         for (block, id) in format::results(cx.dialect, msg) {
             let content = cx.dialect.result_content(msg, block);
@@ -124,6 +129,13 @@ pub fn plan_message(unit: &[&Value], state: &ReplacementState, cx: &PlanContext)
                 Digest::ANY
             };
             let id = Id::from(&*id);
+            if eligible
+                && digest != Digest::ANY
+                && state.is_unbound(&id)
+                && !bind.iter().any(|(b, _)| *b == id)
+            {
+                bind.push((crate::state::keep_id(&id), digest));
+            }
             // A reapplied result is sent as its replacement: the original's
             // size (a count over all its text) is only taken for the others.
             let candidate = match state.fate(&id, digest) {
@@ -165,6 +177,7 @@ pub fn plan_message(unit: &[&Value], state: &ReplacementState, cx: &PlanContext)
             .filter(|r| r.digest != Digest::ANY)
             .map(|r| (r.message, r.block, r.digest))
             .collect(),
+        bind,
     };
     // Whether an earlier row of the unit carries the same id with another
     // original, for every row in one pass: (first digest, more than one).

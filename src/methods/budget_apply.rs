@@ -169,6 +169,7 @@ pub async fn apply(
         for &(m, block, digest) in &plan.digests {
             digests[unit_messages[m]].push((block, digest));
         }
+        bind_inherited(&mut state, plan.bind, &mut records, &mut seen);
         if plan.fresh.is_empty() {
             continue;
         }
@@ -299,6 +300,36 @@ pub async fn apply(
         failures,
         over_limit,
     })
+}
+
+/// Bind decisions that came without their original (an inherited
+/// replacement, a record written before digests) to the originals this
+/// request met for them, and journal each binding with its digest: the
+/// decision is put back now, and from now on only on that original
+/// (PROTOCOL.md 11.1), after a restart too.
+fn bind_inherited(
+    state: &mut crate::state::ReplacementState,
+    bind: Vec<(Id, Digest)>,
+    records: &mut Vec<ReplacementRecord>,
+    seen: &mut SeenLine,
+) {
+    use crate::state::Fate;
+    for (id, digest) in &bind {
+        match state.fate(id, *digest) {
+            Fate::Replaced(r) => records.push(ReplacementRecord {
+                kind: RECORD_KIND.to_owned(),
+                tool_use_id: id.to_string(),
+                replacement: r.text(),
+                digest: digest.hex(),
+            }),
+            Fate::Frozen => {
+                seen.tool_use_ids.push(id.to_string());
+                seen.digests.push(digest.hex().unwrap_or_default());
+            }
+            Fate::Fresh => {}
+        }
+    }
+    state.commit_decisions(bind.into_iter().map(|(id, digest)| (id, digest, None)));
 }
 
 /// Make `records` say what the state holds: a decision another replica

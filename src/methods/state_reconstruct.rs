@@ -14,7 +14,7 @@ use serde_json::json;
 
 use super::{Reply, RequestCx, SessionMethod};
 use crate::error::{Error, Result};
-use crate::format::Format;
+use crate::format::{Digest, Format};
 use crate::import;
 use crate::protocol::{
     RECORD_KIND, SessionId, StateReconstruct, StateReconstructParams, StateReconstructResult,
@@ -141,11 +141,41 @@ async fn reconstruct(
             .chain(&image.replacements)
             .map(|(id, digest, r)| (id.clone(), *digest, Some(r.clone()))),
     );
+    // A result whose id a record already decided binds that record (when
+    // it carried no digest); the inherited replacement is for the others.
+    let seen: Vec<_> = image
+        .seen
+        .iter()
+        .map(|(id, digest)| {
+            let replacement = (!state.is_decided(id))
+                .then(|| inherited.get(&**id).map(|r| Replacement::new(r)))
+                .flatten();
+            (id.clone(), *digest, replacement)
+        })
+        .collect();
+    state.commit_decisions(seen);
+    // A replacement that arrives without its original (inherited, or a
+    // client record without a digest, for an id the messages do not show)
+    // is put back on the first original met for its id afterwards and
+    // bound to it then (PROTOCOL.md 11.1): a fork resumed from its
+    // parent's replacements sends the parent's bytes.
+    let unseen_records = client_records
+        .replacements
+        .iter()
+        .filter(|(id, digest, _)| *digest == Digest::ANY && !seen_ids.contains(&**id))
+        .map(|(id, _, r)| (id.clone(), Digest::ANY, Some(r.clone())));
+    let inherited_unseen = inherited
+        .iter()
+        .filter(|(id, _)| !seen_ids.contains(id.as_str()))
+        .map(|(id, r)| {
+            (
+                crate::state::keep_id(id),
+                Digest::ANY,
+                Some(Replacement::new(r)),
+            )
+        });
+    state.commit_decisions(unseen_records.chain(inherited_unseen).collect::<Vec<_>>());
     drop(seen_ids);
-    state.commit_decisions(image.seen.iter().map(|(id, digest)| {
-        let replacement = inherited.get(&**id).map(|r| Replacement::new(r));
-        (id.clone(), *digest, replacement)
-    }));
 
     cx.check_cancelled()?;
     let loaded = session.load().await?;
