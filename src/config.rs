@@ -492,6 +492,11 @@ pub fn load_with_file(
     }
     match init_options {
         None | Some(Value::Null) => {}
+        // Neovim encodes an empty Lua table as `[]` (it cannot tell an
+        // empty list from an empty map), so `init_options = {}` arrives as
+        // an empty array: it means "no overrides", as `{}` does. A
+        // non-empty array is still refused.
+        Some(Value::Array(items)) if items.is_empty() => {}
         Some(value @ Value::Object(_)) => merge(&mut merged, camel_keys(value.clone())),
         Some(_) => {
             return Err(Error::invalid_params(

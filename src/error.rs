@@ -40,8 +40,15 @@ pub enum Error {
     /// `path` names the offending field, e.g. `messages[3].content`.
     #[error("invalid params at `{path}`: {message}")]
     InvalidParams { path: String, message: String },
-    #[error("server not initialized: send `initialize` first")]
-    NotInitialized,
+    /// A request before a successful `initialize`. When `initialize` was
+    /// sent and refused, the refusal is repeated: a client that ignored its
+    /// answer (Neovim queues requests while initializing) would otherwise
+    /// tell its user to send `initialize`, which it did.
+    #[error("server not initialized: {}", match initialize_failed {
+        Some(why) => format!("`initialize` failed: {why}"),
+        None => "send `initialize` first".to_owned(),
+    })]
+    NotInitialized { initialize_failed: Option<String> },
     #[error("request cancelled")]
     Cancelled,
     #[error("tool_result `{tool_use_id}` answers no pending tool_use")]
@@ -94,7 +101,7 @@ impl Error {
             Error::InvalidRequest(_) => code::INVALID_REQUEST,
             Error::MethodNotFound(_) => code::METHOD_NOT_FOUND,
             Error::InvalidParams { .. } => code::INVALID_PARAMS,
-            Error::NotInitialized => code::NOT_INITIALIZED,
+            Error::NotInitialized { .. } => code::NOT_INITIALIZED,
             Error::Cancelled => code::CANCELLED,
             Error::UnknownToolResult { .. } => code::UNKNOWN_TOOL_RESULT,
             Error::SessionExists { .. } => code::SESSION_EXISTS,
@@ -114,7 +121,7 @@ impl Error {
             Error::InvalidRequest(_) => "invalidRequest",
             Error::MethodNotFound(_) => "methodNotFound",
             Error::InvalidParams { .. } => "invalidParams",
-            Error::NotInitialized => "notInitialized",
+            Error::NotInitialized { .. } => "notInitialized",
             Error::Cancelled => "cancelled",
             Error::UnknownToolResult { .. } => "unknownToolResult",
             Error::SessionExists { .. } => "sessionExists",

@@ -117,6 +117,9 @@ struct Connection {
     server: Arc<Server>,
     shared: Arc<ConnShared>,
     phase: Phase,
+    /// Why the last `initialize` was refused, repeated to the requests
+    /// that follow it (they are otherwise told to send `initialize`).
+    initialize_failed: Option<String>,
     inflight: Arc<Mutex<HashMap<String, CancellationToken>>>,
     end: ConnectionEnd,
 }
@@ -138,6 +141,7 @@ where
             touched: Mutex::new(HashMap::new()),
         }),
         phase: Phase::Uninitialized,
+        initialize_failed: None,
         inflight: Arc::new(Mutex::new(HashMap::new())),
         end: ConnectionEnd {
             exit: false,
@@ -300,10 +304,14 @@ impl Connection {
         let config = match (&self.phase, method) {
             (Phase::Uninitialized, "initialize") => {
                 let result = self.initialize(params);
+                self.initialize_failed = result.as_ref().err().map(|err| err.to_string());
                 sink.reply(&id, result);
                 return;
             }
-            (Phase::Uninitialized, _) => return sink.reply(&id, Err(Error::NotInitialized)),
+            (Phase::Uninitialized, _) => {
+                let initialize_failed = self.initialize_failed.clone();
+                return sink.reply(&id, Err(Error::NotInitialized { initialize_failed }));
+            }
             (_, "initialize") => {
                 return sink.reply(
                     &id,

@@ -89,7 +89,7 @@ fn neovim_plugin_installed_as_a_package_drives_the_binary_headless() {
         Command::new("bash")
             .arg(editors().join("nvim/test/run.sh"))
             .arg(env!("CARGO_BIN_EXE_toolwire")),
-        "neovim plugin test (needs `apt-get install neovim`)",
+        "neovim plugin test (needs `apt-get install neovim` and Neovim 0.11.4 from editors/nvim/test/install-neovim.sh)",
     );
 }
 

@@ -88,8 +88,18 @@ async fn a_bad_configuration_fails_initialize_naming_the_key_and_changes_nothing
     let file = dir.path().join("toolwire.toml");
     assert!(message.contains(&format!("{}:2: ", file.display())), "{e}");
     std::fs::write(dir.path().join("toolwire.toml"), "durability = \"none\"\n").unwrap();
-    c.fails("state/get", json!({"sessionId": "s"}), -32002)
+    // A request after the refused `initialize` is told why it was refused,
+    // not to send `initialize` (which the client did).
+    let e = c
+        .fails("state/get", json!({"sessionId": "s"}), -32002)
         .await;
+    let message = e["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("server not initialized: `initialize` failed: ")
+            && message.contains("limits.preview_chars"),
+        "{e}"
+    );
+    assert_eq!(e["data"]["kind"], json!("notInitialized"));
     c.initialize(dir.path(), json!({"dataDir": "elsewhere"}))
         .await;
     c.call(
@@ -98,6 +108,24 @@ async fn a_bad_configuration_fails_initialize_naming_the_key_and_changes_nothing
     )
     .await;
     assert!(dir.path().join("elsewhere/sessions/s.jsonl").is_file());
+}
+
+#[tokio::test]
+async fn empty_initialization_options_may_be_an_empty_array_as_neovim_sends_them() {
+    // Neovim encodes `init_options = {}` as `[]`: no overrides, as `{}`.
+    let dir = tempfile::tempdir().unwrap();
+    let (mut c, _t) = connect(new_server());
+    let e = c
+        .fails(
+            "initialize",
+            json!({"rootUri": file_uri(dir.path()), "initializationOptions": [1]}),
+            -32602,
+        )
+        .await;
+    assert_eq!(e["data"]["path"], json!("initializationOptions"));
+    let init = c.initialize(dir.path(), json!([])).await;
+    assert_eq!(init["serverInfo"]["name"], json!("toolwire"));
+    c.call("state/get", json!({"sessionId": "s"})).await;
 }
 
 #[tokio::test]

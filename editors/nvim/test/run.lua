@@ -126,10 +126,70 @@ local ok, err = xpcall(function()
   vim.env.TOOLWIRE_BIN, vim.env.PATH = saved_bin, saved_path
   check(none == nil and why:find("TOOLWIRE_BIN: not set", 1, true) and why:find("PATH: no executable 'toolwire' in " .. root .. "/empty", 1, true), why)
 
+  -- Cancelling during a call: a budget/apply queued behind a long
+  -- state/reconstruct of the same session is cancelled before it runs; its
+  -- callback is called with -32800 (Neovim drops that answer: the plugin
+  -- calls the callback itself).
+  local big_path = root .. "/big.jsonl"
+  local chunk = {}
+  for i = 1, 300 do
+    table.insert(chunk, line(call("r" .. i)))
+    table.insert(chunk, line(result("r" .. i, string.rep("y", 100000))))
+  end
+  vim.fn.writefile(chunk, big_path)
+  local rebuilt, cancelled_answer
+  tw.request("state/reconstruct", { sessionId = "big", transcript = big_path }, function(e, r)
+    rebuilt = { err = e, result = r }
+  end)
+  local cid = tw.request("budget/apply", { sessionId = "big", messages = { result("c1", string.rep("z", 60000)) } }, function(e, r)
+    check(cancelled_answer == nil, "the callback is called once")
+    cancelled_answer = { err = e, result = r }
+  end)
+  tw.cancel(cid)
+  wait(function() return rebuilt ~= nil and cancelled_answer ~= nil end, "reconstruct and the cancelled apply")
+  check(rebuilt.err == nil and rebuilt.result.seenCount == 300, "reconstruct: " .. vim.inspect(rebuilt.err))
+  check(cancelled_answer.err and cancelled_answer.err.code == -32800 and cancelled_answer.err.data.kind == "cancelled", "cancelled: " .. vim.inspect(cancelled_answer))
+  local state = tw.request_sync("state/get", { sessionId = "big" })
+  check(not vim.tbl_contains(state.seenIds, "c1"), "a cancelled apply decides nothing")
+
   -- Stopping ends the client's process (shutdown + exit).
   local id = tw.client().id
   tw.stop()
   wait(function() return vim.lsp.get_client_by_id(id) == nil end, "client stopped")
+
+  local function errors()
+    local list = {}
+    for _, m in ipairs(messages) do
+      if m.level == vim.log.levels.ERROR and m.msg:find("^toolwire: ") then
+        table.insert(list, m.msg)
+      end
+    end
+    return list
+  end
+
+  -- A configuration the server refuses: requests say the real reason,
+  -- never "send `initialize` first" (Neovim shows the refusal itself).
+  messages = {}
+  tw.setup({ config = { abortMode = "explode" } })
+  local _, cerr = tw.request_sync("state/get", { sessionId = "nv" })
+  check(cerr and cerr.message:find("initialize` failed", 1, true) and cerr.message:find("abortMode", 1, true), "refused config: " .. vim.inspect(cerr))
+  check(not cerr.message:find("send `initialize` first", 1, true), cerr.message)
+  wait(function() return tw.client() == nil end, "the refused client is stopped")
+  check(#errors() == 0, vim.inspect(errors()))
+
+  -- A binary that dies at start: one error naming it, its exit status and
+  -- the first lines of its stderr.
+  local dying = root .. "/dying"
+  vim.fn.writefile({ "#!/bin/sh", "echo 'cannot open the store: permission denied' >&2", "echo 'second line' >&2", "exit 3" }, dying)
+  vim.fn.setfperm(dying, "rwxr-xr-x")
+  messages = {}
+  tw.setup({ binary = dying })
+  wait(function() return #errors() > 0 end, "the dying binary is told")
+  local told = errors()[1]
+  check(#errors() == 1, vim.inspect(errors()))
+  check(told:find(dying .. " exited (status 3) before initializing:\ncannot open the store: permission denied\nsecond line", 1, true), told)
+  local _, derr = tw.request_sync("state/get", { sessionId = "nv" })
+  check(derr and derr.message:find(dying .. " exited (status 3)", 1, true), "a request to the dying binary: " .. vim.inspect(derr))
 end, debug.traceback)
 
 if not ok then
