@@ -11,6 +11,7 @@ import { createHash } from "node:crypto";
 import { realpathSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { isAbsolute, join } from "node:path";
+import { Writable } from "node:stream";
 import { pathToFileURL } from "node:url";
 import {
   CancellationTokenSource,
@@ -19,7 +20,7 @@ import {
   StreamMessageWriter,
   type MessageConnection,
 } from "vscode-jsonrpc/node";
-import { toToolwireError } from "./errors";
+import { CancelledError, toToolwireError } from "./errors";
 import { locateToolwire } from "./locate";
 import { PROGRESS_METHODS, ToolwireMethods, type CallOptions, type MethodName, type MethodTable } from "./methods";
 import type * as P from "./protocol";
@@ -69,6 +70,41 @@ export function daemonLogPath(root: string, serverVersion: string, env: NodeJS.P
   const dir = xdg ? join(xdg, "toolwire") : join(env.TMPDIR || tmpdir(), `toolwire-${process.geteuid?.() ?? 0}`);
   const key = createHash("sha256").update(realpathSync(root)).digest("hex").slice(0, 16);
   return join(dir, `${key}-${serverVersion}.log`);
+}
+
+/**
+ * The child's stdin as the connection writes it. Writing to a child that
+ * has died fails with EPIPE, or ERR_STREAM_DESTROYED once Node has torn the
+ * pipe down, and vscode-jsonrpc lets one of those escape as an unhandled
+ * rejection that ends the caller's whole process. What is written to a
+ * dead child is dropped instead: its death is reported once, by the end of
+ * its output (every pending request fails) or, while starting, by its exit
+ * status and stderr.
+ */
+function childInput(stdin: Writable): Writable {
+  stdin.on("error", () => undefined);
+  return new Writable({
+    write(chunk: Buffer, _encoding, callback) {
+      if (stdin.destroyed || !stdin.writable) return callback();
+      stdin.write(chunk, () => callback());
+    },
+    final(callback) {
+      stdin.end(() => callback());
+    },
+    destroy(_err, callback) {
+      stdin.destroy();
+      callback(null);
+    },
+  });
+}
+
+/** The first lines of a child's stderr, for an error message. */
+function describeStderr(stderr: string): string {
+  const lines = stderr.trimEnd().split("\n");
+  if (lines.length === 1 && lines[0] === "") return " (it wrote nothing on stderr)";
+  const first = lines.slice(0, 10);
+  if (lines.length > first.length) first.push("...");
+  return `:\n${first.join("\n")}`;
 }
 
 export class ToolwireClient extends ToolwireMethods {
@@ -126,15 +162,21 @@ export class ToolwireClient extends ToolwireMethods {
       child.once("spawn", () => resolve());
       child.once("error", (err) => reject(new Error(`toolwire: could not start ${program}: ${err.message}`)));
     });
+    // The beginning of its stderr (where a failing start says why) for the
+    // error, and all of it for `onLog`.
     let stderr = "";
     child.stderr?.setEncoding("utf8");
     child.stderr?.on("data", (chunk: string) => {
-      stderr = (stderr + chunk).slice(-4000);
+      if (stderr.length < 4000) stderr = (stderr + chunk).slice(0, 4000);
       options.onLog?.(chunk);
     });
+    // 'close': the child has exited and its stderr has been read to the end.
+    const closed = new Promise<string>((resolve) =>
+      child.once("close", (code, signal) => resolve(signal ? `signal ${signal}` : `status ${code}`)),
+    );
     await spawned;
     if (!child.stdout || !child.stdin) throw new Error("toolwire: no stdio pipes");
-    const connection = createMessageConnection(new StreamMessageReader(child.stdout), new StreamMessageWriter(child.stdin));
+    const connection = createMessageConnection(new StreamMessageReader(child.stdout), new StreamMessageWriter(childInput(child.stdin)));
     connection.listen();
     const params: P.InitializeParams = {
       processId: process.pid,
@@ -142,13 +184,13 @@ export class ToolwireClient extends ToolwireMethods {
       clientInfo: options.clientInfo ?? { name: "toolwire-client (node)", version: CLIENT_VERSION },
       initializationOptions: { ...(options.config ?? {}) },
     };
-    // A child that dies before answering (a bad command, a refused
-    // configuration) must not leave `start` waiting forever.
-    const died = new Promise<never>((_, reject) =>
-      child.once("exit", (code, signal) =>
-        reject(new Error(`toolwire: ${program} exited (${signal ?? code}) before initializing${stderr ? `:\n${stderr}` : ""}`)),
-      ),
-    );
+    // A child that dies before answering (a bad command, a store it cannot
+    // open) gives one error, whatever came first: the failed write of
+    // `initialize` (EPIPE) or the end of its output.
+    const died = closed.then((status) => {
+      throw new Error(`toolwire: ${program} exited (${status}) before initializing${describeStderr(stderr)}`);
+    });
+    died.catch(() => undefined);
     let result: P.InitializeResult;
     try {
       result = await Promise.race([connection.sendRequest<P.InitializeResult>("initialize", params), died]);
@@ -157,8 +199,7 @@ export class ToolwireClient extends ToolwireMethods {
       child.kill();
       throw toToolwireError("initialize", err);
     }
-    died.catch(() => undefined);
-    await connection.sendNotification("initialized", {});
+    await connection.sendNotification("initialized", {}).catch(() => undefined);
     const client = new ToolwireClient(connection, child, result);
     if (path && (options.shared ?? true) && !options.command) {
       client.daemonLog = daemonLogPath(path, result.serverInfo.version ?? "", options.env ?? process.env);
@@ -193,15 +234,23 @@ export class ToolwireClient extends ToolwireMethods {
       this.progress.set(token, options.onProgress);
       sent = { ...(params as object), workDoneToken: token };
     }
+    if (options.signal?.aborted) {
+      // Aborted before the call: nothing is sent, as `fetch` does with an
+      // aborted signal; the same CancelledError as a call the server
+      // cancelled before committing anything.
+      throw new CancelledError(method, -32800, "request cancelled before it was sent", { kind: "cancelled" });
+    }
     const cancel = options.signal ? new CancellationTokenSource() : undefined;
+    // The token is made before anything can cancel it: a source cancelled
+    // first hands out a static token that never sends `$/cancelRequest`.
+    const cancelToken = cancel?.token;
     const onAbort = () => cancel?.cancel();
-    if (options.signal?.aborted) onAbort();
     options.signal?.addEventListener("abort", onAbort, { once: true });
     try {
       // vscode-jsonrpc reads a trailing `undefined` as a second positional
       // param, so the token is passed only when there is one.
-      const result: unknown = await (cancel
-        ? this.connection.sendRequest(method, sent, cancel.token)
+      const result: unknown = await (cancelToken
+        ? this.connection.sendRequest(method, sent, cancelToken)
         : this.connection.sendRequest(method, sent));
       for (const listener of this.listeners) listener(method, params, result);
       return result;

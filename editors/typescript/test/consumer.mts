@@ -46,8 +46,25 @@ async function notFound(): Promise<void> {
   });
 }
 
+async function dyingBinary(): Promise<void> {
+  // A binary that fails at start: one error naming it, its exit status and
+  // its stderr's first lines, the same every time (it used to depend on
+  // whether the write of `initialize` or the exit came first), and the
+  // caller's process lives on (it used to die of an unhandled EPIPE).
+  const dying = join(root, "dying");
+  writeFileSync(dying, "#!/bin/sh\necho 'cannot open the store: permission denied' >&2\necho 'second line' >&2\nexit 3\n", { mode: 0o755 });
+  for (let i = 0; i < 10; i++) {
+    await assert.rejects(ToolwireClient.start({ root, binary: dying }), (err: unknown) => {
+      assert.ok(err instanceof Error);
+      assert.equal(err.message, `toolwire: ${dying} exited (status 3) before initializing:\ncannot open the store: permission denied\nsecond line`);
+      return true;
+    });
+  }
+}
+
 async function main(): Promise<void> {
   await notFound();
+  await dyingBinary();
   // Found through TOOLWIRE_BIN, shared (the default): two clients, one daemon.
   // RUST_LOG reaches the daemon its first client starts.
   const env = { ...process.env, TOOLWIRE_BIN: binary, PATH: emptyDir, RUST_LOG: "toolwire=info" };
@@ -128,6 +145,20 @@ async function main(): Promise<void> {
     const repaired = await b.transcriptRepair({ path: broken }, { onProgress: (v) => repairProgress.push(v) });
     assert.deepEqual(repaired.droppedToolUses, ["o1"]);
     assert.ok(repairProgress.length >= 2, "repair reports progress");
+
+    // An AbortSignal aborted before the call: rejected at once, nothing sent.
+    await assert.rejects(
+      a.budgetApply({ sessionId: "pre", messages: [call("p1"), result("p1", "z".repeat(60_000))] }, { signal: AbortSignal.abort() }),
+      (err: unknown) => err instanceof CancelledError && err.code === -32800 && err.kind === "cancelled",
+    );
+    assert.deepEqual((await a.stateGet({ sessionId: "pre" })).seenIds, [], "an apply aborted before the call decides nothing");
+
+    // Messages pass through byte for byte: nulls, key order, unknown fields
+    // (the transcript keeps what the server received).
+    const exact = { role: "user", z: 1.5, content: [{ type: "text", text: "hi", cache_control: null }], metadata: null } as unknown as Message;
+    await a.pairAppend({ sessionId: "bytes", message: exact });
+    const kept = readFileSync(join(root, ".toolwire/sessions/bytes.jsonl"), "utf8");
+    assert.equal(kept, JSON.stringify({ type: "message", message: exact }) + "\n");
 
     // The generic entry point takes any method name of the table.
     const name: MethodName = "state/get";

@@ -52,6 +52,13 @@ try {
   // CommonJS users get the same classes.
   run(process.execPath, ["-e", "const t = require('toolwire-client'); if (typeof t.ToolwireClient.start !== 'function' || !(new t.CancelledError('m', -32800, 'x', undefined) instanceof t.ToolwireError)) process.exit(1)"], { cwd: app });
 
+  // The issue's reproduction, from CommonJS: a binary that fails at start
+  // is one rejection, and the process exits 0 (it used to die of EPIPE).
+  writeFileSync(join(app, "dying"), "#!/bin/sh\necho 'no store' >&2\nexit 3\n", { mode: 0o755 });
+  const said = run(process.execPath, ["-e", 'require("toolwire-client").ToolwireClient.start({root:process.cwd(),binary:"./dying"}).catch(e=>console.log(e.message))'], { cwd: app });
+  const want = `toolwire: ${join(app, "dying")} exited (status 3) before initializing:\nno store\n`;
+  if (said !== want) throw new Error(`a dying binary: ${JSON.stringify(said)}, want ${JSON.stringify(want)}`);
+
   // The shared daemon's socket directory, private to this run.
   const runtime = join(scratch, "run");
   mkdirSync(runtime);
