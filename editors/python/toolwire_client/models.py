@@ -791,6 +791,11 @@ class TranscriptRepairResult(BaseModel):
     """
     dropped_tool_uses: list[str] = Field(..., alias='droppedToolUses')
     dropped_tool_results: list[str] = Field(..., alias='droppedToolResults')
+    moved_tool_results: list[str] = Field(..., alias='movedToolResults')
+    """
+    Ids of results moved ahead of the other content of their turn
+    (a result that came after text in the message answering its call).
+    """
     torn_lines: conint(ge=0) = Field(..., alias='tornLines')
 
 

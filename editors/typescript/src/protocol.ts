@@ -995,6 +995,11 @@ changed: boolean
 kept: number
 droppedToolUses: string[]
 droppedToolResults: string[]
+/**
+ * Ids of results moved ahead of the other content of their turn
+ * (a result that came after text in the message answering its call).
+ */
+movedToolResults: string[]
 tornLines: number
 }
 /**
