@@ -8,7 +8,7 @@
 //! pages stay, each held by the few entries of the state on it. A session
 //! built by a hundred `budget/apply` requests then held about 9 MB more
 //! than the same session read back from its transcript, of which a trim
-//! returned 1-2 MB (README, "Memory").
+//! returned 1-2 MB (docs/design.md, "What sessions keep has a heap of its own").
 //!
 //! [`Heap`] is the process's global allocator. It serves every allocation
 //! from the system allocator (glibc's malloc), except those a thread makes

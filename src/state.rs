@@ -7,7 +7,7 @@
 //! published state readers see) is an O(1) clone that shares every shard,
 //! and a later commit copies only the shards it touches. Measured against a
 //! hash-trie (`rpds`), this holds 100,000 ids in about half the memory
-//! (see README, "Benchmarks").
+//! (docs/design.md, "Per-session state is compact").
 //!
 //! Replacements are kept zstd-compressed with their sizes precomputed in
 //! every unit: a session holds thousands of ~2 KB previews, which would

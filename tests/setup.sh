@@ -4,7 +4,8 @@
 # tests/setup.d/, run in name order; a part that fails is reported by name
 # and the others still run, so the tests that do not need it can still pass.
 # System packages (Debian) that some tests need are listed in .ci/apt/*.txt;
-# .ci/run installs them, and each part says which it needs when one is missing.
+# tests/run.sh (README's test command) installs them before it runs this,
+# and each part says which it needs when one is missing.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 failed=()
@@ -14,7 +15,7 @@ for part in "$here"/setup.d/*.sh; do
     failed+=("$(basename "$part")")
   fi
 done
-# A failed part does not stop README's `./tests/setup.sh && cargo test`:
+# A failed part does not stop README's test command (tests/run.sh):
 # the tests that need it fail, saying which command fixes it, and every
 # other test still runs.
 if [ ${#failed[@]} -gt 0 ]; then

@@ -10,7 +10,7 @@
 //! previews of 2 KB: 24 MB). It is serialized straight from the snapshot,
 //! one preview decompressed at a time, so the server never holds it as
 //! strings and values as well: built that way, one `state/get` left the
-//! server 50 MB larger (README, "Benchmarks").
+//! server 50 MB larger (docs/design.md, "Memory: glibc's malloc, tuned").
 
 use std::sync::Arc;
 
