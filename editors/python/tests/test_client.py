@@ -13,6 +13,7 @@ import json
 import os
 import re
 import sys
+import sysconfig
 import threading
 from pathlib import Path
 
@@ -89,6 +90,8 @@ def test_the_binary_is_found_from_a_setting_the_environment_or_path(tmp_path):
     assert err.value.searched == [
         "setting: not set",
         "TOOLWIRE_BIN: not set",
+        # This venv has toolwire_client but not the toolwire wheel.
+        f"pip package: {Path(sysconfig.get_path('scripts')) / 'toolwire'} (does not exist)",
         f"PATH: no executable 'toolwire' in {tmp_path / 'empty'}",
     ]
     with pytest.raises(ToolwireNotFoundError, match=r"toolwire\.binary: /nonexistent/toolwire \(does not exist\)"):

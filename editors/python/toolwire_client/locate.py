@@ -1,8 +1,11 @@
-"""Find the toolwire binary: a setting, then ``TOOLWIRE_BIN``, then ``PATH``."""
+"""Find the toolwire binary: a setting, then ``TOOLWIRE_BIN``, then the
+binary of the ``toolwire`` wheel installed for this interpreter, then ``PATH``."""
 
 from __future__ import annotations
 
 import os
+import sys
+import sysconfig
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -14,7 +17,7 @@ class ToolwireNotFoundError(FileNotFoundError):
         lines = "\n".join(f"  - {s}" for s in searched)
         super().__init__(
             f"toolwire binary not found; looked at:\n{lines}\n"
-            "Install toolwire (cargo install --path . in its repository) or set the binary path."
+            "Install toolwire (pip install toolwire, npm install toolwire or cargo install toolwire) or set the binary path."
         )
         self.searched = searched
 
@@ -27,6 +30,21 @@ def _problem(path: Path) -> str | None:
     if not os.access(path, os.X_OK):
         return "not executable"
     return None
+
+
+def _wheel_scripts() -> list[Path]:
+    """Where ``pip install toolwire`` (or ``uv pip install``) puts the binary
+    for the interpreter running this client: its scripts directory, and
+    outside a virtual environment also the user scheme's (``pip install
+    --user``), as ruff's own ``find_ruff_bin`` looks."""
+    dirs = [sysconfig.get_path("scripts")]
+    if sys.prefix == sys.base_prefix:
+        dirs.append(sysconfig.get_path("scripts", scheme=sysconfig.get_preferred_scheme("user")))
+    seen: list[Path] = []
+    for d in dirs:
+        if d and Path(d) not in seen:
+            seen.append(Path(d))
+    return seen
 
 
 def locate_toolwire(
@@ -57,6 +75,14 @@ def locate_toolwire(
             return path
         raise ToolwireNotFoundError([*searched, f"TOOLWIRE_BIN: {path} ({problem})"])
     searched.append("TOOLWIRE_BIN: not set")
+    # Before PATH: the toolwire pinned beside this client in its environment
+    # is the one it was installed to run, not an older one on PATH.
+    for d in _wheel_scripts():
+        candidate = d / "toolwire"
+        problem = _problem(candidate)
+        if problem is None:
+            return candidate
+        searched.append(f"pip package: {candidate} ({problem})")
     dirs = [d for d in env.get("PATH", "").split(os.pathsep) if d and os.path.isabs(d)]
     for d in dirs:
         candidate = Path(d) / "toolwire"

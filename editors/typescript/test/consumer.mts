@@ -41,7 +41,12 @@ async function notFound(): Promise<void> {
   // Nothing set and nothing on PATH: every place is named.
   await assert.rejects(ToolwireClient.start({ root, env: { PATH: emptyDir } }), (err: unknown) => {
     assert.ok(err instanceof ToolwireNotFoundError);
-    assert.deepEqual(err.searched, ["setting: not set", "TOOLWIRE_BIN: not set", `PATH: no executable 'toolwire' in ${emptyDir}`]);
+    assert.deepEqual(err.searched, [
+      "setting: not set",
+      "TOOLWIRE_BIN: not set",
+      `npm package toolwire-${process.platform}-${process.arch}: not installed`,
+      `PATH: no executable 'toolwire' in ${emptyDir}`,
+    ]);
     return true;
   });
 }
