@@ -266,3 +266,363 @@ fn man_pages_render_cleanly_and_document_every_command_and_flag() {
     let out = run(Command::new(BIN).arg("man"), "cargo build");
     assert!(text(&out).contains(".TH toolwire 1"));
 }
+
+/// Cargo's version: the one number every package and client says
+/// (docs/install.md, "Versions").
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(Path::new(ROOT).join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn json(path: &str) -> Value {
+    serde_json::from_str(&read(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+#[test]
+fn one_version_in_cargo_the_npm_packages_and_the_clients() {
+    let mut said = vec![(
+        "toolwire --version".to_owned(),
+        text(&run(Command::new(BIN).arg("--version"), "cargo build"))
+            .trim()
+            .strip_prefix("toolwire ")
+            .unwrap_or_default()
+            .to_owned(),
+    )];
+    let launcher = json("packaging/npm/toolwire/package.json");
+    said.push((
+        "the npm launcher".into(),
+        launcher["version"].as_str().unwrap().into(),
+    ));
+    let platforms = launcher["optionalDependencies"].as_object().unwrap();
+    assert!(platforms.contains_key("toolwire-linux-x64"), "{launcher}");
+    for (name, version) in platforms {
+        said.push((
+            format!("the launcher's {name}"),
+            version.as_str().unwrap().into(),
+        ));
+    }
+    for path in [
+        "editors/typescript/package.json",
+        "editors/vscode/package.json",
+    ] {
+        said.push((path.into(), json(path)["version"].as_str().unwrap().into()));
+    }
+    let lock = json("editors/typescript/package-lock.json");
+    said.push((
+        "editors/typescript/package-lock.json".into(),
+        lock["packages"][""]["version"].as_str().unwrap().into(),
+    ));
+    let pyproject: toml::Table = read("editors/python/pyproject.toml").parse().unwrap();
+    said.push((
+        "editors/python/pyproject.toml".into(),
+        pyproject["project"]["version"].as_str().unwrap().into(),
+    ));
+    // The version each client reports in `clientInfo`.
+    for (path, line) in [
+        (
+            "editors/typescript/src/client.ts",
+            "export const CLIENT_VERSION = ",
+        ),
+        (
+            "editors/python/toolwire_client/_wire.py",
+            "CLIENT_VERSION = ",
+        ),
+    ] {
+        let constant = read(path)
+            .lines()
+            .find_map(|l| l.strip_prefix(line))
+            .unwrap_or_else(|| panic!("{path} has no `{line}`"))
+            .trim_matches(|c| c == '"' || c == ';')
+            .to_owned();
+        said.push((path.into(), constant));
+    }
+    let wrong: Vec<_> = said.iter().filter(|(_, v)| v != VERSION).collect();
+    assert!(wrong.is_empty(), "Cargo.toml says {VERSION}, but {wrong:?}");
+}
+
+/// `packaging/package.py --only <kind>` around the binary cargo built for
+/// this test run (the scripts default to a release build; packaging the
+/// test profile's binary checks the same packaging without a second,
+/// several-minute compile). Returns the files it wrote.
+fn package(kind: &str, out: &Path) -> Vec<std::path::PathBuf> {
+    let made = run(
+        Command::new("python3")
+            .arg(Path::new(ROOT).join("packaging/package.py"))
+            .args(["--binary", BIN, "--only", kind, "--out"])
+            .arg(out),
+        "apt-get install python3 npm",
+    );
+    text(&made).lines().map(Into::into).collect()
+}
+
+/// A `toolwire` that is not the packaged one, first on PATH: a client that
+/// runs it has looked at PATH before the package it was installed with.
+fn decoy_path(dir: &Path) -> std::ffi::OsString {
+    let bin = dir.join("decoy");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::write(
+        bin.join("toolwire"),
+        "#!/bin/sh\necho 'the toolwire on PATH ran' >&2\nexit 97\n",
+    )
+    .unwrap();
+    run(
+        Command::new("chmod").arg("+x").arg(bin.join("toolwire")),
+        "coreutils",
+    );
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::join_paths(std::iter::once(bin).chain(std::env::split_paths(&path))).unwrap()
+}
+
+/// The installed `toolwire` command runs: `--version`, the bundled
+/// `replay` (which starts `toolwire serve` from the same install), `proxy
+/// --help`.
+fn runs_as_packaged(command: &Path, dir: &Path) {
+    let version = text(&run(Command::new(command).arg("--version"), "the package"));
+    assert_eq!(version.trim(), format!("toolwire {VERSION}"));
+    let replay = text(&run(
+        Command::new(command).arg("replay").current_dir(dir),
+        "the package",
+    ));
+    assert!(replay.contains("results persisted"), "{replay}");
+    let help = text(&run(
+        Command::new(command).args(["proxy", "--help"]),
+        "the package",
+    ));
+    assert!(help.contains("Usage: toolwire proxy"), "{help}");
+}
+
+/// `installed` is, byte for byte, the binary that was packaged.
+fn is_the_packaged_binary(installed: &Path) {
+    let same = std::fs::read(installed).ok() == std::fs::read(BIN).ok();
+    assert!(same, "{} is not {BIN}", installed.display());
+}
+
+#[test]
+fn the_wheel_installs_in_a_fresh_venv_and_the_python_client_runs_its_binary() {
+    let tmp = tempfile::tempdir().unwrap();
+    let built = package("wheel", &tmp.path().join("dist"));
+    let [wheel] = built.as_slice() else {
+        panic!("{built:?}")
+    };
+    let name = wheel.file_name().unwrap().to_str().unwrap();
+    let tag = name
+        .strip_prefix(&format!("toolwire-{VERSION}-py3-none-"))
+        .and_then(|t| t.strip_suffix(".whl"))
+        .unwrap_or_else(|| panic!("{name}"));
+    assert!(
+        tag.starts_with("manylinux_2_") && tag.ends_with("_x86_64"),
+        "{tag}"
+    );
+
+    // auditwheel reads the binary's needs itself and must arrive at the
+    // same tag: the wheel claims no system its binary would not start on.
+    let auditwheel = Path::new(ROOT).join("tests/packaging/.venv/bin/auditwheel");
+    let show = text(&run(
+        Command::new(&auditwheel).arg("show").arg(wheel),
+        "tests/setup.d/60-packaging.sh",
+    ));
+    let show = show.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        show.contains(&format!(
+            "is consistent with the following platform tag: \"{tag}\""
+        )),
+        "{show}"
+    );
+
+    let venv = tmp.path().join("venv");
+    run(
+        Command::new("python3").args(["-m", "venv"]).arg(&venv),
+        "apt-get install python3-venv",
+    );
+    let pip = |args: &[&std::ffi::OsStr]| {
+        run(
+            Command::new(venv.join("bin/python"))
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                ])
+                .args(args),
+            "apt-get install python3-venv",
+        )
+    };
+    // The wheel needs nothing from an index.
+    pip(&["--no-index".as_ref(), wheel.as_os_str()]);
+    let installed = venv.join("bin/toolwire");
+    is_the_packaged_binary(&installed);
+    runs_as_packaged(&installed, tmp.path());
+
+    // The Python client, from its own wheel, in the same venv, with another
+    // toolwire first on PATH, runs the one pip installed beside it.
+    let client_dist = tmp.path().join("client");
+    run(
+        Command::new(Path::new(ROOT).join("editors/python/.venv/bin/python"))
+            .args(["-m", "build", "--wheel", "--outdir"])
+            .arg(&client_dist)
+            .arg(Path::new(ROOT).join("editors/python"))
+            .stdout(Stdio::null()),
+        "editors/install.sh",
+    );
+    let client = std::fs::read_dir(&client_dist)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    pip(&[client.as_os_str()]);
+    let script = "import tempfile\n\
+        from toolwire_client import ToolwireClient, locate_toolwire\n\
+        print(locate_toolwire())\n\
+        with tempfile.TemporaryDirectory() as root:\n\
+        \x20   client = ToolwireClient.start(root, shared=False)\n\
+        \x20   print(client.initialize_result.server_info.version)\n\
+        \x20   client.close()\n";
+    let out = run(
+        Command::new(venv.join("bin/python"))
+            .args(["-c", script])
+            .env("PATH", decoy_path(tmp.path()))
+            .env_remove("TOOLWIRE_BIN")
+            .current_dir(tmp.path()),
+        "the python client",
+    );
+    assert_eq!(text(&out), format!("{}\n{VERSION}\n", installed.display()));
+}
+
+#[test]
+fn the_npm_packages_install_globally_and_the_typescript_client_runs_their_binary() {
+    let tmp = tempfile::tempdir().unwrap();
+    let built = package("npm", &tmp.path().join("dist"));
+    let [platform, launcher] = built.as_slice() else {
+        panic!("{built:?}")
+    };
+    assert_eq!(
+        platform.file_name().unwrap().to_str(),
+        Some(&*format!("toolwire-linux-x64-{VERSION}.tgz"))
+    );
+    assert_eq!(
+        launcher.file_name().unwrap().to_str(),
+        Some(&*format!("toolwire-{VERSION}.tgz"))
+    );
+    let manifest = |tgz: &Path| -> Value {
+        let out = run(
+            Command::new("tar")
+                .arg("-xOzf")
+                .arg(tgz)
+                .arg("package/package.json"),
+            "apt-get install tar",
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    // npm installs the platform package only where it runs (os, cpu, libc)
+    // and only through the launcher's optional dependency on it.
+    let p = manifest(platform);
+    assert_eq!(
+        (&p["version"], &p["os"], &p["cpu"], &p["libc"], &p["bin"]),
+        (
+            &Value::from(VERSION),
+            &serde_json::json!(["linux"]),
+            &serde_json::json!(["x64"]),
+            &serde_json::json!(["glibc"]),
+            &Value::Null
+        ),
+        "{p}"
+    );
+    let l = manifest(launcher);
+    assert_eq!(
+        l["optionalDependencies"]["toolwire-linux-x64"], VERSION,
+        "{l}"
+    );
+    assert_eq!(l["bin"]["toolwire"], "bin/toolwire.js", "{l}");
+
+    let npm = |dir: &Path, args: &[&str], files: &[&Path]| {
+        run(
+            Command::new("npm")
+                .args(args)
+                .args(["--no-audit", "--no-fund", "--loglevel=error"])
+                .args(files)
+                .current_dir(dir),
+            "apt-get install npm",
+        )
+    };
+    // A fresh global prefix, as `npm install -g toolwire` makes one; offline,
+    // so nothing of ours can come from a registry.
+    let prefix = tmp.path().join("prefix");
+    npm(
+        tmp.path(),
+        &[
+            "install",
+            "--global",
+            "--offline",
+            "--prefix",
+            prefix.to_str().unwrap(),
+        ],
+        &[platform, launcher],
+    );
+    is_the_packaged_binary(&prefix.join("lib/node_modules/toolwire-linux-x64/bin/toolwire"));
+    let command = prefix.join("bin/toolwire");
+    runs_as_packaged(&command, tmp.path());
+    // The launcher exits as the binary does.
+    let direct = Command::new(BIN).arg("--no-such-flag").output().unwrap();
+    let launched = Command::new(&command)
+        .arg("--no-such-flag")
+        .output()
+        .unwrap();
+    assert_eq!(launched.status.code(), direct.status.code());
+    assert_eq!(launched.stderr, direct.stderr);
+
+    // A project with the TypeScript client (its `npm pack` tarball) and the
+    // toolwire package: the client runs the platform package's binary,
+    // though another toolwire is first on PATH.
+    let project = tmp.path().join("project");
+    std::fs::create_dir(&project).unwrap();
+    std::fs::write(project.join("package.json"), "{\"private\": true}\n").unwrap();
+    let packed = text(&run(
+        Command::new("npm")
+            .args(["pack", "--silent", "--pack-destination"])
+            .arg(tmp.path())
+            .current_dir(Path::new(ROOT).join("editors/typescript")),
+        "editors/install.sh",
+    ));
+    let client = tmp.path().join(packed.trim());
+    // The client's own dependency (vscode-jsonrpc) may come from the
+    // registry; the launcher then offline, its optional dependency already
+    // satisfied by the local platform package.
+    npm(
+        &project,
+        &["install", "--prefer-offline"],
+        &[&client, platform],
+    );
+    npm(&project, &["install", "--offline"], &[launcher]);
+    let script = "const { ToolwireClient, locateToolwire } = require('toolwire-client');\n\
+        const { mkdtempSync, rmSync } = require('node:fs');\n\
+        const { join } = require('node:path');\n\
+        console.log(locateToolwire());\n\
+        const root = mkdtempSync(join(require('node:os').tmpdir(), 'toolwire-npm-'));\n\
+        ToolwireClient.start({ root, shared: false }).then(async (client) => {\n\
+          console.log(client.initializeResult.serverInfo.version);\n\
+          await client.close();\n\
+          rmSync(root, { recursive: true });\n\
+        });\n";
+    let out = run(
+        Command::new("node")
+            .args(["-e", script])
+            .env("PATH", decoy_path(tmp.path()))
+            .env_remove("TOOLWIRE_BIN")
+            .current_dir(&project),
+        "apt-get install nodejs",
+    );
+    let binary = project.join("node_modules/toolwire-linux-x64/bin/toolwire");
+    assert_eq!(text(&out), format!("{}\n{VERSION}\n", binary.display()));
+    is_the_packaged_binary(&binary);
+    // npx runs the project's launcher.
+    let npx = text(&run(
+        Command::new("npx")
+            .args(["--offline", "toolwire", "--version"])
+            .current_dir(&project),
+        "apt-get install npm",
+    ));
+    assert_eq!(npx.trim(), format!("toolwire {VERSION}"));
+}
