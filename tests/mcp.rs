@@ -10,15 +10,23 @@ mod mcp_peer;
 use std::path::Path;
 use std::process::Command;
 
-use mcp_peer::{Peer, everything_server, front_argv, mcp_dir, python, sized_server};
+use mcp_peer::{
+    Peer, everything_server, front_argv, mcp_dir, odd_server, python, sized_server,
+    sized_server_era,
+};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 fn client_checks(scenario: &str, data: &Path) -> Value {
+    client_checks_with(scenario, data, &[])
+}
+
+fn client_checks_with(scenario: &str, data: &Path, extra: &[&str]) -> Value {
     let out = Command::new(python())
         .arg(mcp_dir().join("client_checks.py"))
         .args([scenario, env!("CARGO_BIN_EXE_toolwire")])
         .arg(data)
+        .args(extra)
         .output()
         .expect("running client_checks.py");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -411,4 +419,512 @@ fn a_quiet_front_hands_back_what_a_large_result_freed() {
         assert_eq!(released(), round, "one release per quiet spell");
     }
     assert!(front.finish().success());
+}
+
+// ------------------------------------------------ MCP revision 2026-07-28 --
+
+/// The official client of one era through the front to the official SDK's
+/// server of one era (`client_checks.py pairing`): handshake or discovery
+/// answered in the client's terms, tools in the server's order with ours
+/// last, small results whole, a large one replaced by a preview and a
+/// `resource_link` and read back whole (resources/read and
+/// read_saved_output), the server's declared `maxResultSizeChars`
+/// honoured, its caching hints unchanged, "resource not found" in the
+/// client's revision's numbering, `limit: 0` refused with a reason.
+fn pairing(client: &str, server: &str) {
+    let data = tempfile::tempdir().unwrap();
+    let summary = client_checks_with("pairing", data.path(), &[client, server]);
+    let session = format!("pair-{client}-{server}");
+    let uri = summary["uri"].as_str().unwrap();
+    let saved = std::fs::read(artifact(data.path(), &session, uri)).unwrap();
+    let digest: String = Sha256::digest(&saved)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(digest, summary["sha256"].as_str().unwrap(), "{summary}");
+    let modern = client == "modern";
+    assert_eq!(
+        summary["protocolVersion"],
+        json!(if modern { "2026-07-28" } else { "2025-11-25" }),
+        "{summary}"
+    );
+    assert_eq!(
+        summary["notFoundCode"],
+        json!(if modern { -32602 } else { -32002 }),
+        "{summary}"
+    );
+    assert!(
+        summary["limitZero"]
+            .as_str()
+            .unwrap()
+            .contains("must be at least 1"),
+        "{summary}"
+    );
+}
+
+#[test]
+fn pairing_legacy_client_legacy_server() {
+    pairing("legacy", "legacy");
+}
+
+#[test]
+fn pairing_legacy_client_modern_server() {
+    pairing("legacy", "modern");
+}
+
+#[test]
+fn pairing_modern_client_legacy_server() {
+    pairing("modern", "legacy");
+}
+
+#[test]
+fn pairing_modern_client_modern_server() {
+    pairing("modern", "modern");
+}
+
+const META_V: &str = "io.modelcontextprotocol/protocolVersion";
+
+/// A 2026-07-28 request, written out by hand.
+fn modern(id: i64, method: &str, params: Value) -> String {
+    let mut params = params;
+    params["_meta"] = json!({
+        META_V: "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+    });
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
+}
+
+/// A 2026-07-28 conversation, line for line, with the SDK's modern-only
+/// server directly and through the front: everything the front has no
+/// reason to touch is byte-identical (`server/discover` of a server with
+/// resources, small and structured results of any JSON value, the
+/// server's resources with their caching hints, prompts, errors, unknown
+/// methods); `tools/list` differs only by our tool, appended after the
+/// server's in the server's order with its caching hints unchanged.
+#[test]
+fn modern_results_pass_byte_for_byte() {
+    let data = tempfile::tempdir().unwrap();
+    let script: Vec<(i64, String)> = vec![
+        (1, modern(1, "server/discover", json!({}))),
+        (
+            2,
+            modern(
+                2,
+                "tools/call",
+                json!({"name": "text", "arguments": {"size": 300}}),
+            ),
+        ),
+        (
+            3,
+            modern(
+                3,
+                "tools/call",
+                json!({"name": "report", "arguments": {"size": 400}}),
+            ),
+        ),
+        (
+            4,
+            modern(
+                4,
+                "tools/call",
+                json!({"name": "numbers", "arguments": {"count": 4}}),
+            ),
+        ),
+        (
+            5,
+            modern(5, "resources/read", json!({"uri": "sized://notes/b"})),
+        ),
+        (6, modern(6, "resources/templates/list", json!({}))),
+        (7, modern(7, "prompts/list", json!({}))),
+        (
+            8,
+            modern(
+                8,
+                "prompts/get",
+                json!({"name": "review", "arguments": {"code": "y"}}),
+            ),
+        ),
+        (9, modern(9, "vendor/unknownMethod", json!({"x": 1}))),
+        (
+            10,
+            modern(
+                10,
+                "tools/call",
+                json!({"name": "no_such_tool", "arguments": {}}),
+            ),
+        ),
+        (11, modern(11, "tools/list", json!({}))),
+    ];
+    let mut answers = Vec::new();
+    for argv in [
+        sized_server_era("modern"),
+        front_argv("modern-raw", &[], &sized_server_era("modern")),
+    ] {
+        let mut peer = Peer::start(&argv, data.path());
+        let got: Vec<String> = script
+            .iter()
+            .map(|(id, line)| peer.request(*id, line))
+            .collect();
+        assert!(peer.finish().success());
+        answers.push(got);
+    }
+    for (i, (direct, front)) in answers[0].iter().zip(&answers[1]).enumerate() {
+        if script[i].0 == 11 {
+            continue;
+        }
+        assert_eq!(direct, front, "response {} differs", script[i].0);
+    }
+    let numbers: Value = serde_json::from_str(&answers[1][3]).unwrap();
+    assert_eq!(numbers["result"]["structuredContent"], json!([0, 1, 2, 3]));
+    let note: Value = serde_json::from_str(&answers[1][4]).unwrap();
+    assert_eq!(
+        (&note["result"]["ttlMs"], &note["result"]["cacheScope"]),
+        (&json!(30_000), &json!("private")),
+        "{note}"
+    );
+    let direct: Value = serde_json::from_str(&answers[0][10]).unwrap();
+    let front: Value = serde_json::from_str(&answers[1][10]).unwrap();
+    let mut expected = direct["result"].clone();
+    let tools = front["result"]["tools"].as_array().unwrap();
+    assert_eq!(tools.last().unwrap()["name"], json!("read_saved_output"));
+    expected["tools"]
+        .as_array_mut()
+        .unwrap()
+        .push(tools.last().unwrap().clone());
+    assert_eq!(front["result"], expected, "only our tool is added");
+    assert_eq!(
+        (&front["result"]["ttlMs"], &front["result"]["cacheScope"]),
+        (&json!(300_000), &json!("public"))
+    );
+}
+
+/// A 2025-11-25 client in front of a 2026-07-28-only server: the front
+/// answers `initialize` from `server/discover`, answers `ping` and
+/// `logging/setLevel` (gone from the modern revision) itself, stamps the
+/// client's requests with the modern `_meta`, and passes the server's
+/// results on unchanged, caching hints and `resultType` included.
+#[test]
+fn a_legacy_client_meets_a_modern_server() {
+    let data = tempfile::tempdir().unwrap();
+    let mut front = Peer::start(
+        &front_argv("l2m", &[], &sized_server_era("modern")),
+        data.path(),
+    );
+    let init: Value =
+        serde_json::from_str(&front.request(1, &initialize(1, "2025-06-18"))).unwrap();
+    assert_eq!(
+        init["result"]["protocolVersion"],
+        json!("2025-06-18"),
+        "{init}"
+    );
+    assert_eq!(
+        init["result"]["serverInfo"]["name"],
+        json!("sized"),
+        "{init}"
+    );
+    assert!(
+        init["result"]["capabilities"]["tools"].is_object(),
+        "{init}"
+    );
+    front.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    let ping: Value =
+        serde_json::from_str(&front.request(2, r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#))
+            .unwrap();
+    assert_eq!(ping["result"], json!({}), "{ping}");
+    let level: Value = serde_json::from_str(&front.request(
+        3,
+        r#"{"jsonrpc":"2.0","id":3,"method":"logging/setLevel","params":{"level":"info"}}"#,
+    ))
+    .unwrap();
+    assert_eq!(level["result"], json!({}), "{level}");
+    let list: Value = serde_json::from_str(
+        &front.request(4, r#"{"jsonrpc":"2.0","id":4,"method":"tools/list"}"#),
+    )
+    .unwrap();
+    assert_eq!(list["result"]["ttlMs"], json!(300_000), "{list}");
+    assert_eq!(list["result"]["cacheScope"], json!("public"), "{list}");
+    assert_eq!(list["result"]["resultType"], json!("complete"), "{list}");
+    let read_tool = list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(read_tool["name"], json!("read_saved_output"));
+    let small: Value =
+        serde_json::from_str(&front.request(5, &call(5, "text", json!({"size": 300})))).unwrap();
+    assert_eq!(small["result"]["resultType"], json!("complete"), "{small}");
+    assert!(front.finish().success());
+}
+
+/// A 2026-07-28 client in front of a 2025-11-25-only server: the front
+/// makes the handshake for it, answers `server/discover`, refuses a
+/// version it cannot serve with the renumbered -32022, and completes the
+/// server's results with `resultType` and caching hints (fresh for no
+/// time, private: the server gave none).
+#[test]
+fn a_modern_client_meets_a_legacy_server() {
+    let data = tempfile::tempdir().unwrap();
+    let mut front = Peer::start(
+        &front_argv("m2l", &[], &sized_server_era("legacy")),
+        data.path(),
+    );
+    let list: Value =
+        serde_json::from_str(&front.request(1, &modern(1, "tools/list", json!({})))).unwrap();
+    assert_eq!(list["result"]["resultType"], json!("complete"), "{list}");
+    assert_eq!(
+        (&list["result"]["ttlMs"], &list["result"]["cacheScope"]),
+        (&json!(0), &json!("private"))
+    );
+    let found: Value =
+        serde_json::from_str(&front.request(2, &modern(2, "server/discover", json!({})))).unwrap();
+    assert_eq!(
+        found["result"]["supportedVersions"],
+        json!(["2026-07-28"]),
+        "{found}"
+    );
+    assert_eq!(
+        found["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        json!("sized")
+    );
+    let mut other = modern(3, "tools/list", json!({}));
+    other = other.replace("2026-07-28", "2031-01-01");
+    let refused: Value = serde_json::from_str(&front.request(3, &other)).unwrap();
+    assert_eq!(refused["error"]["code"], json!(-32022), "{refused}");
+    assert_eq!(
+        refused["error"]["data"],
+        json!({"supported": ["2026-07-28"], "requested": "2031-01-01"})
+    );
+    let call: Value = serde_json::from_str(&front.request(
+        4,
+        &modern(
+            4,
+            "tools/call",
+            json!({"name": "text", "arguments": {"size": 60_000}}),
+        ),
+    ))
+    .unwrap();
+    let content = call["result"]["content"].as_array().unwrap();
+    assert_eq!(content[1]["type"], json!("resource_link"), "{call}");
+    assert_eq!(call["result"]["resultType"], json!("complete"));
+    assert!(front.finish().success());
+}
+
+/// A server that speaks neither revision — refusing both `initialize` and
+/// `server/discover`, answering with lines that are not JSON, or silent —
+/// gets the client a clear error naming what it answered, not a hang,
+/// whichever revision the client speaks.
+#[test]
+fn a_server_of_neither_revision_is_a_clear_error() {
+    let data = tempfile::tempdir().unwrap();
+    for mode in ["refuses", "garbage", "silent"] {
+        for legacy in [true, false] {
+            let mut front = Peer::start(
+                &front_argv(
+                    "neither",
+                    &["--handshake-timeout", "1"],
+                    &odd_server(mode, &[]),
+                ),
+                data.path(),
+            );
+            let line = if legacy {
+                initialize(1, "2025-11-25")
+            } else {
+                modern(1, "tools/list", json!({}))
+            };
+            let answer: Value = serde_json::from_str(&front.request(1, &line)).unwrap();
+            let message = answer["error"]["message"].as_str().unwrap_or_default();
+            assert!(
+                message.contains("speaks neither MCP"),
+                "{mode} (legacy client: {legacy}): {answer}"
+            );
+            let expected = match mode {
+                "refuses" => "error -32601",
+                _ => "nothing within 1 s",
+            };
+            assert!(message.contains(expected), "{mode}: {message}");
+            assert!(front.finish().success());
+        }
+    }
+}
+
+/// `tools.<name>.maxResultChars` in the configuration wins over the
+/// server's `anthropic/maxResultSizeChars` on the tool.
+#[test]
+fn configuration_overrides_a_declared_result_size() {
+    let data = tempfile::tempdir().unwrap();
+    std::fs::write(
+        data.path().join("toolwire.toml"),
+        "[tools.roomy]\nmax_result_chars = 1000\n",
+    )
+    .unwrap();
+    let mut front = Peer::start(&front_argv("sizes", &[], &sized_server()), data.path());
+    front.request(1, &initialize(1, "2025-11-25"));
+    front.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    front.request(2, r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#);
+    let roomy = front.request(3, &call(3, "roomy", json!({"size": 5_000})));
+    assert!(roomy.contains("<persisted-output>"), "{roomy:.300}");
+    let text = front.request(4, &call(4, "text", json!({"size": 5_000})));
+    assert!(!text.contains("<persisted-output>"), "{text:.300}");
+    assert!(front.finish().success());
+}
+
+// ------------------------------------------ the front under attack (#32) --
+
+/// JSON nested deeper than serde_json's default, both ways: within the
+/// 1,100 levels toolwire parses, and far past them, a client's request
+/// reaches the server byte for byte and the server's answer reaches the
+/// client whole (never dropped, never left hanging).
+#[test]
+fn deep_json_passes_both_ways() {
+    let data = tempfile::tempdir().unwrap();
+    let mut front = Peer::start(
+        &front_argv("deep", &[], &odd_server("echo", &[])),
+        data.path(),
+    );
+    front.request(1, &initialize(1, "2025-11-25"));
+    front.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    for (id, depth) in [(2_i64, 1_000_usize), (3, 1_100), (4, 5_000)] {
+        let nested = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        let line = format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"deep":{nested}}}}}}}"#
+        );
+        front.send(&line);
+        let answer = front.response_unparsed(id);
+        let sent: String = Sha256::digest(line.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert!(
+            answer.contains(&format!(r#""text":"{sent}""#)),
+            "depth {depth}: the server read the exact request"
+        );
+        assert!(
+            answer.contains(&format!(r#""structuredContent":{{"deep":{nested}}}"#)),
+            "depth {depth}: the answer came back whole"
+        );
+    }
+    assert!(front.finish().success());
+}
+
+fn proc_status(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("{field} of {pid}"))
+}
+
+/// A server writing faster than its client reads: the front stops reading
+/// from the server once [`toolwire::mcp::QUEUED`] bytes wait for the
+/// client, so the server blocks in its own write and the front's memory
+/// stays bounded; when the client reads again, every line arrives, in
+/// order.
+#[test]
+fn a_server_faster_than_its_client_is_held_back() {
+    const COUNT: usize = 2_048;
+    const SIZE: usize = 128 << 10;
+    let data = tempfile::tempdir().unwrap();
+    let progress = data.path().join("flood.progress");
+    let mut front = Peer::start(
+        &front_argv(
+            "flood",
+            &[],
+            &odd_server("flood", &[progress.to_str().unwrap()]),
+        ),
+        data.path(),
+    );
+    front.request(1, &initialize(1, "2025-11-25"));
+    front.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    front.request(2, r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#);
+    let before = proc_status(front.pid(), "VmRSS:");
+    front.send(&call(3, "flood", json!({"count": COUNT, "size": SIZE})));
+
+    // Wait until the server is blocked writing to the front.
+    let server: u32 = std::fs::read_to_string(&progress)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let deadline = std::time::Instant::now() + mcp_peer::WAIT;
+    let written = loop {
+        let syscall =
+            std::fs::read_to_string(format!("/proc/{server}/syscall")).unwrap_or_default();
+        let written = std::fs::read_to_string(&progress).unwrap().lines().count() - 1;
+        if syscall.starts_with("1 0x1 ") {
+            break written;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server never blocked writing; it wrote {written} of {COUNT}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(written < COUNT / 4, "held back after {written} of {COUNT}");
+    let held = proc_status(front.pid(), "VmRSS:");
+    eprintln!(
+        "flood: held back after {written} of {COUNT} lines of {SIZE} bytes; front RSS {before} kB before, {held} kB held"
+    );
+
+    // Reading again: everything, in order, then the result.
+    for i in 0..COUNT {
+        let line = front.next_line().unwrap();
+        assert!(
+            line.contains(&format!(r#""progress":{i},"#)),
+            "notification {i} in order"
+        );
+    }
+    let done: Value = serde_json::from_str(&front.response(3)).unwrap();
+    assert_eq!(done["result"]["content"][0]["text"], json!("flooded"));
+    let peak = proc_status(front.pid(), "VmHWM:");
+    eprintln!(
+        "flood: front peak RSS {peak} kB for {} MiB written",
+        (COUNT * SIZE) >> 20
+    );
+    let bound = before + (toolwire::mcp::QUEUED as u64 >> 10) * 3;
+    assert!(peak < bound, "peak RSS {peak} kB, bound {bound} kB");
+    assert!(front.finish().success());
+}
+
+/// When its server exits in the middle of a call or is killed while idle,
+/// the front answers what was pending, closes its stdout and exits with
+/// status 1, its client's input still open.
+#[test]
+fn the_front_ends_with_its_server() {
+    let data = tempfile::tempdir().unwrap();
+    // Exits mid-call.
+    let mut front = Peer::start(&front_argv("ends", &[], &sized_server()), data.path());
+    front.request(1, &initialize(1, "2025-11-25"));
+    front.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    let crash: Value =
+        serde_json::from_str(&front.request(2, &call(2, "crash", json!({})))).unwrap();
+    assert_eq!(crash["error"]["code"], json!(-32603), "{crash}");
+    assert_eq!(front.next_line(), None, "stdout closed");
+    assert_eq!(front.exit_status().code(), Some(1));
+
+    // Killed while idle, a 2026-07-28 client in front.
+    let mut front = Peer::start(
+        &front_argv("killed", &[], &sized_server_era("modern")),
+        data.path(),
+    );
+    front.request(1, &modern(1, "server/discover", json!({})));
+    let children =
+        std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", front.pid())).unwrap();
+    let server = children
+        .split_whitespace()
+        .next()
+        .expect("the front's server process");
+    assert!(
+        Command::new("kill")
+            .args(["-KILL", server])
+            .status()
+            .unwrap()
+            .success()
+    );
+    assert_eq!(front.next_line(), None, "stdout closed");
+    assert_eq!(front.exit_status().code(), Some(1));
 }

@@ -26,6 +26,11 @@ pub struct Args {
     /// readable with `resources/read`).
     #[arg(long)]
     no_read_tool: bool,
+    /// Seconds to wait for the server's answer to a handshake (its
+    /// `initialize`, or the `server/discover` probe made for a 2026-07-28
+    /// client) before telling the client it did not answer.
+    #[arg(long, value_name = "SECONDS", default_value_t = mcp::HANDSHAKE_TIMEOUT.as_secs_f64())]
+    handshake_timeout: f64,
     /// The MCP server to run, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     command: Vec<OsString>,
@@ -59,8 +64,16 @@ fn front(args: Args) -> Result<i32, String> {
         config,
         read_tool: !args.no_read_tool,
         command: args.command,
+        handshake_timeout: std::time::Duration::try_from_secs_f64(args.handshake_timeout)
+            .map_err(|_| "--handshake-timeout: expected a number of seconds, 0 or more")?,
     };
     let rt = runtime().map_err(|err| err.to_string())?;
-    rt.block_on(mcp::run(options, tokio::io::stdin(), tokio::io::stdout()))
-        .map_err(|err| err.to_string())
+    let code = rt
+        .block_on(mcp::run(options, tokio::io::stdin(), tokio::io::stdout()))
+        .map_err(|err| err.to_string());
+    // The read of stdin in progress runs on a blocking thread that only
+    // returns when the client writes or closes it: waiting for it would
+    // keep the front (and its stdout) alive after its server has gone.
+    rt.shutdown_background();
+    code
 }

@@ -2,29 +2,45 @@
 //! each message goes.
 //!
 //! The client's requests are recorded by id before they are forwarded, so
-//! the server's response can be recognized (an `initialize` to amend, a
+//! the server's response can be recognized (a handshake to amend, a
 //! `tools/call` to budget) and, if the server dies, answered with an error.
 //! Server messages are handled one at a time in arrival order: a response
 //! being budgeted holds back the messages behind it, so nothing overtakes
 //! it (a progress notification never arrives after its result).
+//!
+//! Each side's era ([`era`]) is learned from how it opens: the client's
+//! from its first request (`initialize`, or a request with the modern
+//! `_meta`), the server's from its answer to that (the client's own
+//! `initialize`, or the `server/discover` probe the front sends for a
+//! modern client, falling back to an `initialize` of its own as the stdio
+//! transport's backward-compatibility rules say). The client's messages
+//! wait while the front finds out; a server that answers neither way is
+//! reported to the client as such, and one that does not answer within
+//! the handshake timeout likewise.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
+use tokio::sync::oneshot;
 
+use super::era::{self, Era};
+use super::pipe::Pipe;
 use super::{results, saved};
 use crate::config::Effective;
 use crate::error::Error;
+use crate::json::ParseError;
 use crate::protocol::SessionId;
 use crate::session::Registry;
-use crate::transport::{self, Outbox};
+use crate::transport;
 
 /// What a forwarded request was, for handling its response.
 #[derive(Debug, Clone)]
 enum Kind {
-    /// `initialize` or `server/discover`: capabilities to amend.
+    /// `initialize` (in a batch) or `server/discover`: capabilities to amend.
     Handshake,
     ToolsList,
     ToolsCall {
@@ -36,34 +52,61 @@ enum Kind {
 struct Waiting {
     id: Value,
     kind: Kind,
-    /// The protocol revision the request was made under.
+    method: String,
+    /// The protocol revision the client made the request under.
     version: Option<String>,
+    /// A modern client's request to a legacy server: the response is
+    /// completed as the modern revision requires.
+    to_modern: bool,
     /// The client cancelled it (`notifications/cancelled`): the server may
     /// never answer, and the client expects nothing.
     cancelled: bool,
 }
 
-/// What the server told us about itself.
+/// What the front learned about its two peers.
 #[derive(Default)]
-struct Peer {
-    /// The protocol version `initialize` settled on.
+struct Peers {
+    /// The protocol version a legacy client's `initialize` settled on.
     version: Option<String>,
+    client_era: Option<Era>,
+    server_era: Option<Era>,
+    /// A legacy client in front of a modern server: the `_meta` its
+    /// requests are stamped with (from its `initialize`).
+    stamp: Option<Map<String, Value>>,
+    /// A modern client in front of a legacy server: the server's
+    /// `initialize` result, the source of `server/discover` answers.
+    legacy_server: Option<Map<String, Value>>,
     has_resources: Option<bool>,
     /// The server lists its own `read_saved_output`: ours steps aside.
     has_read_tool: bool,
     /// Tool of each task a `tools/call` started (revision 2025-11-25): its
     /// result arrives later, answering `tasks/result`, and is budgeted then.
     task_tools: HashMap<String, String>,
+    /// Each tool's `_meta["anthropic/maxResultSizeChars"]`, from `tools/list`.
+    max_sizes: HashMap<String, u64>,
 }
+
+/// What [`Front::ask`] says when the server's output ended first.
+const SERVER_EXITED: &str = "nothing: the server exited";
+
+/// A response the front waits for itself: the line as it came and parsed.
+type Answer = (Bytes, Value);
 
 pub(super) struct Front {
     pub(super) session: SessionId,
     pub(super) config: Arc<Effective>,
     pub(super) registry: Arc<Registry>,
     read_tool: bool,
-    to_client: Outbox,
+    handshake_timeout: Duration,
+    to_client: Pipe,
+    /// Taken when the client has gone, which closes the server's input.
+    to_server: Mutex<Option<Pipe>>,
     waiting: Mutex<HashMap<String, Waiting>>,
-    peer: Mutex<Peer>,
+    peers: Mutex<Peers>,
+    /// Requests whose response the front awaits (its own probes, and a
+    /// client's `initialize` while the server's era is being found out).
+    answers: Mutex<HashMap<String, oneshot::Sender<Answer>>>,
+    own_ids: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -92,83 +135,430 @@ fn is_response(obj: &Map<String, Value>) -> bool {
         && (obj.contains_key("result") || obj.contains_key("error"))
 }
 
+fn encode(value: &Value) -> Bytes {
+    Bytes::from(serde_json::to_vec(value).unwrap_or_default())
+}
+
+/// A response, briefly, for an error message.
+fn describe(answer: &Result<Answer, String>) -> String {
+    match answer {
+        Err(why) => why.clone(),
+        Ok((_, msg)) => match msg.get("error") {
+            Some(error) => format!(
+                "error {} ({})",
+                error.get("code").unwrap_or(&Value::Null),
+                error
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+            ),
+            None => {
+                let mut text = msg.get("result").unwrap_or(&Value::Null).to_string();
+                if text.len() > 200 {
+                    let mut cut = 200;
+                    while !text.is_char_boundary(cut) {
+                        cut -= 1;
+                    }
+                    text.truncate(cut);
+                    text.push('…');
+                }
+                format!("the result {text}")
+            }
+        },
+    }
+}
+
+fn result_of(answer: &Result<Answer, String>) -> Option<&Map<String, Value>> {
+    answer.as_ref().ok()?.1.get("result")?.as_object()
+}
+
+/// Whether `version` is a modern revision (its results carry `resultType`,
+/// its "resource not found" is -32602).
+fn modern_version(version: Option<&str>) -> bool {
+    version.is_some_and(|v| {
+        !era::LEGACY_VERSIONS.contains(&v) && saved::at_least(Some(v), era::MODERN)
+    })
+}
+
 impl Front {
     pub(super) fn new(
         session: SessionId,
         config: Arc<Effective>,
         read_tool: bool,
+        handshake_timeout: Duration,
         registry: Arc<Registry>,
-        to_client: Outbox,
+        to_client: Pipe,
+        to_server: Pipe,
     ) -> Front {
         Front {
             session,
             config,
             registry,
             read_tool,
+            handshake_timeout,
             to_client,
+            to_server: Mutex::new(Some(to_server)),
             waiting: Mutex::new(HashMap::new()),
-            peer: Mutex::new(Peer::default()),
+            peers: Mutex::new(Peers::default()),
+            answers: Mutex::new(HashMap::new()),
+            own_ids: AtomicU64::new(1),
         }
     }
 
     /// The protocol version in force for a request: its own (the stateless
     /// revisions carry it in `_meta`), else the one `initialize` settled.
     pub(super) fn version_for(&self, params: Option<&Value>) -> Option<String> {
-        params
-            .and_then(|p| p.get("_meta"))
-            .and_then(|m| m.get("io.modelcontextprotocol/protocolVersion"))
-            .and_then(Value::as_str)
+        era::declared_version(params)
             .map(str::to_owned)
-            .or_else(|| lock(&self.peer).version.clone())
+            .or_else(|| lock(&self.peers).version.clone())
     }
 
     /// Whether `read_saved_output` is ours to list and answer.
     pub(super) fn read_tool_active(&self) -> bool {
-        self.read_tool && !lock(&self.peer).has_read_tool
+        self.read_tool && !lock(&self.peers).has_read_tool
     }
 
-    pub(super) fn reply(&self, id: &Value, result: std::result::Result<Value, Error>) {
-        self.to_client.send_value(&transport::response(id, result));
+    /// The server's own `maxResultSizeChars` for `tool`, unless the
+    /// configuration's `tools.<name>.maxResultChars` says otherwise.
+    pub(super) fn declared_max(&self, tool: &str) -> Option<u64> {
+        if self
+            .config
+            .tools
+            .get(tool)
+            .is_some_and(|t| t.max_result_chars.is_some())
+        {
+            return None;
+        }
+        lock(&self.peers).max_sizes.get(tool).copied()
+    }
+
+    fn server_era(&self) -> Option<Era> {
+        lock(&self.peers).server_era
+    }
+
+    /// Answer a client's request, in its revision's terms.
+    pub(super) fn reply(
+        &self,
+        id: &Value,
+        version: Option<&str>,
+        result: std::result::Result<Value, Error>,
+    ) {
+        let mut msg = transport::response(id, result);
+        if modern_version(version)
+            && let Some(code) = msg.pointer_mut("/error/code")
+            && code.as_i64() == Some(era::LEGACY_RESOURCE_NOT_FOUND)
+        {
+            *code = json!(era::MODERN_RESOURCE_NOT_FOUND);
+        }
+        self.to_client.send_value(&msg);
+    }
+
+    fn reply_error(&self, id: &Value, error: Value) {
+        self.to_client
+            .send_value(&json!({"jsonrpc": "2.0", "id": id, "error": error}));
     }
 
     /// A line from the client that is not JSON: answered, never forwarded.
     pub(super) fn reply_parse_error(&self, reason: &str) {
         tracing::warn!(%reason, "the MCP client sent a line that is not JSON");
-        self.reply(&Value::Null, Err(Error::Parse(reason.to_owned())));
+        self.reply(&Value::Null, None, Err(Error::Parse(reason.to_owned())));
     }
 
+    async fn to_server(&self, line: Bytes) {
+        let pipe = lock(&self.to_server).clone();
+        if let Some(pipe) = pipe {
+            pipe.forward(line).await;
+        }
+    }
+
+    /// The client has gone: close the server's input.
+    pub(super) fn close_server_input(&self) {
+        lock(&self.to_server).take();
+    }
+
+    // ------------------------------------------------------ from the client --
+
     /// One line from the client: answered here, or recorded and forwarded
-    /// exactly as it came.
-    pub(super) fn on_client_line(self: &Arc<Self>, line: Bytes, to_server: &Outbox) {
-        let value: Value = match serde_json::from_slice(&line) {
+    /// (exactly as it came, unless the server's era needs it translated).
+    pub(super) async fn on_client_line(self: &Arc<Self>, line: Bytes) {
+        let value: Value = match crate::json::from_slice(&line) {
             Ok(value) => value,
-            Err(err) => return self.reply_parse_error(&err.to_string()),
+            Err(ParseError::TooDeep { depth }) => {
+                // Valid as far as read, only deeper than the front parses:
+                // the server is the judge of it.
+                tracing::debug!(depth, "forwarding a client message too deep to parse");
+                return self.to_server(line).await;
+            }
+            Err(ParseError::Syntax(err)) => return self.reply_parse_error(&err.to_string()),
         };
-        match &value {
-            Value::Object(obj) if is_request(obj) => {
-                if self.answer_locally(obj) {
+        match value {
+            Value::Object(obj) if is_request(&obj) => self.on_client_request(obj, line).await,
+            Value::Object(obj) => {
+                if obj.get("method").and_then(Value::as_str) == Some("notifications/initialized")
+                    && self.server_era() == Some(Era::Modern)
+                {
+                    // The front completed the handshake on the modern
+                    // server's behalf; it has none to be told of.
                     return;
                 }
-                self.record(obj);
+                self.note_cancel(&obj);
+                self.to_server(line).await;
             }
-            Value::Object(obj) => self.note_cancel(obj),
             // A batch (protocol revisions up to 2025-03-26): forwarded whole,
             // its requests recorded so their responses are handled too.
             Value::Array(items) => {
                 for obj in items.iter().filter_map(Value::as_object) {
                     if is_request(obj) {
-                        self.record(obj);
+                        self.record(obj, self.version_for(obj.get("params")), false);
                     } else {
                         self.note_cancel(obj);
                     }
                 }
+                self.to_server(line).await;
             }
-            _ => {}
+            _ => self.to_server(line).await,
         }
-        to_server.send_raw(line);
     }
 
-    fn record(&self, obj: &Map<String, Value>) {
+    async fn on_client_request(self: &Arc<Self>, mut obj: Map<String, Value>, line: Bytes) {
+        let id = obj.get("id").cloned().unwrap_or(Value::Null);
+        let method = obj
+            .get("method")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        if method == "initialize" {
+            return self.client_initialize(&obj, line).await;
+        }
+        let modern = era::is_modern(obj.get("params"));
+        if modern {
+            lock(&self.peers).client_era = Some(Era::Modern);
+            if self.server_era().is_none()
+                && let Err(why) = self.find_server_era(era::meta(obj.get("params"))).await
+            {
+                return self.reply(&id, Some(era::MODERN), Err(Error::Internal(why)));
+            }
+        }
+        let version = self.version_for(obj.get("params"));
+        if self.answer_locally(&obj) {
+            return;
+        }
+        match (modern, self.server_era()) {
+            (true, Some(Era::Legacy)) => {
+                let declared = era::declared_version(obj.get("params")).unwrap_or_default();
+                if declared != era::MODERN {
+                    return self.reply_error(&id, era::unsupported_version(declared));
+                }
+                if method == "server/discover" {
+                    let initialized = lock(&self.peers).legacy_server.clone();
+                    let mut result = era::discover_result(&initialized.unwrap_or_default());
+                    if let Some(result) = result.as_object_mut() {
+                        self.on_handshake(result);
+                    }
+                    return self.reply(&id, version.as_deref(), Ok(result));
+                }
+                self.record(&obj, version, true);
+                era::strip_modern_meta(&mut obj);
+                self.to_server(encode(&Value::Object(obj))).await;
+            }
+            (false, Some(Era::Modern)) => {
+                let stamp = lock(&self.peers).stamp.clone();
+                match method.as_str() {
+                    // Gone from the modern revision: answered here.
+                    "ping" => self.reply(&id, version.as_deref(), Ok(json!({}))),
+                    "logging/setLevel" => {
+                        if let (Some(mut stamp), Some(level)) =
+                            (stamp, obj.get("params").and_then(|p| p.get("level")))
+                        {
+                            stamp.insert(era::META_LOG_LEVEL.into(), level.clone());
+                            lock(&self.peers).stamp = Some(stamp);
+                        }
+                        self.reply(&id, version.as_deref(), Ok(json!({})));
+                    }
+                    _ => {
+                        self.record(&obj, version, false);
+                        if let Some(stamp) = stamp {
+                            era::stamp_request(&mut obj, &stamp);
+                        }
+                        self.to_server(encode(&Value::Object(obj))).await;
+                    }
+                }
+            }
+            _ => {
+                self.record(&obj, version, false);
+                self.to_server(line).await;
+            }
+        }
+    }
+
+    /// A legacy client's `initialize`: forwarded, and when the server turns
+    /// it down, answered from the server's `server/discover` instead.
+    async fn client_initialize(self: &Arc<Self>, obj: &Map<String, Value>, line: Bytes) {
+        let id = obj.get("id").cloned().unwrap_or(Value::Null);
+        let params = obj.get("params");
+        lock(&self.peers).client_era = Some(Era::Legacy);
+        let known = self.server_era();
+        let answered = if known == Some(Era::Modern) {
+            Err("not sent: the server is known to speak 2026-07-28".to_owned())
+        } else {
+            self.ask(&id, line).await
+        };
+        if let Ok((raw, msg)) = &answered {
+            if msg.get("result").is_some_and(Value::is_object) {
+                lock(&self.peers).server_era = Some(Era::Legacy);
+                let mut msg = msg.clone();
+                let changed = match msg.get_mut("result") {
+                    Some(Value::Object(result)) => self.on_handshake(result),
+                    _ => false,
+                };
+                if changed {
+                    self.to_client.send_value(&msg);
+                } else {
+                    self.to_client.send_raw(raw.clone());
+                }
+                return;
+            }
+            if known == Some(Era::Legacy) {
+                // A legacy server turning down a second `initialize`.
+                self.to_client.send_raw(raw.clone());
+                return;
+            }
+        }
+        if answered
+            .as_ref()
+            .err()
+            .is_some_and(|why| why == SERVER_EXITED)
+        {
+            return self.reply(&id, None, Err(Error::ServerExited(describe(&answered))));
+        }
+        // Perhaps a server of the modern revision only.
+        let stamp = era::stamp_from_initialize(params);
+        let probe = self
+            .ask_own("server/discover", json!({ "_meta": stamp.clone() }))
+            .await;
+        match result_of(&probe).filter(|r| era::speaks_modern(r)) {
+            Some(discovered) => {
+                let asked = params
+                    .and_then(|p| p.get("protocolVersion"))
+                    .and_then(Value::as_str);
+                let mut result = era::initialize_result(discovered, asked);
+                {
+                    let mut peers = lock(&self.peers);
+                    peers.server_era = Some(Era::Modern);
+                    peers.stamp = Some(stamp);
+                }
+                if let Some(result) = result.as_object_mut() {
+                    self.on_handshake(result);
+                }
+                self.reply(&id, None, Ok(result));
+            }
+            None => {
+                let why = format!(
+                    "the MCP server speaks neither MCP {} nor {}: initialize answered {}; server/discover answered {}",
+                    era::LEGACY,
+                    era::MODERN,
+                    describe(&answered),
+                    describe(&probe)
+                );
+                tracing::error!("{why}");
+                self.reply(&id, None, Err(Error::Internal(why)));
+            }
+        }
+    }
+
+    /// A modern client's first request: find out what the server speaks by
+    /// probing with `server/discover`; a server that answers anything but a
+    /// modern result (or a modern refusal of the version) is legacy, and
+    /// the front makes the `initialize` handshake with it for the client.
+    async fn find_server_era(
+        &self,
+        client_meta: Option<&Map<String, Value>>,
+    ) -> Result<(), String> {
+        let probe = self
+            .ask_own("server/discover", era::discover_params(client_meta))
+            .await;
+        if let Some(result) = result_of(&probe).filter(|r| era::speaks_modern(r)) {
+            self.found_server(Era::Modern, result);
+            return Ok(());
+        }
+        if let Ok((_, msg)) = &probe
+            && msg.pointer("/error/code").and_then(Value::as_i64) == Some(era::UNSUPPORTED_VERSION)
+        {
+            // Modern, with other versions: it tells the client so itself.
+            lock(&self.peers).server_era = Some(Era::Modern);
+            return Ok(());
+        }
+        if probe.as_ref().err().is_some_and(|why| why == SERVER_EXITED) {
+            return Err(describe(&probe));
+        }
+        let init = self
+            .ask_own("initialize", era::initialize_params(client_meta))
+            .await;
+        let initialized = result_of(&init).filter(|r| {
+            r.get("protocolVersion")
+                .and_then(Value::as_str)
+                .is_some_and(|v| era::LEGACY_VERSIONS.contains(&v))
+        });
+        let Some(initialized) = initialized else {
+            let why = format!(
+                "the MCP server speaks neither MCP {} nor {}: server/discover answered {}; initialize answered {}",
+                era::MODERN,
+                era::LEGACY,
+                describe(&probe),
+                describe(&init)
+            );
+            tracing::error!("{why}");
+            return Err(why);
+        };
+        self.found_server(Era::Legacy, initialized);
+        lock(&self.peers).legacy_server = Some(initialized.clone());
+        self.to_server(encode(
+            &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        ))
+        .await;
+        Ok(())
+    }
+
+    /// The server's era is known, and from its handshake result whether it
+    /// has resources of its own.
+    fn found_server(&self, era: Era, handshake: &Map<String, Value>) {
+        let mut peers = lock(&self.peers);
+        peers.server_era = Some(era);
+        peers.has_resources = Some(
+            handshake
+                .get("capabilities")
+                .is_some_and(|c| c.get("resources").is_some()),
+        );
+    }
+
+    /// Send `line` (a request with id `id`) to the server and wait for its
+    /// response, which then goes to the caller, not the client.
+    async fn ask(&self, id: &Value, line: Bytes) -> Result<Answer, String> {
+        let (tx, rx) = oneshot::channel();
+        lock(&self.answers).insert(key(id), tx);
+        self.to_server(line).await;
+        match tokio::time::timeout(self.handshake_timeout, rx).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(_)) => Err(SERVER_EXITED.to_owned()),
+            Err(_) => {
+                lock(&self.answers).remove(&key(id));
+                Err(format!(
+                    "nothing within {} s (--handshake-timeout)",
+                    self.handshake_timeout.as_secs_f64()
+                ))
+            }
+        }
+    }
+
+    /// A request of the front's own, awaited.
+    async fn ask_own(&self, method: &str, params: Value) -> Result<Answer, String> {
+        let n = self.own_ids.fetch_add(1, Ordering::Relaxed);
+        let id = json!(format!("toolwire-mcp-front-{n}"));
+        self.ask(&id, encode(&era::request(&id, method, params)))
+            .await
+    }
+
+    fn record(&self, obj: &Map<String, Value>, version: Option<String>, to_modern: bool) {
         let (Some(id), Some(method)) = (obj.get("id"), obj.get("method").and_then(Value::as_str))
         else {
             return;
@@ -179,7 +569,7 @@ impl Front {
             "tools/call" => Kind::ToolsCall {
                 tool: param_str(obj, "name").to_owned(),
             },
-            "tasks/result" => match lock(&self.peer).task_tools.get(param_str(obj, "taskId")) {
+            "tasks/result" => match lock(&self.peers).task_tools.get(param_str(obj, "taskId")) {
                 Some(tool) => Kind::ToolsCall { tool: tool.clone() },
                 None => Kind::Other,
             },
@@ -188,7 +578,9 @@ impl Front {
         let waiting = Waiting {
             id: id.clone(),
             kind,
-            version: self.version_for(obj.get("params")),
+            method: method.to_owned(),
+            version,
+            to_modern,
             cancelled: false,
         };
         lock(&self.waiting).insert(key(id), waiting);
@@ -213,7 +605,7 @@ impl Front {
             return false;
         };
         let params = obj.get("params");
-        let modern = self.version_for(params);
+        let version = self.version_for(params);
         let local = match method {
             "tools/call"
                 if self.read_tool_active()
@@ -227,8 +619,8 @@ impl Front {
                 let front = self.clone();
                 let id = id.clone();
                 tokio::spawn(async move {
-                    let result = saved::call_read_tool(&front, arguments, modern.as_deref()).await;
-                    front.reply(&id, Ok(result));
+                    let result = saved::call_read_tool(&front, arguments, version.as_deref()).await;
+                    front.reply(&id, version.as_deref(), Ok(result));
                 });
                 return true;
             }
@@ -242,40 +634,71 @@ impl Front {
                 };
                 let (front, id, uri) = (self.clone(), id.clone(), uri.to_owned());
                 tokio::spawn(async move {
-                    let result = saved::read_resource(&front, &uri, modern.as_deref()).await;
-                    front.reply(&id, result);
+                    let result = saved::read_resource(&front, &uri, version.as_deref()).await;
+                    front.reply(&id, version.as_deref(), result);
                 });
                 return true;
             }
             // The front announced resources on the server's behalf.
-            "resources/list" if lock(&self.peer).has_resources == Some(false) => {
+            "resources/list" if lock(&self.peers).has_resources == Some(false) => {
                 json!({"resources": []})
             }
-            "resources/templates/list" if lock(&self.peer).has_resources == Some(false) => {
+            "resources/templates/list" if lock(&self.peers).has_resources == Some(false) => {
                 json!({"resourceTemplates": []})
             }
             _ => return false,
         };
-        self.reply(id, Ok(saved::complete(local, modern.as_deref())));
+        let result = saved::complete_for(method, local, version.as_deref());
+        self.reply(id, version.as_deref(), Ok(result));
         true
     }
 
+    // ------------------------------------------------------ from the server --
+
     /// One line from the server: forwarded exactly, unless it answers a
-    /// request whose result the front amends.
+    /// request whose result the front amends or awaits itself.
     pub(super) async fn on_server_line(&self, line: Bytes) {
         // A large tool result is parsed and budgeted here: once the front
         // has been without such lines for a moment, what that freed goes
         // back to the system.
         let _large =
             (line.len() > crate::transport::RELEASE_AFTER).then(crate::heap::LargeWork::begin);
-        let mut value: Value = match serde_json::from_slice(&line) {
+        let mut value: Value = match crate::json::from_slice(&line) {
             Ok(value) => value,
-            Err(err) => {
+            Err(ParseError::TooDeep { depth }) => {
+                // A message, only deeper than the front parses: never
+                // dropped, passed on as it came (unbudgeted).
+                tracing::debug!(depth, "forwarding a server message too deep to parse");
+                let id = crate::json::request_id(&line);
+                if !id.is_null() {
+                    lock(&self.waiting).remove(&key(&id));
+                    if let Some(tx) = lock(&self.answers).remove(&key(&id)) {
+                        let stub = json!({"id": id, "error": {"code": crate::error::code::PARSE_ERROR, "message": "an answer nested too deep to read"}});
+                        let _ = tx.send((line, stub));
+                        return;
+                    }
+                }
+                return self.to_client.forward(line).await;
+            }
+            Err(ParseError::Syntax(err)) => {
                 // Not a message: passing it on could only break the client.
                 tracing::warn!(%err, "dropped a line from the MCP server that is not JSON");
                 return;
             }
         };
+        if let Value::Object(obj) = &value {
+            if is_response(obj)
+                && let Some(tx) = obj
+                    .get("id")
+                    .and_then(|id| lock(&self.answers).remove(&key(id)))
+            {
+                let _ = tx.send((line, value));
+                return;
+            }
+            if is_request(obj) && self.answer_server_request(obj) {
+                return;
+            }
+        }
         let changed = match &mut value {
             Value::Object(_) => self.on_server_message(&mut value).await,
             Value::Array(items) => {
@@ -288,10 +711,40 @@ impl Front {
             _ => false,
         };
         if changed {
-            self.to_client.send_value(&value);
+            self.to_client.forward(encode(&value)).await;
         } else {
-            self.to_client.send_raw(line);
+            self.to_client.forward(line).await;
         }
+    }
+
+    /// A legacy server's request to a modern client, which takes none on
+    /// stdio: a `ping` is answered here, anything else refused clearly.
+    /// Returns whether it took it.
+    fn answer_server_request(&self, obj: &Map<String, Value>) -> bool {
+        let (server, client) = {
+            let peers = lock(&self.peers);
+            (peers.server_era, peers.client_era)
+        };
+        if server != Some(Era::Legacy) || client != Some(Era::Modern) {
+            return false;
+        }
+        let id = obj.get("id").cloned().unwrap_or(Value::Null);
+        let method = obj
+            .get("method")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let reply = if method == "ping" {
+            json!({"jsonrpc": "2.0", "id": id, "result": {}})
+        } else {
+            json!({"jsonrpc": "2.0", "id": id, "error": {
+                "code": crate::error::code::METHOD_NOT_FOUND,
+                "message": format!("{method}: the client speaks MCP {}, in which a server sends no requests on stdio", era::MODERN),
+            }})
+        };
+        if let Some(pipe) = lock(&self.to_server).clone() {
+            pipe.send_value(&reply);
+        }
+        true
     }
 
     /// Returns whether `msg` was changed.
@@ -308,62 +761,86 @@ impl Front {
         let Some(waiting) = lock(&self.waiting).remove(&key(id)) else {
             return false;
         };
-        let Some(Value::Object(result)) = obj.get_mut("result") else {
-            return false;
-        };
-        match waiting.kind {
-            Kind::Handshake => self.on_handshake(result),
-            Kind::ToolsList => self.on_tools_list(result),
-            Kind::ToolsCall { tool } => {
-                if let Some(task) = result
-                    .get("task")
-                    .and_then(|t| t.get("taskId"))
-                    .and_then(Value::as_str)
-                {
-                    lock(&self.peer).task_tools.insert(task.to_owned(), tool);
-                    return false;
+        let mut changed = false;
+        if let Some(Value::Object(result)) = obj.get_mut("result") {
+            changed = match waiting.kind {
+                Kind::Handshake => self.on_handshake(result),
+                Kind::ToolsList => self.on_tools_list(result, waiting.version.as_deref()),
+                Kind::ToolsCall { ref tool } => {
+                    if let Some(task) = result
+                        .get("task")
+                        .and_then(|t| t.get("taskId"))
+                        .and_then(Value::as_str)
+                    {
+                        lock(&self.peers)
+                            .task_tools
+                            .insert(task.to_owned(), tool.clone());
+                        false
+                    } else {
+                        results::budget(self, tool, waiting.version.as_deref(), result).await
+                    }
                 }
-                results::budget(self, &tool, waiting.version.as_deref(), result).await
-            }
-            Kind::Other => false,
+                Kind::Other => false,
+            };
         }
+        if waiting.to_modern {
+            changed |= era::modernize_response(&waiting.method, obj);
+        }
+        changed
     }
 
+    /// An `initialize` or `server/discover` result: the front's links must
+    /// be readable with `resources/read`, so it has a `resources`
+    /// capability whatever the server has.
     fn on_handshake(&self, result: &mut Map<String, Value>) -> bool {
-        let mut peer = lock(&self.peer);
+        let mut peers = lock(&self.peers);
         if let Some(version) = result.get("protocolVersion").and_then(Value::as_str) {
-            peer.version = Some(version.to_owned());
+            peers.version = Some(version.to_owned());
         }
         let Some(Value::Object(caps)) = result.get_mut("capabilities") else {
             return false;
         };
         let has = caps.contains_key("resources");
-        peer.has_resources = Some(has);
+        peers.has_resources = Some(has);
         if has {
             return false;
         }
-        // Our links must be readable with `resources/read`.
         caps.insert("resources".into(), json!({}));
         true
     }
 
-    fn on_tools_list(&self, result: &mut Map<String, Value>) -> bool {
+    /// A `tools/list` page, in the server's order: each tool's declared
+    /// result size is noted, and `read_saved_output` goes after the last
+    /// page's tools.
+    fn on_tools_list(&self, result: &mut Map<String, Value>, version: Option<&str>) -> bool {
         let Some(Value::Array(tools)) = result.get_mut("tools") else {
             return false;
         };
-        if tools
-            .iter()
-            .any(|t| t.get("name").and_then(Value::as_str) == Some(saved::READ_TOOL))
         {
-            lock(&self.peer).has_read_tool = true;
+            let mut peers = lock(&self.peers);
+            for tool in tools.iter() {
+                let Some(name) = tool.get("name").and_then(Value::as_str) else {
+                    continue;
+                };
+                if name == saved::READ_TOOL {
+                    peers.has_read_tool = true;
+                }
+                match tool
+                    .get("_meta")
+                    .and_then(|m| m.get(results::MAX_RESULT_SIZE_META))
+                    .and_then(Value::as_u64)
+                {
+                    Some(max) => peers.max_sizes.insert(name.to_owned(), max),
+                    None => peers.max_sizes.remove(name),
+                };
+            }
         }
         // Appended once, to the last page.
         if !self.read_tool_active() || result.get("nextCursor").is_some_and(|c| !c.is_null()) {
             return false;
         }
-        let version = lock(&self.peer).version.clone();
         if let Some(Value::Array(tools)) = result.get_mut("tools") {
-            tools.push(saved::tool_definition(version.as_deref()));
+            tools.push(saved::tool_definition(version));
         }
         true
     }
@@ -375,10 +852,17 @@ impl Front {
         for w in waiting.into_iter().filter(|w| !w.cancelled) {
             self.reply(
                 &w.id,
+                w.version.as_deref(),
                 Err(Error::ServerExited(format!(
                     "the MCP server exited ({status}) before answering"
                 ))),
             );
         }
+    }
+
+    /// The server's output has ended: whatever the front awaits from it
+    /// will not come.
+    pub(super) fn server_gone(&self) {
+        lock(&self.answers).clear();
     }
 }

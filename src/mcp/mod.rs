@@ -22,7 +22,9 @@
 //! every request still waiting for it is answered with an error, then the
 //! front exits too (the client sees its server end).
 
+mod era;
 mod front;
+mod pipe;
 mod results;
 mod saved;
 
@@ -42,8 +44,10 @@ use crate::protocol::SessionId;
 use crate::session::{Registry, session_idle};
 use crate::transport::codec::Frame;
 use crate::transport::lines::LineCodec;
-use crate::transport::spawn_writer_with;
+use pipe::Pipe;
 
+pub use era::{LEGACY, MODERN};
+pub use pipe::QUEUED;
 pub use saved::{READ_TOOL, URI_PREFIX};
 
 /// How a front is set up.
@@ -55,7 +59,14 @@ pub struct Options {
     pub read_tool: bool,
     /// The MCP server's command line (program first).
     pub command: Vec<OsString>,
+    /// How long the front waits for the server's answer to a handshake
+    /// (`initialize`, `server/discover`) before telling the client.
+    pub handshake_timeout: Duration,
 }
+
+/// [`Options::handshake_timeout`] unless given: long enough for a server
+/// started through a package runner that fetches it first.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The session a front uses when none is given: one per server command
 /// line, stable across runs, so a restarted front finds its saved outputs.
@@ -132,14 +143,16 @@ where
     };
 
     let registry = Arc::new(Registry::new(storage, session_idle()));
-    let (to_client, client_writer) = spawn_writer_with(client_out, LineCodec::default());
-    let (to_server, server_writer) = spawn_writer_with(server_in, LineCodec::default());
+    let (to_client, client_writer) = Pipe::spawn(client_out);
+    let (to_server, server_writer) = Pipe::spawn(server_in);
     let front = Arc::new(front::Front::new(
         options.session,
         Arc::new(options.config),
         options.read_tool,
+        options.handshake_timeout,
         registry.clone(),
         to_client,
+        to_server,
     ));
 
     let mut server_task = tokio::spawn({
@@ -158,6 +171,7 @@ where
                     }
                 }
             }
+            front.server_gone();
         }
     });
 
@@ -165,7 +179,7 @@ where
     let server_ended = loop {
         tokio::select! {
             frame = client_lines.next() => match frame {
-                Some(Ok(Frame::Body(line))) => front.on_client_line(line, &to_server),
+                Some(Ok(Frame::Body(line))) => front.on_client_line(line).await,
                 Some(Ok(Frame::Malformed(reason))) => front.reply_parse_error(&reason),
                 Some(Err(err)) => {
                     tracing::warn!(%err, "reading from the MCP client failed");
@@ -191,7 +205,7 @@ where
         1
     } else {
         // The client has gone: close the server's input and let it exit.
-        drop(to_server);
+        front.close_server_input();
         let _ = server_writer.await;
         if tokio::time::timeout(SERVER_EXIT_GRACE, child.wait())
             .await

@@ -37,6 +37,11 @@ use crate::error::Result;
 use crate::format::{Dialect, ResultContent, anthropic::Anthropic};
 use crate::protocol::{BudgetApplyParams, BudgetApplyResult, Message};
 
+/// Where a server declares, on a tool in `tools/list`, the largest result
+/// it means the tool to return whole; honoured as the tool's
+/// `maxResultChars` unless `tools.<name>` in the configuration sets one.
+pub(super) const MAX_RESULT_SIZE_META: &str = "anthropic/maxResultSizeChars";
+
 /// The first protocol revision with `resource_link` content.
 const RESOURCE_LINK_SINCE: &str = "2025-06-18";
 
@@ -154,7 +159,17 @@ async fn apply(front: &Front, tool: &str, id: &str, content: Value) -> Result<Bu
         ],
         limits: None,
         preview_mode: None,
-        tools: None,
+        tools: front.declared_max(tool).map(|max| {
+            let mut tools = crate::config::Tools::new();
+            tools.insert(
+                tool.to_owned(),
+                crate::config::ToolSettings {
+                    max_result_chars: Some(Some(max)),
+                    preview_mode: None,
+                },
+            );
+            tools
+        }),
         // The front speaks Anthropic blocks whatever `format` new sessions get.
         format: Some(crate::format::Format::Anthropic),
     };

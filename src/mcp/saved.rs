@@ -79,6 +79,21 @@ pub(super) fn complete(mut result: Value, version: Option<&str>) -> Value {
     result
 }
 
+/// [`complete`], with caching hints when `method` is one whose modern
+/// results carry them. The front's own answers are fresh for no time and
+/// for this caller only: a saved output may be removed by gc, and the
+/// front's empty lists stand in for a server that may change.
+pub(super) fn complete_for(method: &str, result: Value, version: Option<&str>) -> Value {
+    let mut result = complete(result, version);
+    if super::era::CACHEABLE.contains(&method)
+        && let Some(obj) = result.as_object_mut()
+        && obj.contains_key("resultType")
+    {
+        super::era::add_cache_hints(obj);
+    }
+    result
+}
+
 /// `read_saved_output` as `tools/list` shows it.
 pub(super) fn tool_definition(version: Option<&str>) -> Value {
     let mut tool = json!({
@@ -197,7 +212,11 @@ pub(super) async fn read_resource(
             json!({"uri": uri, "mimeType": "text/plain", "text": read.text})
         }
     };
-    Ok(complete(json!({ "contents": [content] }), version))
+    Ok(complete_for(
+        "resources/read",
+        json!({ "contents": [content] }),
+        version,
+    ))
 }
 
 pub(super) fn mime_type(kind: ArtifactKind) -> &'static str {
@@ -268,6 +287,14 @@ struct ReadToolArgs {
 // ------------------------------------ through the core's artifact reader --
 
 async fn read_page(front: &Front, id: &str, page: Page) -> Result<ReadResult> {
+    if page.limit == Some(0) {
+        // A page of no lines would end where it starts, and "more follows
+        // at the same offset" would send a model round in circles.
+        return Err(Error::invalid_params(
+            "limit",
+            "must be at least 1 (the number of lines to read; omit it for 2000)",
+        ));
+    }
     let request = ReadRequest {
         offset: page.offset.unwrap_or(0),
         limit: page.limit,

@@ -3,6 +3,10 @@ and checks what a client sees. Run by tests/mcp.rs:
 
     client_checks.py sized TOOLWIRE DATA_DIR      the test server (sized_server.py)
     client_checks.py everything TOOLWIRE DATA_DIR the reference "everything" server
+    client_checks.py pairing TOOLWIRE DATA_DIR CLIENT_ERA SERVER_ERA
+        the official client of one era (legacy: 2025-11-25 `initialize`;
+        modern: 2026-07-28 `server/discover` and per-request `_meta`) through
+        the front to sized_server.py serving one era
 
 Exits non-zero with the failed check on stderr; prints a JSON summary of
 what it saw on success (the Rust test checks the files on disk against it).
@@ -26,10 +30,10 @@ STEP = 60
 BIG = 120_000
 
 
-def front(toolwire, data_dir, server):
+def front(toolwire, data_dir, server, session="checks"):
     return StdioServerParameters(
         command=toolwire,
-        args=["mcp", "--session", "checks", "--", *server],
+        args=["mcp", "--session", session, "--", *server],
         cwd=data_dir,
     )
 
@@ -41,6 +45,18 @@ def text_of(result):
 def check(cond, what):
     if not cond:
         raise AssertionError(what)
+
+
+async def small_whole_large_linked(session, name):
+    """A small `text` result comes whole; a large one as preview + link."""
+    small = await session.call_tool("text", {"size": 300})
+    check(text_of(small) == [make_text(300)], "a small result comes through whole")
+    big = await session.call_tool("text", {"size": BIG})
+    check(len(big.content) == 2, f"preview + link, got {big.content}")
+    preview, link = big.content
+    check(preview.type == "text" and preview.text.startswith("<persisted-output>"), "preview text")
+    check(link.type == "resource_link" and link.uri.startswith(f"toolwire://saved-output/{name}/"), f"link: {link}")
+    return big, preview, link
 
 
 async def read_all_pages(session, uri, limit):
@@ -81,15 +97,9 @@ async def sized(toolwire, data_dir):
             tools = {t.name: t for t in (await s.list_tools()).tools}
             check({"text", "text_and_image", "report", "crash", "read_saved_output"} <= set(tools), f"tools: {sorted(tools)}")
 
-            small = await s.call_tool("text", {"size": 300})
-            check(text_of(small) == [make_text(300)], "a small result comes through whole")
-
-            big = await s.call_tool("text", {"size": BIG})
-            check(len(big.content) == 2, f"preview + link, got {big.content}")
-            preview, link = big.content
-            check(preview.type == "text" and preview.text.startswith("<persisted-output>\nOutput too large ("), "preview text")
+            big, preview, link = await small_whole_large_linked(s, "checks")
+            check(preview.text.startswith("<persisted-output>\nOutput too large ("), "preview text")
             check(make_text(BIG)[:1000] in preview.text, "the preview shows the start of the output")
-            check(link.type == "resource_link" and link.uri.startswith("toolwire://saved-output/checks/"), f"link: {link}")
             check(link.mime_type == "text/plain" and link.size == len(make_text(BIG).encode()), "link type and size")
             summary["uri"] = link.uri
             summary["sha256"] = hashlib.sha256(make_text(BIG).encode()).hexdigest()
@@ -224,6 +234,88 @@ async def everything(toolwire, data_dir):
     print(json.dumps(summary))
 
 
+async def pairing(toolwire, data_dir, client_era, server_era):
+    from sized_server import CACHE_HINTS, ROOMY_MAX
+
+    modern_client = client_era == "modern"
+    server = [sys.executable, os.path.join(HERE, "sized_server.py"), "--era", server_era]
+    session = f"pair-{client_era}-{server_era}"
+    summary = {}
+    async with stdio_client(front(toolwire, data_dir, server, session)) as (r, w):
+        async with ClientSession(r, w) as s:
+            with anyio.fail_after(STEP):
+                if modern_client:
+                    found = await s.discover()
+                    check(found.supported_versions == ["2026-07-28"], f"supported: {found.supported_versions}")
+                    caps = found.capabilities
+                else:
+                    init = await s.initialize()
+                    check(init.protocol_version == "2025-11-25", f"version: {init.protocol_version}")
+                    check(init.server_info.name == "sized", f"server info: {init.server_info}")
+                    caps = init.capabilities
+            summary["protocolVersion"] = s.protocol_version
+            check(caps.tools is not None and caps.resources is not None, f"capabilities: {caps}")
+
+            listed = await s.list_tools()
+            names = [t.name for t in listed.tools]
+            check(names == ["text", "text_and_image", "report", "crash", "noise", "roomy", "numbers", "read_saved_output"],
+                  f"tools in the server's order, ours last: {names}")
+            roomy = next(t for t in listed.tools if t.name == "roomy")
+            check((roomy.meta or {}).get("anthropic/maxResultSizeChars") == ROOMY_MAX, f"roomy's _meta: {roomy.meta}")
+            if modern_client and server_era == "modern":
+                hint = CACHE_HINTS["tools/list"]
+                check((listed.ttl_ms, listed.cache_scope) == (hint.ttl_ms, hint.scope), f"tools/list hints: {listed.ttl_ms} {listed.cache_scope}")
+            summary["toolsTtlMs"] = getattr(listed, "ttl_ms", None)
+            summary["toolsCacheScope"] = getattr(listed, "cache_scope", None)
+
+            _, preview, link = await small_whole_large_linked(s, session)
+            whole = await s.read_resource(link.uri)
+            check(whole.contents[0].text == make_text(BIG), "resources/read returns the exact original")
+            if modern_client:
+                check((whole.ttl_ms, whole.cache_scope) == (0, "private"), f"saved output hints: {whole.ttl_ms} {whole.cache_scope}")
+            paged, pages, _ = await read_all_pages(s, link.uri, 700)
+            check(paged == make_text(BIG), "read_saved_output pages join to the exact original")
+            summary["pages"] = pages
+            summary["uri"] = link.uri
+            summary["sha256"] = hashlib.sha256(make_text(BIG).encode()).hexdigest()
+
+            zero = await s.call_tool("read_saved_output", {"uri": link.uri, "limit": 0})
+            check(zero.is_error and "limit" in text_of(zero)[0] and "at least 1" in text_of(zero)[0], f"limit 0: {text_of(zero)}")
+            summary["limitZero"] = text_of(zero)[0]
+
+            try:
+                await s.read_resource(f"toolwire://saved-output/{session}/mcp-nothing")
+                check(False, "resources/read of a missing link must fail")
+            except MCPError as e:
+                summary["notFoundCode"] = e.error.code
+
+            # The server's own declared size: 120,000 characters stay whole.
+            roomy_result = await s.call_tool("roomy", {"size": BIG})
+            check(text_of(roomy_result) == [make_text(BIG)], "a tool's maxResultSizeChars is honoured")
+
+            rep = await s.call_tool("report", {"size": BIG})
+            check(rep.content[0].text.startswith("<persisted-output>") and rep.content[1].type == "resource_link", "structured result budgeted")
+            lines = make_text(BIG).split("\n")
+            check(rep.structured_content == {"lines": lines, "count": len(lines)}, "structuredContent passes unchanged")
+            if modern_client and server_era == "modern":
+                nums = await s.call_tool("numbers", {"count": 5})
+                check(nums.structured_content == [0, 1, 2, 3, 4], f"structuredContent of any JSON value: {nums.structured_content}")
+
+            note = await s.read_resource("sized://notes/a")
+            check(note.contents[0].text == f"note a: {make_text(50)}", "the server's own resources")
+            if modern_client and server_era == "modern":
+                hint = CACHE_HINTS["resources/read"]
+                check((note.ttl_ms, note.cache_scope) == (hint.ttl_ms, hint.scope), f"resources/read hints: {note.ttl_ms} {note.cache_scope}")
+            prompts = await s.list_prompts()
+            check([p.name for p in prompts.prompts] == ["review"], "prompts")
+            prompt = await s.get_prompt("review", {"code": "x = 1"})
+            check(prompt.messages[0].content.text == "Please review this code:\nx = 1", "prompts/get")
+    print(json.dumps(summary))
+
+
 if __name__ == "__main__":
     scenario, toolwire, data_dir = sys.argv[1:4]
-    anyio.run({"sized": sized, "everything": everything}[scenario], toolwire, data_dir)
+    if scenario == "pairing":
+        anyio.run(pairing, toolwire, data_dir, *sys.argv[4:6])
+    else:
+        anyio.run({"sized": sized, "everything": everything}[scenario], toolwire, data_dir)

@@ -4,6 +4,14 @@ The `toolwire mcp` tests run it behind the front and directly.
 
 Everything it returns is a pure function of the arguments, so the same call
 made directly and through the front can be compared byte for byte.
+
+    sized_server.py                 both eras: the client's first request decides
+    sized_server.py --era legacy    2025-11-25 only (an `initialize` handshake)
+    sized_server.py --era modern    2026-07-28 only (per-request `_meta`)
+
+The one-era servers run the SDK's own serving loop for that era (the ones
+its dual-era loop chooses between), so each answers the other era's
+opening the way the pinned SDK does.
 """
 
 import base64
@@ -11,10 +19,22 @@ import os
 import sys
 from typing import TypedDict
 
+import anyio
+import mcp_types as types
 from mcp.server import MCPServer
+from mcp.server.caching import CacheHint
 from mcp.server.mcpserver import Image
 
-mcp = MCPServer("sized")
+# Caching hints for the 2026-07-28 results that carry them, distinct per
+# method so a test can tell they came through unchanged.
+CACHE_HINTS = {
+    "tools/list": CacheHint(ttl_ms=300_000, scope="public"),
+    "prompts/list": CacheHint(ttl_ms=120_000, scope="public"),
+    "resources/templates/list": CacheHint(ttl_ms=60_000, scope="public"),
+    "resources/read": CacheHint(ttl_ms=30_000, scope="private"),
+}
+
+mcp = MCPServer("sized", cache_hints=CACHE_HINTS)
 
 # A 1x1 PNG.
 PIXEL = base64.b64decode(
@@ -75,6 +95,26 @@ def noise() -> str:
     return "ok"
 
 
+# The size this server means `roomy`'s results to be shown whole up to.
+ROOMY_MAX = 200_000
+
+
+@mcp.tool(structured_output=False, meta={"anthropic/maxResultSizeChars": ROOMY_MAX})
+def roomy(size: int) -> str:
+    """Return `size` characters of text; declares results up to ROOMY_MAX whole."""
+    return make_text(size)
+
+
+@mcp.tool()
+def numbers(count: int) -> types.CallToolResult:
+    """Structured content that is not an object (allowed since 2026-07-28)."""
+    values = list(range(count))
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=" ".join(map(str, values)))],
+        structured_content=values,
+    )
+
+
 @mcp.resource("sized://notes/{name}")
 def note(name: str) -> str:
     """A note of the server's own."""
@@ -87,5 +127,34 @@ def review(code: str) -> str:
     return f"Please review this code:\n{code}"
 
 
+async def serve_one_era(era: str) -> None:
+    # The pinned SDK's per-era loops (mcp/server/runner.py), which its
+    # dual-era `Server.run` dispatches to on the client's first request.
+    from mcp.server.runner import _serve_legacy_stream, _serve_modern_stream
+    from mcp.server.stdio import stdio_server
+
+    server = mcp._lowlevel_server
+    async with stdio_server() as (read, write):
+        async with server.lifespan(server) as state:
+            try:
+                if era == "modern":
+                    await _serve_modern_stream(server, read, write, lifespan_state=state, raise_exceptions=False)
+                else:
+                    await _serve_legacy_stream(
+                        server,
+                        read,
+                        write,
+                        lifespan_state=state,
+                        session_id=None,
+                        init_options=server.create_initialization_options(),
+                        raise_exceptions=False,
+                    )
+            finally:
+                await write.aclose()
+
+
 if __name__ == "__main__":
-    mcp.run()
+    if len(sys.argv) == 3 and sys.argv[1] == "--era" and sys.argv[2] in ("legacy", "modern"):
+        anyio.run(serve_one_era, sys.argv[2])
+    else:
+        mcp.run()

@@ -49,6 +49,25 @@ pub fn sized_server() -> Vec<String> {
     ]
 }
 
+/// The test server, serving one era only (`legacy` or `modern`).
+pub fn sized_server_era(era: &str) -> Vec<String> {
+    let mut argv = sized_server();
+    argv.extend(["--era".into(), era.into()]);
+    argv
+}
+
+/// `odd_server.py MODE ARGS...`: a server at the edges, written from the
+/// specification without an SDK.
+pub fn odd_server(mode: &str, args: &[&str]) -> Vec<String> {
+    let mut argv = vec![
+        python().display().to_string(),
+        mcp_dir().join("odd_server.py").display().to_string(),
+        mode.into(),
+    ];
+    argv.extend(args.iter().map(|a| a.to_string()));
+    argv
+}
+
 pub struct Peer {
     child: Child,
     stdin: Option<ChildStdin>,
@@ -142,6 +161,34 @@ impl Peer {
             self.other.push(line);
         }
         panic!("no response to {id} within {WAIT:?}");
+    }
+
+    /// The raw line of the response to `id`, found without parsing the
+    /// line whole (it may nest deeper than serde_json's default limit).
+    pub fn response_unparsed(&mut self, id: i64) -> String {
+        loop {
+            let line = self.next_line().expect("the peer ended before answering");
+            if toolwire::json::request_id(line.as_bytes()) == id {
+                return line;
+            }
+            self.other.push(line);
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Wait for the process to exit with its input still open.
+    pub fn exit_status(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "the peer did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Close stdin and wait for the process to exit.
