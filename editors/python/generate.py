@@ -47,6 +47,22 @@ def generate(target: Path) -> None:
         ],
         check=True,
     )
+    verbatim(target)
+
+
+def verbatim(target: Path) -> None:
+    """Make every model of provider JSON (those that allow unknown fields)
+    a ``Verbatim``, which sends what it was given exactly (see _verbatim.py)."""
+    text = target.read_text()
+    blocks = re.split(r"(?m)^(?=class )", text)
+    out = []
+    for block in blocks:
+        if block.startswith("class ") and "extra='allow'" in block:
+            block = re.sub(r"^class (\w+)\(BaseModel\):", r"class \1(Verbatim):", block, count=1)
+        out.append(block)
+    text = "".join(out)
+    text = text.replace("\nfrom pydantic import ", "\nfrom ._verbatim import Verbatim\nfrom pydantic import ", 1)
+    target.write_text(text)
 
 
 def pascal(method: str) -> str:

@@ -19,6 +19,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -30,12 +31,20 @@ def main() -> int:
     binary = Path(sys.argv[1]).resolve()
     with tempfile.TemporaryDirectory(prefix="toolwire-py-") as tmp_name:
         tmp = Path(tmp_name)
+        # README's commands, word for word, from a directory of its own:
+        #   python -m build --outdir dist editors/python
+        #   pip install dist/toolwire_client-<version>-py3-none-any.whl
         dist = tmp / "dist"
-        subprocess.run([sys.executable, "-m", "build", "--outdir", str(dist), str(HERE)], check=True, stdout=subprocess.DEVNULL)
-        wheel = next(dist.glob("toolwire_client-*.whl"))
-        sdist = next(dist.glob("toolwire_client-*.tar.gz"))
-        for name in ("toolwire_client/py.typed", "toolwire_client/models.py", "toolwire_client/_methods.py", "toolwire_client/aio.py"):
-            assert name in zipfile.ZipFile(wheel).namelist(), f"{wheel.name} lacks {name}"
+        subprocess.run([sys.executable, "-m", "build", "--outdir", "dist", str(HERE)], check=True, stdout=subprocess.DEVNULL, cwd=tmp)
+        version = tomllib.loads((HERE / "pyproject.toml").read_text())["project"]["version"]
+        wheel = Path("dist") / f"toolwire_client-{version}-py3-none-any.whl"
+        sdist = dist / f"toolwire_client-{version}.tar.gz"
+        assert (tmp / wheel).is_file(), f"README's wheel {wheel} is not where it says: {sorted(dist.iterdir())}"
+        readme = (HERE / "README.md").read_text()
+        for command in ("python -m build --outdir dist editors/python", f"pip install {wheel}"):
+            assert command in readme, f"README.md no longer says `{command}`"
+        for name in ("toolwire_client/py.typed", "toolwire_client/models.py", "toolwire_client/_methods.py", "toolwire_client/aio.py", "toolwire_client/_verbatim.py"):
+            assert name in zipfile.ZipFile(tmp / wheel).namelist(), f"{wheel.name} lacks {name}"
             assert any(n.endswith(name) for n in tarfile.open(sdist).getnames()), f"{sdist.name} lacks {name}"
 
         venv = tmp / "venv"
@@ -44,6 +53,7 @@ def main() -> int:
         subprocess.run(
             [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", str(wheel), PYTEST],
             check=True,
+            cwd=tmp,
         )
         tests = tmp / "tests"
         shutil.copytree(HERE / "tests", tests, ignore=shutil.ignore_patterns("__pycache__"))

@@ -15,6 +15,7 @@ import re
 import sys
 import sysconfig
 import threading
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -30,10 +31,12 @@ from toolwire_client import (
     SessionExistsError,
     ToolwireClient,
     ToolwireError,
+    ToolwireExitedError,
     ToolwireNotFoundError,
     UnknownToolResultError,
     locate_toolwire,
 )
+from toolwire_client import _wire
 from toolwire_client import models as m
 
 BINARY = os.environ["TOOLWIRE_BIN"]
@@ -159,10 +162,15 @@ def test_progress_and_cancellation(client, tmp_path):
     transcript = big_transcript(tmp_path / "big.jsonl")
     progress: list[object] = []
     began = threading.Event()
+    token = CancelToken()
 
     def on_progress(value: object) -> None:
         progress.append(value)
         began.set()
+        # Cancelled during the call: once the budget/apply queued behind
+        # this reconstruction (same session) is in flight.
+        if len(client._pending) >= 2:
+            token.cancel()
 
     out: dict[str, m.StateReconstructResult] = {}
     worker = threading.Thread(
@@ -174,16 +182,19 @@ def test_progress_and_cancellation(client, tmp_path):
     )
     worker.start()
     assert began.wait(60)
-    # Queued behind the reconstruction on the same session, cancelled at once.
-    token = CancelToken()
-    token.cancel()
     with pytest.raises(CancelledError) as err:
         client.budget_apply(m.BudgetApplyParams(session_id="big", messages=[result("c1", "z" * 60_000)]), cancel=token)
-    assert err.value.code == -32800
+    assert (err.value.code, err.value.message) == (-32800, "request cancelled"), "the server's answer"
     worker.join(60)
     assert out["r"].seen_count == 300
     assert progress[0]["kind"] == "begin" and progress[-1]["kind"] == "end"
     assert "c1" not in client.state_get(m.StateGetParams(session_id="big")).seen_ids
+
+    # A token cancelled before the call: nothing is sent.
+    with pytest.raises(CancelledError) as err:
+        client.budget_apply(m.BudgetApplyParams(session_id="pre", messages=[result("p1", "z" * 60_000)]), cancel=token)
+    assert (err.value.code, err.value.kind, err.value.message) == (-32800, "cancelled", "request cancelled before it was sent")
+    assert client.state_get(m.StateGetParams(session_id="pre")).seen_ids == []
 
     broken = tmp_path / "broken.jsonl"
     broken.write_text(line(call("o1")) + line(m.Message(role=m.Role.user, content="hi")))
@@ -246,3 +257,53 @@ def test_async_client(tmp_path):
             assert "c3" not in (await c.state_get(m.StateGetParams(session_id="abig2"))).seen_ids
 
     asyncio.run(main())
+
+
+# A message exactly as a provider's API or SDK wrote it: nulls, its own key
+# order, unknown fields, numbers spelled 1.10 and -0.0.
+EXACT = (
+    '{"role":"user","z":1.10,"content":[{"type":"text","text":"hé","cache_control":null,'
+    '"n":[1.10,2,-0.0]}],"metadata":null}'
+)
+
+
+def test_messages_pass_through_byte_for_byte_typed_or_not(tmp_path):
+    # Read the way a harness keeps numbers as written (parse_float=Decimal).
+    message = json.loads(EXACT, parse_float=Decimal)
+    # What the client writes is recorded by a tee in front of the real server.
+    sent = tmp_path / "sent"
+    command = ["sh", "-c", f'tee "$1" | "$2" serve', "sh", str(sent), BINARY]
+    with ToolwireClient.start(tmp_path, command=command, config=NONE) as c:
+        c.budget_apply(m.BudgetApplyParams(session_id="typed", messages=[message]))  # the README's example
+        c.pair_append(m.PairAppendParams(session_id="typed", message=message))
+        c.request("budget/apply", {"sessionId": "raw", "messages": [message]})
+    wire = sent.read_bytes().decode()
+    assert wire.count('"messages":[' + EXACT + "]") == 2, wire
+    assert wire.count('"message":' + EXACT + "}") == 1, wire
+    # The server keeps what it received.
+    kept = (tmp_path / ".toolwire" / "sessions" / "typed.jsonl").read_text()
+    assert kept == '{"type":"message","message":' + EXACT + "}\n"
+    # A message changed after it was validated is sent as it now is.
+    params = m.BudgetApplyParams(session_id="x", messages=[message])
+    params.messages[0].root.content[0].text = "changed"
+    assert b'"text":"changed"' in _wire.encode(_wire.dump_params(params))
+
+
+def test_a_binary_that_dies_at_start_says_why_once(tmp_path, capfd):
+    dying = tmp_path / "dying"
+    dying.write_text("#!/bin/sh\necho 'cannot open the store: permission denied' >&2\necho 'second line' >&2\nexit 3\n")
+    dying.chmod(0o755)
+    said = f"toolwire: {dying} exited (status 3) before initializing:\ncannot open the store: permission denied\nsecond line"
+    for _ in range(5):
+        with pytest.raises(ToolwireExitedError) as err:
+            ToolwireClient.start(tmp_path, binary=dying)
+        assert (str(err.value), err.value.status) == (said, "status 3")
+
+    async def main() -> None:
+        with pytest.raises(ToolwireExitedError) as err:
+            await AsyncToolwireClient.start(tmp_path, binary=dying)
+        assert str(err.value) == said
+
+    asyncio.run(main())
+    # Its stderr still reaches ours, as a log does.
+    assert "cannot open the store" in capfd.readouterr().err

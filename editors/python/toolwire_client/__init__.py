@@ -25,6 +25,7 @@ from .errors import (
     SessionNotFoundError,
     StorageError,
     ToolwireError,
+    ToolwireExitedError,
     TranscriptLockedError,
     UnknownToolResultError,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "StorageError",
     "ToolwireClient",
     "ToolwireError",
+    "ToolwireExitedError",
     "ToolwireNotFoundError",
     "TranscriptLockedError",
     "UnknownToolResultError",

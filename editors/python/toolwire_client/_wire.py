@@ -6,6 +6,8 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import sys
+from decimal import Decimal
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -70,14 +72,93 @@ def initialize_params(
     return params.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
+#: How much of a child's stderr is kept for the error when it dies at start.
+STDERR_HEAD = 4000
+
+
+def pass_on(head: bytearray, chunk: bytes) -> None:
+    """A chunk of a child's stderr: copied to ours, and kept in ``head``
+    while that is short (a failing start says why at the beginning)."""
+    if len(head) < STDERR_HEAD:
+        head += chunk[: STDERR_HEAD - len(head)]
+    out = getattr(sys.stderr, "buffer", None)
+    try:
+        if out is not None:
+            out.write(chunk)
+            out.flush()
+        else:
+            sys.stderr.write(chunk.decode("utf-8", "replace"))
+    except (OSError, ValueError):
+        pass  # our stderr is closed: the head is still kept
+
+
+def first_lines(head: bytes, n: int = 10) -> str:
+    lines = head.decode("utf-8", "replace").rstrip().split("\n")
+    if lines == [""]:
+        return ""
+    return "\n".join(lines[:n] + (["..."] if len(lines) > n else []))
+
+
+def exit_status(returncode: int) -> str:
+    return f"signal {-returncode}" if returncode < 0 else f"status {returncode}"
+
+
+def check_not_cancelled(method: str, cancel: Any) -> None:
+    """A token cancelled before the call: nothing is sent, and the call
+    raises as one the server cancelled before committing anything."""
+    if cancel is not None and cancel.cancelled:
+        from .errors import CancelledError
+
+        raise CancelledError(method, -32800, "request cancelled before it was sent", m.ErrorData(kind="cancelled"))
+
+
 def dump_params(params: BaseModel | Mapping[str, Any] | None) -> Any:
+    """Params as sent. A model's unset optional fields are left out; the
+    provider messages in it are sent as given (``_verbatim.Verbatim``), in
+    "python" mode so that their ``Decimal`` numbers reach ``encode``."""
     if isinstance(params, BaseModel):
-        return params.model_dump(by_alias=True, exclude_none=True, mode="json")
+        return params.model_dump(by_alias=True, exclude_unset=True, mode="python")
     return dict(params) if params is not None else None
 
 
+def _json(value: Any, out: list[str]) -> None:
+    """JSON text of ``value``: ``json.dumps``' output, keys in their order,
+    and a ``Decimal`` written as it was read (``1.10``), which ``json``
+    cannot do."""
+    if isinstance(value, str):
+        out.append(json.dumps(value, ensure_ascii=False))
+    elif value is None or isinstance(value, (bool, int, float)):
+        out.append(json.dumps(value, allow_nan=False))
+    elif isinstance(value, Decimal):
+        if not value.is_finite():
+            raise ValueError(f"toolwire: {value} is not a JSON number")
+        out.append(str(value))
+    elif isinstance(value, Mapping):
+        out.append("{")
+        for i, (key, item) in enumerate(value.items()):
+            if not isinstance(key, str):
+                raise TypeError(f"toolwire: a JSON object key must be a string, got {key!r}")
+            out.append("," if i else "")
+            out.append(json.dumps(key, ensure_ascii=False))
+            out.append(":")
+            _json(item, out)
+        out.append("}")
+    elif isinstance(value, (list, tuple)):
+        out.append("[")
+        for i, item in enumerate(value):
+            out.append("," if i else "")
+            _json(item, out)
+        out.append("]")
+    elif isinstance(value, BaseModel):
+        _json(value.model_dump(by_alias=True, exclude_unset=True, mode="python"), out)
+    else:
+        raise TypeError(f"toolwire: {type(value).__name__} is not JSON: {value!r}")
+
+
 def encode(message: dict[str, Any]) -> bytes:
-    body = json.dumps(message, ensure_ascii=False).encode()
+    out: list[str] = []
+    _json(message, out)
+    body = "".join(out).encode()
     return b"Content-Length: %d\r\n\r\n" % len(body) + body
 
 

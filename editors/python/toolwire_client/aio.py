@@ -20,9 +20,15 @@ from pydantic import BaseModel
 from . import _wire, models as m
 from ._cancel import CancelToken
 from ._methods import AsyncMethods
-from .errors import ToolwireError, error_from_response
+from .errors import ToolwireError, ToolwireExitedError, error_from_response
 
 _T = TypeVar("_T", bound=BaseModel)
+
+
+async def _pass_on(stream: asyncio.StreamReader, head: bytearray) -> None:
+    """Copy a child's stderr to ours, keeping its beginning in ``head``."""
+    while chunk := await stream.read(65536):
+        _wire.pass_on(head, chunk)
 
 
 class AsyncToolwireClient(AsyncMethods, _wire.Router):
@@ -38,6 +44,7 @@ class AsyncToolwireClient(AsyncMethods, _wire.Router):
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._closed: BaseException | None = None
         self._reader = asyncio.get_running_loop().create_task(self._read_loop())
+        self._stderr_pump: asyncio.Task[None] | None = None
         self.initialize_result: m.InitializeResult | None = None
 
     @classmethod
@@ -70,16 +77,39 @@ class AsyncToolwireClient(AsyncMethods, _wire.Router):
             *argv,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
-            stderr=stderr,
+            # By default its stderr (its log) is passed on to ours, and its
+            # beginning kept for the error should it die while starting.
+            stderr=asyncio.subprocess.PIPE if stderr is None else stderr,
             cwd=path,
             env=dict(env) if env is not None else None,
             limit=_wire.MAX_FRAME,
         )
+        head: bytearray | None = None
+        pump = None
+        if stderr is None and proc.stderr is not None:
+            head = bytearray()
+            pump = asyncio.get_running_loop().create_task(_pass_on(proc.stderr, head))
         client = cls(proc)
+        client._stderr_pump = pump
         try:
             result = await client.request("initialize", _wire.initialize_params(path, config, client_info))
             client.initialize_result = m.InitializeResult.model_validate(result)
             await client._notify("initialized", {})
+        except (ConnectionError, OSError) as err:
+            # The process is gone or going (its output ended, or the write
+            # of `initialize` found the pipe closed): its exit status and
+            # stderr say why, whichever came first.
+            try:
+                code = await asyncio.wait_for(proc.wait(), 10)
+            except TimeoutError:
+                await client._kill()
+                raise err
+            if pump is not None:
+                await asyncio.wait_for(pump, 30)
+            await client._kill()
+            raise ToolwireExitedError(
+                argv[0], _wire.exit_status(code), _wire.first_lines(head) if head is not None else None
+            ) from err
         except BaseException:
             await client._kill()
             raise
@@ -99,6 +129,7 @@ class AsyncToolwireClient(AsyncMethods, _wire.Router):
         on_progress: Callable[[Any], None] | None = None,
     ) -> Any:
         """Call any method with raw params; returns the raw result or raises a typed ``ToolwireError``."""
+        _wire.check_not_cancelled(method, cancel)
         if self._closed is not None:
             raise ConnectionError(f"toolwire connection is closed: {self._closed}")
         request_id, message, token = self._prepare(method, params, on_progress)
@@ -127,6 +158,12 @@ class AsyncToolwireClient(AsyncMethods, _wire.Router):
                 unsubscribe()
             self._done(token)
             self._pending.pop(request_id, None)
+            # Left unawaited when the write failed: its end of the
+            # connection, if set, is the write's failure told twice.
+            if not future.done():
+                future.cancel()
+            elif not future.cancelled():
+                future.exception()
         if "error" in answer:
             raise error_from_response(method, answer["error"])
         return answer.get("result")
@@ -155,6 +192,8 @@ class AsyncToolwireClient(AsyncMethods, _wire.Router):
             await self._kill()
             code = await self._proc.wait()
         await asyncio.wait_for(self._reader, timeout)
+        if self._stderr_pump is not None:
+            await asyncio.wait_for(self._stderr_pump, timeout)
         return code
 
     async def __aenter__(self) -> AsyncToolwireClient:
@@ -176,6 +215,8 @@ class AsyncToolwireClient(AsyncMethods, _wire.Router):
             self._proc.kill()
         await self._proc.wait()
         self._reader.cancel()
+        if self._stderr_pump is not None:
+            self._stderr_pump.cancel()
 
     async def _send(self, message: dict[str, Any]) -> None:
         self._stdin.write(_wire.encode(message))

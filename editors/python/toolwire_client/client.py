@@ -20,9 +20,15 @@ from pydantic import BaseModel
 from . import _wire, models as m
 from ._cancel import CancelToken
 from ._methods import SyncMethods
-from .errors import ToolwireError, error_from_response
+from .errors import ToolwireError, ToolwireExitedError, error_from_response
 
 _T = TypeVar("_T", bound=BaseModel)
+
+
+def _pass_on(stream: IO[bytes], head: bytearray) -> None:
+    """Copy a child's stderr to ours, keeping its beginning in ``head``."""
+    while chunk := stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536):
+        _wire.pass_on(head, chunk)
 
 
 class ToolwireClient(SyncMethods, _wire.Router):
@@ -77,15 +83,38 @@ class ToolwireClient(SyncMethods, _wire.Router):
             argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=stderr,
+            # By default its stderr (its log) is passed on to ours, and its
+            # beginning kept for the error should it die while starting.
+            stderr=subprocess.PIPE if stderr is None else stderr,
             cwd=path,
             env=dict(env) if env is not None else None,
         )
+        head: bytearray | None = None
+        pump = None
+        if stderr is None and proc.stderr is not None:
+            head = bytearray()
+            pump = threading.Thread(target=_pass_on, args=(proc.stderr, head), name="toolwire-stderr", daemon=True)
+            pump.start()
         client = cls(proc)
         try:
             result = client.request("initialize", _wire.initialize_params(path, config, client_info))
             client.initialize_result = m.InitializeResult.model_validate(result)
             client._notify("initialized", {})
+        except (ConnectionError, OSError) as err:
+            # The process is gone or going (its output ended, or the write
+            # of `initialize` found the pipe closed): its exit status and
+            # stderr say why, whichever came first.
+            try:
+                code = proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                client._kill()
+                raise err
+            if pump is not None:
+                pump.join(timeout=30)
+            client._kill()
+            raise ToolwireExitedError(
+                argv[0], _wire.exit_status(code), _wire.first_lines(head) if head is not None else None
+            ) from err
         except BaseException:
             client._kill()
             raise
@@ -108,6 +137,7 @@ class ToolwireClient(SyncMethods, _wire.Router):
         on_progress: Callable[[Any], None] | None = None,
     ) -> Any:
         """Call any method with raw params; returns the raw result or raises a typed ``ToolwireError``."""
+        _wire.check_not_cancelled(method, cancel)
         request_id, message, token = self._prepare(method, params, on_progress)
         future: Future[Any] = Future()
         with self._lock:

@@ -20,6 +20,24 @@ class ToolwireError(Exception):
         self.data = data
 
 
+class ToolwireExitedError(ConnectionError):
+    """toolwire exited before answering ``initialize``: ``binary``, ``status``
+    (``status 3``, ``signal 9``) and the first lines of its ``stderr`` (when
+    the client read it) say why."""
+
+    def __init__(self, binary: str, status: str, stderr: str | None) -> None:
+        if stderr is None:
+            said = " (its stderr went where stderr= sent it)"
+        elif stderr:
+            said = ":\n" + stderr
+        else:
+            said = " (it wrote nothing on stderr)"
+        super().__init__(f"toolwire: {binary} exited ({status}) before initializing{said}")
+        self.binary = binary
+        self.status = status
+        self.stderr = stderr
+
+
 class ParseError(ToolwireError):
     """-32700: the frame was not valid JSON."""
 

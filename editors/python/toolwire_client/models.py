@@ -5,6 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Literal
 
+from ._verbatim import Verbatim
 from pydantic import BaseModel, ConfigDict, Field, RootModel, conint, constr
 
 
@@ -53,7 +54,7 @@ class Role(StrEnum):
     assistant = 'assistant'
 
 
-class ContentItem(BaseModel):
+class ContentItem(Verbatim):
     model_config = ConfigDict(
         extra='allow',
         populate_by_name=True,
@@ -61,7 +62,7 @@ class ContentItem(BaseModel):
     type: str
 
 
-class Message1(BaseModel):
+class Message1(Verbatim):
     """
     format `anthropic`: a Messages API message; calls are `tool_use` blocks, results `tool_result` blocks.
     """
@@ -83,7 +84,7 @@ class Role1(StrEnum):
     function = 'function'
 
 
-class Function(BaseModel):
+class Function(Verbatim):
     model_config = ConfigDict(
         extra='allow',
         populate_by_name=True,
@@ -92,7 +93,7 @@ class Function(BaseModel):
     arguments: str | None = None
 
 
-class ToolCall(BaseModel):
+class ToolCall(Verbatim):
     model_config = ConfigDict(
         extra='allow',
         populate_by_name=True,
@@ -102,7 +103,7 @@ class ToolCall(BaseModel):
     function: Function | None = None
 
 
-class Message2(BaseModel):
+class Message2(Verbatim):
     """
     format `openai-chat`: a Chat Completions message; calls are `tool_calls` entries, results `tool` messages.
     """
@@ -117,7 +118,7 @@ class Message2(BaseModel):
     tool_call_id: constr(min_length=1) | None = None
 
 
-class OutputItem(BaseModel):
+class OutputItem(Verbatim):
     model_config = ConfigDict(
         extra='allow',
         populate_by_name=True,
@@ -125,7 +126,7 @@ class OutputItem(BaseModel):
     type: str
 
 
-class Message3(BaseModel):
+class Message3(Verbatim):
     """
     format `openai-responses`: one input item.
     """
@@ -144,7 +145,7 @@ class Message3(BaseModel):
     output: str | list[OutputItem] | dict[str, Any] | None = None
 
 
-class Message4(BaseModel):
+class Message4(Verbatim):
     """
     format `openai-responses`: one input item.
     """
@@ -169,7 +170,7 @@ class Role2(StrEnum):
     function = 'function'
 
 
-class FunctionCall(BaseModel):
+class FunctionCall(Verbatim):
     model_config = ConfigDict(
         extra='allow',
         populate_by_name=True,
@@ -179,7 +180,7 @@ class FunctionCall(BaseModel):
     args: dict[str, Any] | None = None
 
 
-class FunctionResponse(BaseModel):
+class FunctionResponse(Verbatim):
     model_config = ConfigDict(
         extra='allow',
         populate_by_name=True,
@@ -189,7 +190,7 @@ class FunctionResponse(BaseModel):
     response: dict[str, Any] | None = None
 
 
-class Part(BaseModel):
+class Part(Verbatim):
     model_config = ConfigDict(
         extra='allow',
         populate_by_name=True,
@@ -199,7 +200,7 @@ class Part(BaseModel):
     thought_signature: str | None = Field(None, alias='thoughtSignature')
 
 
-class Message5(BaseModel):
+class Message5(Verbatim):
     """
     format `gemini`: one content; calls are `functionCall` parts of a `model` content, results `functionResponse` parts of a `user` content.
     """
@@ -322,7 +323,7 @@ class StateGetParams(BaseModel):
     session_id: SessionId = Field(..., alias='sessionId')
 
 
-class AppendMessage1(BaseModel):
+class AppendMessage1(Verbatim):
     """
     format `openai-responses`: one input item.
     """
@@ -341,7 +342,7 @@ class AppendMessage1(BaseModel):
     output: str | list[OutputItem] | dict[str, Any] | None = None
 
 
-class AppendMessage2(BaseModel):
+class AppendMessage2(Verbatim):
     """
     format `openai-responses`: one input item.
     """
