@@ -470,7 +470,7 @@ fn for_each_replacement(
             continue;
         }
         reader.read_until(b'\n', &mut line)?;
-        let Ok(value) = serde_json::from_slice::<serde_json::Value>(&line) else {
+        let Ok(value) = crate::json::from_slice::<serde_json::Value>(&line) else {
             continue;
         };
         let field = |p: &str| value.pointer(p).and_then(|v| v.as_str());

@@ -106,7 +106,8 @@ impl ReplySink {
             ReplySink::Batch(_) => self.reply(
                 id,
                 result.and_then(|raw| {
-                    serde_json::from_str(raw.get()).map_err(|e| Error::Internal(e.to_string()))
+                    crate::json::from_slice(raw.get().as_bytes())
+                        .map_err(|e| Error::Internal(e.to_string()))
                 }),
             ),
         }

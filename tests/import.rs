@@ -521,3 +521,70 @@ fn a_closed_stdout_ends_the_import_quietly() {
         text(&out.stderr)
     );
 }
+
+/// #32 item 8: a valid Claude Code session whose tool_use input nests past
+/// serde_json's default 128 levels (130, and 1,000 as the JSON-RPC face
+/// accepts) imports whole, its parentUuid chain unbroken, and `check`
+/// finds it (and its transcript) valid.
+#[test]
+fn a_deep_tool_input_keeps_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    for depth in [130, 1_000] {
+        let deep = format!("{}{}", "[".repeat(depth - 1), "]".repeat(depth - 1));
+        let input = format!(r#"{{"v":{deep}}}"#);
+        let line = |kind: &str, uuid: &str, parent: &str, message: &str| {
+            format!(
+                r#"{{"parentUuid":{parent},"isSidechain":false,"userType":"external","cwd":"/w","sessionId":"7f3c2a10-5b7e-4c1d-9a2e-0d4b6c8e1f20","version":"2.0.31","type":"{kind}","message":{message},"uuid":"{uuid}","timestamp":"2026-11-20T09:00:00.000Z"}}"#
+            )
+        };
+        let session = [
+            line("user", "u1", "null", r#"{"role":"user","content":"go"}"#),
+            line(
+                "assistant",
+                "u2",
+                r#""u1""#,
+                &format!(
+                    r#"{{"id":"m1","type":"message","role":"assistant","model":"x","content":[{{"type":"tool_use","id":"toolu_01A","name":"Edit","input":{input}}}]}}"#
+                ),
+            ),
+            line(
+                "user",
+                "u3",
+                r#""u2""#,
+                r#"{"role":"user","content":[{"tool_use_id":"toolu_01A","type":"tool_result","content":"ok"}]}"#,
+            ),
+            line(
+                "assistant",
+                "u4",
+                r#""u3""#,
+                r#"{"id":"m2","type":"message","role":"assistant","model":"x","content":[{"type":"text","text":"done"}]}"#,
+            ),
+        ]
+        .join("\n");
+        let file = dir.path().join(format!("deep-{depth}.jsonl"));
+        std::fs::write(&file, format!("{session}\n")).unwrap();
+        let out = dir.path().join(format!("deep-{depth}.transcript.jsonl"));
+        let imported = import_to(Agent::ClaudeCode, &file, &out);
+        assert!(imported.status.success(), "{}", text(&imported.stderr));
+        assert!(
+            text(&imported.stderr).contains("-> 4 anthropic messages (4 lines read)"),
+            "depth {depth}: {}",
+            text(&imported.stderr)
+        );
+        let transcript = std::fs::read_to_string(&out).unwrap();
+        assert_eq!(transcript.lines().count(), 4, "depth {depth}");
+        assert!(
+            transcript.contains(&format!(r#""input":{input}}}"#)),
+            "depth {depth}: the deep input kept byte for byte"
+        );
+        for checked in [&file, &out] {
+            let check = toolwire(&["check".as_ref(), checked.as_os_str()]);
+            assert!(
+                check.status.success(),
+                "depth {depth}: {}{}",
+                text(&check.stdout),
+                text(&check.stderr)
+            );
+        }
+    }
+}

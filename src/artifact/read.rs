@@ -516,9 +516,12 @@ fn compile(pattern: &str) -> Result<regex::bytes::Regex> {
 }
 
 /// The text a block-array artifact's preview was cut from.
-fn json_text(source: impl Read) -> io::Result<String> {
-    let content: serde_json::Value = serde_json::from_reader(BufReader::new(source))
-        .map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err))?;
+fn json_text(mut source: impl Read) -> io::Result<String> {
+    // Read whole, then parsed as deep as a tool result may nest.
+    let mut bytes = Vec::new();
+    source.read_to_end(&mut bytes)?;
+    let content: serde_json::Value = crate::json::from_slice(&bytes)
+        .map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err.to_string()))?;
     Ok(crate::format::ResultContent::of_value(Some(&content))
         .preview_text()
         .into_owned())

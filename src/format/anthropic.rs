@@ -208,7 +208,7 @@ impl Dialect for Anthropic {
     }
 
     fn skim<'a>(&self, message: &'a [u8]) -> Option<Skim<'a>> {
-        serde_json::from_slice(message).ok().map(skim_head)
+        crate::json::from_slice(message).ok().map(skim_head)
     }
 
     fn provider_error(&self, fault: Fault, message: usize, index: usize, ids: &[String]) -> String {

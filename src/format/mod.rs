@@ -887,7 +887,7 @@ pub trait Dialect: Send + Sync {
 /// are read whole (the original is [`Dialect::result_value`], as the
 /// budget digests it).
 pub fn skim_value<'a>(dialect: &dyn Dialect, message: &'a [u8]) -> Option<Skim<'a>> {
-    let value: Value = serde_json::from_slice(message).ok()?;
+    let value: Value = crate::json::from_slice(message).ok()?;
     if !value.is_object() {
         return None;
     }

@@ -71,7 +71,7 @@ pub fn convert(input: &[u8]) -> Result<Conversion, ImportError> {
 }
 
 fn legacy_records(input: &[u8], out: &mut Conversion) -> Result<Vec<Value>, ImportError> {
-    let record: Value = serde_json::from_slice(input)
+    let record: Value = crate::json::from_slice(input)
         .map_err(|e| ImportError::Invalid(format!("Gemini CLI session (JSON): {e}")))?;
     let messages = match record.get("messages") {
         Some(Value::Array(messages)) => messages.clone(),

@@ -226,7 +226,7 @@ pub fn detect(input: &[u8]) -> Result<Content, DetectError> {
     // What the lines read so far say, when no line has decided yet.
     let mut pending: Option<Content> = None;
     for line in raw_lines(input).take(DETECT_LINES) {
-        let parsed = serde_json::from_slice::<Value>(line).map_err(|e| e.to_string());
+        let parsed = crate::json::from_slice::<Value>(line).map_err(|e| e.to_string());
         if first.is_none() {
             if parsed.is_err() && gemini_cli::looks_like_legacy_record(input) {
                 return Ok(Content::Agent(Agent::GeminiCli));
@@ -320,7 +320,7 @@ pub fn as_transcript(path: &Path, bytes: Vec<u8>) -> Result<(Content, Vec<u8>), 
         Content::Messages { format } => Conversion {
             format,
             messages: raw_lines(&bytes)
-                .filter_map(|line| serde_json::from_slice::<Value>(line).ok())
+                .filter_map(|line| crate::json::from_slice::<Value>(line).ok())
                 .filter(Value::is_object)
                 .collect(),
             report: Report::default(),
@@ -461,7 +461,7 @@ fn json_lines(input: &[u8], report: &mut Report) -> Vec<Map<String, Value>> {
     let mut out = Vec::new();
     for line in raw_lines(input) {
         report.lines += 1;
-        match serde_json::from_slice::<Value>(line) {
+        match crate::json::from_slice::<Value>(line) {
             Ok(Value::Object(obj)) => out.push(obj),
             _ => report.unreadable += 1,
         }

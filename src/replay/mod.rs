@@ -111,8 +111,8 @@ fn parse_recording_in(format: Format, text: &str) -> Result<Vec<Step>, String> {
         if line.trim().is_empty() {
             continue;
         }
-        let value: Value =
-            serde_json::from_str(line).map_err(|e| format!("line {line_no}: not JSON: {e}"))?;
+        let value: Value = crate::json::from_slice(line.as_bytes())
+            .map_err(|e| format!("line {line_no}: not JSON: {e}"))?;
         let step = match value.get("type").and_then(Value::as_str) {
             // A transcript line (a bare Responses `message` item has no
             // `message` field).

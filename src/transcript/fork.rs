@@ -101,7 +101,7 @@ fn parse(first: &[u8]) -> Option<ForkLine> {
     if !first.starts_with(br#"{"type":"fork""#) {
         return None;
     }
-    serde_json::from_slice(first).ok()
+    crate::json::from_slice(first).ok()
 }
 
 fn invalid(path: &Path, what: impl std::fmt::Display) -> io::Error {

@@ -62,7 +62,7 @@ pub fn parse(input: &[u8]) -> Parsed {
         let entry = parse_line(line);
         if first {
             first = false;
-            parsed.first_type = serde_json::from_slice::<Value>(line)
+            parsed.first_type = crate::json::from_slice::<Value>(line)
                 .ok()
                 .and_then(|v| v.get("type").and_then(Value::as_str).map(str::to_owned));
         }
