@@ -4,6 +4,8 @@
 //! simulates prompt caching by byte prefix (tests/fake_provider).
 
 mod fake_provider;
+#[path = "common/gzip_bomb.rs"]
+mod gzip_bomb;
 #[path = "common/proxy_process.rs"]
 mod proxy_process;
 
@@ -639,36 +641,49 @@ struct Recorder {
     seen: std::sync::Arc<std::sync::Mutex<Vec<(String, bytes::Bytes)>>>,
 }
 
+/// Serve `answer` on a loopback port (HTTP/1.1) until the runtime ends;
+/// the base URL.
+async fn upstream<F, Fut>(answer: F) -> String
+where
+    F: Fn(hyper::Request<hyper::body::Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = hyper::Response<http_body_util::Full<bytes::Bytes>>>
+        + Send
+        + 'static,
+{
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req| {
+                    let answer = answer.clone();
+                    async move { Ok::<_, std::convert::Infallible>(answer(req).await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    url
+}
+
 impl Recorder {
     async fn start() -> Recorder {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
         let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let log = seen.clone();
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let log = log.clone();
-                tokio::spawn(async move {
-                    let service = hyper::service::service_fn(
-                        move |req: hyper::Request<hyper::body::Incoming>| {
-                            let log = log.clone();
-                            async move {
-                                use http_body_util::BodyExt;
-                                let uri = req.uri().to_string();
-                                let body = req.into_body().collect().await.unwrap().to_bytes();
-                                log.lock().unwrap().push((uri, body));
-                                Ok::<_, std::convert::Infallible>(hyper::Response::new(
-                                    http_body_util::Full::new(bytes::Bytes::from_static(b"{}")),
-                                ))
-                            }
-                        },
-                    );
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                        .await;
-                });
+        let url = upstream(move |req: hyper::Request<hyper::body::Incoming>| {
+            let log = log.clone();
+            async move {
+                use http_body_util::BodyExt;
+                let uri = req.uri().to_string();
+                let body = req.into_body().collect().await.unwrap().to_bytes();
+                log.lock().unwrap().push((uri, body));
+                hyper::Response::new(http_body_util::Full::new(bytes::Bytes::from_static(b"{}")))
             }
-        });
+        })
+        .await;
         Recorder { url, seen }
     }
 
@@ -875,5 +890,72 @@ async fn a_body_that_is_not_utf8_says_so() {
         "none; the request body is not UTF-8"
     );
     assert_eq!(upstream.bodies(), vec![bytes::Bytes::from(body)]);
+    proxy.stop().await;
+}
+
+/// The peak resident size of a process so far, in MiB.
+fn peak_rss_mib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib / 1024
+}
+
+/// #32 item 9: a hostile upstream answers with a 1 MiB gzip body that
+/// inflates to 1 GiB, as JSON and as an event stream. The agent gets the
+/// body as sent (the proxy never decodes what it forwards), and reading
+/// its usage costs the proxy a bounded amount of memory (the reported run
+/// grew by about 380 MiB).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gzip_bomb_from_upstream_costs_bounded_memory() {
+    let bomb = bytes::Bytes::from(gzip_bomb::gzip_bomb(0, 1 << 30));
+    let served = bomb.clone();
+    let url = upstream(move |req: hyper::Request<hyper::body::Incoming>| {
+        let body = served.clone();
+        async move {
+            let sse = req.uri().path() == "/v1/chat/completions";
+            hyper::Response::builder()
+                .header("content-encoding", "gzip")
+                .header(
+                    "content-type",
+                    if sse {
+                        "text/event-stream"
+                    } else {
+                        "application/json"
+                    },
+                )
+                .body(http_body_util::Full::new(body))
+                .unwrap()
+        }
+    })
+    .await;
+    let proxy = Proxy::start(&url, "").await;
+    let pid = proxy.child.id().unwrap();
+    let client = reqwest::Client::new();
+    let conversation = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+    // One ordinary exchange first: the baseline is a proxy that has served.
+    let r = client
+        .post(format!("{}/v1/models", proxy.url))
+        .send()
+        .await
+        .unwrap();
+    r.bytes().await.unwrap();
+    let before = peak_rss_mib(pid);
+    for path in ["/v1/messages", "/v1/chat/completions"] {
+        for _ in 0..3 {
+            let r = client
+                .post(format!("{}{path}", proxy.url))
+                .body(conversation)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200);
+            assert_eq!(r.headers()["content-encoding"], "gzip");
+            assert_eq!(r.bytes().await.unwrap(), bomb, "{path}: passed as sent");
+        }
+    }
+    let after = peak_rss_mib(pid);
+    eprintln!("proxy peak RSS: {before} MiB before six 1 GiB bombs, {after} MiB after");
+    assert!(after < before + 100, "{before} MiB -> {after} MiB");
     proxy.stop().await;
 }

@@ -2,6 +2,8 @@
 //! derived independently from the recording and from what landed on disk.
 
 mod common;
+#[path = "common/gzip_bomb.rs"]
+mod gzip_bomb;
 
 use std::process::Command;
 
@@ -195,6 +197,55 @@ fn bad_recordings_are_refused_naming_the_line() {
     std::fs::write(&path, "{\"type\":\"weird\"}\n").unwrap();
     let err = String::from_utf8(run_replay(&[path.to_str().unwrap()]).stderr).unwrap();
     assert!(err.contains("line 1") && err.contains("weird"), "{err}");
+}
+
+/// #32 item 14: a 1 MiB gzip bomb (1 GiB inflated) is refused at its first
+/// line without being inflated whole: one that is not JSON at once, one
+/// whose first line never ends at the line limit, each in a fraction of
+/// the memory the reported run took (1.1 GB).
+#[test]
+fn a_gzip_bomb_is_refused_in_bounded_memory() {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    for (byte, expected) in [
+        (0u8, "line 1: not JSON"),
+        (b'{', "line 1: longer than 64 MiB"),
+    ] {
+        let path = dir.path().join(format!("bomb-{byte}.jsonl.gz"));
+        let bomb = gzip_bomb::gzip_bomb(byte, 1 << 30);
+        assert!(bomb.len() < 1_100_000, "{}", bomb.len());
+        std::fs::write(&path, bomb).unwrap();
+        // Reaped by `wait4` below, which std's `wait` cannot stand in for.
+        #[allow(clippy::zombie_processes)]
+        let mut child = Command::new(env!("CARGO_BIN_EXE_toolwire"))
+            .arg("replay")
+            .arg(&path)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut err = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        // Waited for here, for its own peak resident size.
+        let mut status = 0;
+        // SAFETY: an all-zero rusage is a valid value of the plain C struct.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: wait4 writes only to the two locals it is given.
+        let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+        assert_eq!(pid, child.id() as i32);
+        let status = std::process::ExitStatus::from_raw(status);
+        assert_eq!(status.code(), Some(1), "{err}");
+        assert!(err.contains(expected), "{err}");
+        let peak_mib = usage.ru_maxrss / 1024;
+        eprintln!("replay of a 1 GiB bomb of {byte:?}: peak RSS {peak_mib} MiB");
+        assert!(peak_mib < 200, "peak RSS {peak_mib} MiB");
+    }
 }
 
 /// `toolwire replay ARGS` with the temporary directory in `tmp`.

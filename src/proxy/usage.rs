@@ -98,13 +98,32 @@ impl Usage {
 const MAX_KEPT: usize = 16 * 1024 * 1024;
 
 /// Watches a response's bytes go by and works out its usage.
+///
+/// A gzip response is inflated into the reader through `flate2`'s writer,
+/// which inflates at most its 32 KiB buffer before handing the output on:
+/// what is kept is bounded by [`MAX_KEPT`] however far a small chunk
+/// inflates (a 1 MiB bomb of 1 GiB costs no more memory than a plain 16 MiB
+/// body), and once the limit is passed nothing more is inflated.
 pub struct UsageReader {
+    decoder: Decoder,
+}
+
+enum Decoder {
+    Plain(Reading),
+    Gzip(Box<flate2::write::GzDecoder<Reading>>),
+}
+
+/// The decoded bytes, read as they come.
+struct Reading {
     provider: Provider,
     sse: bool,
-    /// Undecoded bytes: an SSE stream's partial line, or a JSON body so far.
+    /// An SSE stream's partial line, or a JSON body so far.
     buf: Vec<u8>,
-    gzip: Option<flate2::write::GzDecoder<Vec<u8>>>,
+    /// How much of an SSE stream's partial line is known to hold no
+    /// newline (so a long line is searched once, not once a chunk).
+    scanned: usize,
     usage: Option<Usage>,
+    /// Past [`MAX_KEPT`], or not readable: nothing more is looked at.
     overflow: bool,
 }
 
@@ -114,71 +133,115 @@ impl UsageReader {
     pub fn new(provider: Provider, content_type: &str, content_encoding: &str) -> Self {
         let gzip = content_encoding.eq_ignore_ascii_case("gzip");
         let readable = gzip || content_encoding.is_empty() || content_encoding == "identity";
-        UsageReader {
+        let reading = Reading {
             provider,
             sse: content_type.starts_with("text/event-stream"),
             buf: Vec::new(),
-            gzip: gzip.then(|| flate2::write::GzDecoder::new(Vec::new())),
+            scanned: 0,
             usage: None,
             overflow: !readable,
+        };
+        UsageReader {
+            decoder: if gzip {
+                Decoder::Gzip(Box::new(flate2::write::GzDecoder::new(reading)))
+            } else {
+                Decoder::Plain(reading)
+            },
         }
     }
 
     pub fn feed(&mut self, chunk: &[u8]) {
-        if self.overflow {
-            return;
-        }
-        match &mut self.gzip {
-            Some(gz) => {
-                if gz.write_all(chunk).is_err() {
-                    self.overflow = true;
+        match &mut self.decoder {
+            Decoder::Plain(reading) => reading.take(chunk),
+            Decoder::Gzip(gz) => {
+                if gz.get_ref().overflow {
                     return;
                 }
-                let decoded = std::mem::take(gz.get_mut());
-                self.take(&decoded);
-            }
-            None => self.take(chunk),
-        }
-    }
-
-    fn take(&mut self, bytes: &[u8]) {
-        self.buf.extend_from_slice(bytes);
-        if self.sse {
-            // Read every complete line; keep the partial one.
-            let mut start = 0;
-            while let Some(nl) = self.buf[start..].iter().position(|&b| b == b'\n') {
-                let line = &self.buf[start..start + nl];
-                if let Some(data) = line.strip_prefix(b"data:")
-                    && let Ok(value) = serde_json::from_slice::<Value>(data.trim_ascii())
-                    && let Some(found) = Usage::find(self.provider, &value)
-                {
-                    self.usage.get_or_insert_default().merge(found);
+                // An error is bad gzip or the reader's limit: either way
+                // the usage is unknown, and inflating stops here.
+                if gz.write_all(chunk).is_err() {
+                    gz.get_mut().stop();
                 }
-                start += nl + 1;
             }
-            self.buf.drain(..start);
-        }
-        if self.buf.len() > MAX_KEPT {
-            self.overflow = true;
-            self.buf = Vec::new();
         }
     }
 
     /// The usage, once the response has ended.
-    pub fn finish(mut self) -> Option<Usage> {
-        if let Some(gz) = self.gzip.take()
-            && let Ok(rest) = gz.finish()
-        {
-            self.take(&rest);
+    pub fn finish(self) -> Option<Usage> {
+        match self.decoder {
+            Decoder::Plain(mut reading) => reading.finish(),
+            Decoder::Gzip(mut gz) => {
+                if !gz.get_ref().overflow && gz.try_finish().is_err() {
+                    gz.get_mut().stop();
+                }
+                gz.get_mut().finish()
+            }
         }
-        if !self.sse && !self.overflow {
-            let value: Value = serde_json::from_slice(&self.buf).ok()?;
+    }
+}
+
+impl Reading {
+    fn stop(&mut self) {
+        self.overflow = true;
+        self.buf = Vec::new();
+    }
+
+    fn take(&mut self, bytes: &[u8]) {
+        if self.overflow {
+            return;
+        }
+        self.buf.extend_from_slice(bytes);
+        if self.sse {
+            // Read every complete line; keep the partial one.
+            let mut start = 0;
+            let mut from = self.scanned;
+            while let Some(nl) = self.buf[from..].iter().position(|&b| b == b'\n') {
+                let line = &self.buf[start..from + nl];
+                if let Some(data) = line.strip_prefix(b"data:")
+                    && let Ok(value) = crate::json::from_slice::<Value>(data.trim_ascii())
+                    && let Some(found) = Usage::find(self.provider, &value)
+                {
+                    self.usage.get_or_insert_default().merge(found);
+                }
+                start = from + nl + 1;
+                from = start;
+            }
+            self.buf.drain(..start);
+            self.scanned = self.buf.len();
+        }
+        if self.buf.len() > MAX_KEPT {
+            self.stop();
+        }
+    }
+
+    fn finish(&mut self) -> Option<Usage> {
+        if self.overflow {
+            // A stream's usage read before the limit still counts.
+            return if self.sse { self.usage } else { None };
+        }
+        if !self.sse {
+            let value: Value = crate::json::from_slice(&self.buf).ok()?;
             return Usage::find(self.provider, &value);
         }
-        if self.sse && !self.buf.is_empty() {
+        if !self.buf.is_empty() {
             self.take(b"\n");
         }
         self.usage
+    }
+}
+
+impl Write for Reading {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.take(bytes);
+        if self.overflow {
+            // Tells the inflater to stop: no more output is wanted.
+            return Err(std::io::Error::other("usage reader: past its limit"));
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -203,6 +266,77 @@ mod tests {
                 output: 42
             }
         );
+    }
+
+    /// #32 item 9: a gzip bomb (128 KiB inflating to 128 MiB here; the
+    /// reported one was 1 MiB to 1 GiB) is inflated only until the
+    /// reader's limit, whether fed whole or in chunks, as JSON or as an
+    /// event stream; what it keeps never passes the limit.
+    #[test]
+    fn a_gzip_bomb_is_inflated_only_to_the_limit() {
+        let bomb = gzip_of_zeros(128 << 20);
+        for content_type in ["application/json", "text/event-stream"] {
+            for chunk in [bomb.len(), 4 << 10] {
+                let mut r = UsageReader::new(Provider::Anthropic, content_type, "gzip");
+                let mut fed = 0;
+                for part in bomb.chunks(chunk) {
+                    r.feed(part);
+                    fed += part.len();
+                    let Decoder::Gzip(gz) = &r.decoder else {
+                        unreachable!()
+                    };
+                    assert!(gz.get_ref().buf.capacity() <= 2 * MAX_KEPT);
+                    if gz.get_ref().overflow {
+                        break;
+                    }
+                }
+                let Decoder::Gzip(gz) = &r.decoder else {
+                    unreachable!()
+                };
+                assert!(
+                    gz.get_ref().overflow,
+                    "{content_type}: stopped at the limit"
+                );
+                if chunk < bomb.len() {
+                    assert!(
+                        fed < bomb.len() / 2,
+                        "{content_type}: {fed} of {}",
+                        bomb.len()
+                    );
+                }
+                assert_eq!(r.finish(), None);
+            }
+        }
+        // A stream's usage before the limit still counts.
+        let mut plain = b"data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\n".to_vec();
+        plain.extend(std::iter::repeat_n(b'x', 20 << 20));
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&plain).unwrap();
+        let mut r = UsageReader::new(Provider::Anthropic, "text/event-stream", "gzip");
+        r.feed(&gz.finish().unwrap());
+        assert_eq!(r.finish().map(|u| u.input), Some(5));
+    }
+
+    fn gzip_of_zeros(len: usize) -> Vec<u8> {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..len >> 20 {
+            gz.write_all(&zeros).unwrap();
+        }
+        gz.finish().unwrap()
+    }
+
+    #[test]
+    fn gzip_usage_is_read_as_it_inflates() {
+        let body = br#"{"usage":{"prompt_tokens":100,"completion_tokens":7}}"#;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(body).unwrap();
+        let bytes = gz.finish().unwrap();
+        let mut r = UsageReader::new(Provider::OpenAi, "application/json", "gzip");
+        for part in bytes.chunks(3) {
+            r.feed(part);
+        }
+        assert_eq!(r.finish().map(|u| u.output), Some(7));
     }
 
     #[test]

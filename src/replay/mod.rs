@@ -546,17 +546,62 @@ pub fn render(summary: &Summary, kept: bool) -> String {
     )
 }
 
+/// Longest line a recording may have: one message, and a whole request
+/// is at most `proxy.maxRequestBytes` (32 MiB by default).
+pub const MAX_RECORDING_LINE: usize = 64 << 20;
+
 /// Read a recording from a file (gzip when it ends in `.gz`).
+///
+/// Read line by line, each line checked as it comes: a file that is not a
+/// recording (a gzip bomb inflating to a GiB of anything) is refused at
+/// its first line that does not open a JSON object, or that runs past
+/// [`MAX_RECORDING_LINE`], having held at most that much.
 pub fn read_recording(path: &Path) -> Result<String, String> {
-    use std::io::Read;
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    use std::io::BufReader;
+    let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    let file = std::fs::File::open(path).map_err(|e| at(&e))?;
     if path.extension().is_some_and(|e| e == "gz") {
-        let mut text = String::new();
-        flate2::read::GzDecoder::new(&bytes[..])
-            .read_to_string(&mut text)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        Ok(text)
+        let gz = flate2::read::GzDecoder::new(BufReader::new(file));
+        read_lines(BufReader::new(gz)).map_err(|e| at(&e))
     } else {
-        String::from_utf8(bytes).map_err(|e| format!("{}: not UTF-8: {e}", path.display()))
+        read_lines(BufReader::new(file)).map_err(|e| at(&e))
     }
+}
+
+fn read_lines(mut reader: impl std::io::BufRead) -> Result<String, String> {
+    use std::io::{BufRead, Read};
+    let mut text = String::new();
+    let mut line = Vec::new();
+    for line_no in 1.. {
+        // What the line starts with is known from the first bytes.
+        let head = reader.fill_buf().map_err(|e| e.to_string())?;
+        if head.is_empty() {
+            break;
+        }
+        if let Some(&first) = head
+            .iter()
+            .take_while(|&&b| b != b'\n')
+            .find(|b| !b.is_ascii_whitespace())
+            && first != b'{'
+        {
+            return Err(format!(
+                "line {line_no}: not JSON (a recording's lines are JSON objects)"
+            ));
+        }
+        line.clear();
+        (&mut reader)
+            .take(MAX_RECORDING_LINE as u64 + 1)
+            .read_until(b'\n', &mut line)
+            .map_err(|e| e.to_string())?;
+        if line.len() > MAX_RECORDING_LINE {
+            return Err(format!(
+                "line {line_no}: longer than {} MiB, not a recording",
+                MAX_RECORDING_LINE >> 20
+            ));
+        }
+        let text_line =
+            std::str::from_utf8(&line).map_err(|e| format!("line {line_no}: not UTF-8: {e}"))?;
+        text.push_str(text_line);
+    }
+    Ok(text)
 }
