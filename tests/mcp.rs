@@ -101,6 +101,22 @@ fn official_client_through_the_front_to_the_everything_server() {
     );
 }
 
+/// A 2026-07-28 client through the front to the reference server, which
+/// (at the pinned version, built on the TypeScript SDK 1.x) speaks
+/// 2025-11-25 only: the front makes the handshake for the client and
+/// answers its `server/discover`.
+#[test]
+fn a_modern_client_through_the_front_to_the_everything_server() {
+    let data = tempfile::tempdir().unwrap();
+    let summary = client_checks("everything-modern", data.path());
+    assert_eq!(
+        summary["server"],
+        json!("mcp-servers/everything"),
+        "{summary}"
+    );
+    assert!(summary["resources"].as_u64().unwrap() > 0, "{summary}");
+}
+
 /// Written by hand, with spacing, key order and numbers no serializer
 /// would produce, and a field no revision defines.
 fn initialize(id: i64, version: &str) -> String {

@@ -3,6 +3,9 @@ and checks what a client sees. Run by tests/mcp.rs:
 
     client_checks.py sized TOOLWIRE DATA_DIR      the test server (sized_server.py)
     client_checks.py everything TOOLWIRE DATA_DIR the reference "everything" server
+    client_checks.py everything-modern TOOLWIRE DATA_DIR
+        a 2026-07-28 client through the front to the reference server, which
+        speaks 2025-11-25 only
     client_checks.py pairing TOOLWIRE DATA_DIR CLIENT_ERA SERVER_ERA
         the official client of one era (legacy: 2025-11-25 `initialize`;
         modern: 2026-07-28 `server/discover` and per-request `_meta`) through
@@ -234,6 +237,41 @@ async def everything(toolwire, data_dir):
     print(json.dumps(summary))
 
 
+async def everything_modern(toolwire, data_dir):
+    server = ["node", os.path.join(HERE, "node_modules/@modelcontextprotocol/server-everything/dist/index.js"), "stdio"]
+    summary = {}
+    async with stdio_client(front(toolwire, data_dir, server, "everything-modern")) as (r, w):
+        async with ClientSession(r, w) as s:
+            with anyio.fail_after(STEP):
+                found = await s.discover()
+            check(found.supported_versions == ["2026-07-28"], f"supported: {found.supported_versions}")
+            check(found.capabilities.resources is not None and found.capabilities.tools is not None, f"capabilities: {found.capabilities}")
+            summary["server"] = s.server_info.name if s.server_info else None
+            listed = await s.list_tools()
+            names = [t.name for t in listed.tools]
+            check("echo" in names and names[-1] == "read_saved_output", f"tools: {names}")
+            echo = await s.call_tool("echo", {"message": "hello"})
+            check(text_of(echo) == ["Echo: hello"], "small echo")
+            message = make_text(BIG)
+            big = await s.call_tool("echo", {"message": message})
+            check(big.content[0].text.startswith("<persisted-output>") and big.content[1].type == "resource_link", "large echo replaced")
+            whole = await s.read_resource(big.content[1].uri)
+            check(whole.contents[0].text == "Echo: " + message, "the exact original")
+            paged, _, _ = await read_all_pages(s, big.content[1].uri, 900)
+            check(paged == "Echo: " + message, "read_saved_output pages join to the exact original")
+            structured = await s.call_tool("get-structured-content", {"location": "New York"})
+            check(structured.structured_content is not None, "structured content passes")
+            resources = await s.list_resources()
+            check(len(resources.resources) > 0, "the server's resources are listed")
+            read = await s.read_resource(resources.resources[0].uri)
+            check(len(read.contents) == 1, "the server's resource reads")
+            prompts = await s.list_prompts()
+            check(len(prompts.prompts) > 0, "the server's prompts are listed")
+            summary["tools"] = len(names)
+            summary["resources"] = len(resources.resources)
+    print(json.dumps(summary))
+
+
 async def pairing(toolwire, data_dir, client_era, server_era):
     from sized_server import CACHE_HINTS, ROOMY_MAX
 
@@ -318,4 +356,5 @@ if __name__ == "__main__":
     if scenario == "pairing":
         anyio.run(pairing, toolwire, data_dir, *sys.argv[4:6])
     else:
-        anyio.run({"sized": sized, "everything": everything}[scenario], toolwire, data_dir)
+        scenarios = {"sized": sized, "everything": everything, "everything-modern": everything_modern}
+        anyio.run(scenarios[scenario], toolwire, data_dir)
