@@ -201,6 +201,16 @@ class Extension implements ToolwireApi {
     if (arg instanceof vscode.Uri) return arg;
     const active = vscode.window.activeTextEditor?.document.uri;
     if (active?.scheme === "file" && active.fsPath.endsWith(".jsonl")) return active;
+    // In a diff (the repair preview, or any diff of a transcript) the
+    // focused side may be a preview document: the transcript is its file.
+    if (active?.scheme === PREVIEW_SCHEME) return vscode.Uri.file(active.path);
+    const tab = vscode.window.tabGroups.activeTabGroup.activeTab?.input;
+    if (tab instanceof vscode.TabInputTextDiff) {
+      for (const side of [tab.original, tab.modified]) {
+        if (side.scheme === "file" && side.fsPath.endsWith(".jsonl")) return side;
+        if (side.scheme === PREVIEW_SCHEME) return vscode.Uri.file(side.path);
+      }
+    }
     const picked = await vscode.window.showOpenDialog({
       canSelectMany: false,
       filters: { Transcripts: ["jsonl"] },
@@ -247,6 +257,15 @@ class Extension implements ToolwireApi {
     return result;
   }
 
+  /** Close every diff tab showing the preview `previewUri`. */
+  private async closePreview(previewUri: vscode.Uri): Promise<void> {
+    const shown = previewUri.toString();
+    const tabs = vscode.window.tabGroups.all
+      .flatMap((group) => group.tabs)
+      .filter((tab) => tab.input instanceof vscode.TabInputTextDiff && tab.input.modified.toString() === shown);
+    if (tabs.length > 0) await vscode.window.tabGroups.close(tabs);
+  }
+
   async repair(arg?: unknown): Promise<boolean> {
     const uri = await this.pickTranscript(arg);
     if (!uri) return false;
@@ -282,7 +301,12 @@ class Extension implements ToolwireApi {
       { modal: true },
       "Repair",
     );
+    // The preview is over either way: its diff tab closes and the
+    // transcript is the active editor again, so that running the command
+    // again repairs it (the diff's preview side is no file to pick).
+    await this.closePreview(previewUri);
     this.previews.delete(previewUri.toString());
+    await vscode.window.showTextDocument(uri, { preview: false });
     if (choice !== "Repair") {
       this.log(`repair ${uri.fsPath}: cancelled`);
       return false;
@@ -290,7 +314,6 @@ class Extension implements ToolwireApi {
     try {
       const r = await client.transcriptRepair({ path: uri.fsPath });
       this.log(`repair ${uri.fsPath}: dropped calls ${JSON.stringify(r.droppedToolUses)}, results ${JSON.stringify(r.droppedToolResults)}`);
-      await vscode.commands.executeCommand("workbench.action.closeActiveEditor");
       void vscode.window.showInformationMessage(`toolwire: repaired ${name} (original kept as ${name}.bak).`);
       return true;
     } catch (err) {

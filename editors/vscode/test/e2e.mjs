@@ -178,15 +178,29 @@ try {
     await notification("does not know transcript/check");
   }
 
-  step("Repair transcript: diff preview, then confirm");
+  step("Repair transcript: diff preview, Cancel closes it and changes nothing");
   await command("toolwire: Repair transcript");
   const dialog = page.locator(".monaco-dialog-box", { hasText: "Repair broken.jsonl?" });
+  await dialog.waitFor({ timeout: 60_000 });
+  const previewTab = page.locator(".tab", { hasText: "repaired (preview)" });
+  await previewTab.first().waitFor();
+  await page.locator(".monaco-diff-editor").first().waitFor();
+  await dialog.locator(".monaco-button", { hasText: "Cancel" }).first().click();
+  await until("the preview's diff tab to close", async () => (await previewTab.count()) === 0);
+  // Logged once the transcript is the active editor again (a palette
+  // opened before that would be closed by the focus moving).
+  await until("the cancel in the log", async () => (await text(panel.first())).includes("broken.jsonl: cancelled"));
+  assert(!existsSync(join(ws, "broken.jsonl.bak")), "nothing written after Cancel");
+
+  step("Repair transcript again: the same file (no file picker), confirmed");
+  await command("toolwire: Repair transcript");
   await dialog.waitFor({ timeout: 60_000 });
   await page.locator(".monaco-diff-editor").first().waitFor();
   assert(!existsSync(join(ws, "broken.jsonl.bak")), "nothing written before confirming");
   mkdirSync(dirname(screenshot), { recursive: true });
   await page.screenshot({ path: screenshot });
   await dialog.locator(".monaco-button", { hasText: "Repair" }).first().click();
+  await until("the preview's diff tab to close after Repair", async () => (await previewTab.count()) === 0);
   await until("broken.jsonl.bak", () => existsSync(join(ws, "broken.jsonl.bak")));
   const repaired = readFileSync(join(ws, "broken.jsonl"), "utf8").trim().split("\n");
   assert(repaired.length === 4 && !repaired.some((l) => l.includes("toolu_lost")), "the lost call was dropped");
