@@ -165,7 +165,7 @@ def read_elf(path: Path) -> Platform:
     if others:
         raise PackagingError(
             f"{path} needs {', '.join(others)}, which manylinux systems need not have: "
-            "link them statically or build for musl (docs/install.md)"
+            "link them statically or build for musl (docs/cli.md, "Building for another platform")"
         )
     glibc = [tuple(int(p) for p in v[6:].split(".")[:2]) for v in versions if v.startswith("GLIBC_2.")]
     if not glibc:
@@ -265,7 +265,7 @@ def launcher_manifest(version: str) -> dict:
     if wrong:
         raise PackagingError(
             f"packaging/npm/toolwire/package.json says {wrong}, Cargo.toml says {version}: "
-            "one version everywhere (docs/install.md, 'Versions')"
+            "one version everywhere (docs/cli.md, 'Versions')"
         )
     return manifest
 

@@ -268,7 +268,7 @@ fn man_pages_render_cleanly_and_document_every_command_and_flag() {
 }
 
 /// Cargo's version: the one number every package and client says
-/// (docs/install.md, "Versions").
+/// (docs/cli.md, "Versions").
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 fn read(path: &str) -> String {

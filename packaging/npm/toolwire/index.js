@@ -31,7 +31,7 @@ function binaryPath() {
     const libc = process.platform === "linux" && isMusl() ? " (musl)" : "";
     throw new Error(
       `toolwire has no npm package for ${process.platform} ${process.arch}${libc} yet; ` +
-        "build it from source with `cargo install toolwire` (docs/install.md says how to package other platforms)",
+        "build it from source with `cargo install toolwire`",
     );
   }
   let dir;
