@@ -165,7 +165,7 @@ def read_elf(path: Path) -> Platform:
     if others:
         raise PackagingError(
             f"{path} needs {', '.join(others)}, which manylinux systems need not have: "
-            "link them statically or build for musl (docs/cli.md, "Building for another platform")"
+            "link them statically or build for musl (docs/cli.md, 'Building for another platform')"
         )
     glibc = [tuple(int(p) for p in v[6:].split(".")[:2]) for v in versions if v.startswith("GLIBC_2.")]
     if not glibc:

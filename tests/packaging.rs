@@ -626,3 +626,24 @@ fn the_npm_packages_install_globally_and_the_typescript_client_runs_their_binary
     ));
     assert_eq!(npx.trim(), format!("toolwire {VERSION}"));
 }
+
+/// A binary needing a library that manylinux systems need not have is not
+/// packaged to fail at start there: `package.py` names the library. fish
+/// (installed for the completion test) links libtinfo and libpcre2.
+#[test]
+fn a_binary_needing_other_libraries_is_refused_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::new("python3")
+        .arg(Path::new(ROOT).join("packaging/package.py"))
+        .args(["--binary", "/usr/bin/fish", "--only", "wheel", "--out"])
+        .arg(tmp.path())
+        .output()
+        .expect("python3");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("libpcre2-32.so.0") && err.contains("libtinfo.so.6"),
+        "{err}"
+    );
+    assert!(std::fs::read_dir(tmp.path()).unwrap().next().is_none());
+}
