@@ -672,7 +672,18 @@ pub struct TranscriptRepairResult {
     /// (a result that came after text in the message answering its call).
     #[serde(default)]
     pub moved_tool_results: Vec<String>,
+    /// Calls given a new id to keep the provider's id rules (PROTOCOL.md
+    /// 11.2), their results with them.
+    #[serde(default)]
+    pub renamed_tool_uses: Vec<RenamedId>,
     pub torn_lines: usize,
+}
+
+/// A call id repair changed, and what it became.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RenamedId {
+    pub from: String,
+    pub to: String,
 }
 
 // -------------------------------------------------------------- artifact --

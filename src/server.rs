@@ -32,7 +32,7 @@ use crate::session::{Registry, Storage};
 use crate::transport::codec::{Frame, LspCodec};
 use crate::transport::{self, Incoming, Outbox};
 
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 pub struct Server {
     pub registry: Registry,

@@ -607,7 +607,7 @@ async fn repair_fixes_every_kind_of_damage_exactly() {
     assert_eq!(r, dry);
     assert_eq!(
         r,
-        json!({"changed": true, "kept": 8, "droppedToolUses": ["c"], "droppedToolResults": ["a", "ghost"], "movedToolResults": ["a"], "tornLines": 2})
+        json!({"changed": true, "kept": 8, "droppedToolUses": ["c"], "droppedToolResults": ["a", "ghost"], "movedToolResults": ["a"], "renamedToolUses": [], "tornLines": 2})
     );
     assert_eq!(
         std::fs::read_to_string(dir.path().join("broken.jsonl.bak")).unwrap(),
@@ -645,7 +645,7 @@ async fn repair_fixes_every_kind_of_damage_exactly() {
         .await;
     assert_eq!(
         again,
-        json!({"changed": false, "kept": 8, "droppedToolUses": [], "droppedToolResults": [], "movedToolResults": [], "tornLines": 0})
+        json!({"changed": false, "kept": 8, "droppedToolUses": [], "droppedToolResults": [], "movedToolResults": [], "renamedToolUses": [], "tornLines": 0})
     );
     assert!(!dir.path().join("broken.jsonl.bak").exists());
 }

@@ -346,7 +346,7 @@ async fn an_orphaned_call_is_repaired_through_the_proxy_and_refused_directly() {
         {"role": "user", "content": "never mind"}]});
     assert_eq!(
         repaired_header(&proxy.url, &body).await,
-        "droppedToolUses=toolu_lost; droppedToolResults=; movedToolResults="
+        "droppedToolUses=toolu_lost; droppedToolResults=; movedToolResults=; renamedToolUses="
     );
 
     // A repair that only moved a result ahead of text says so: the
@@ -359,7 +359,7 @@ async fn an_orphaned_call_is_repaired_through_the_proxy_and_refused_directly() {
                                      {"type": "tool_result", "tool_use_id": "toolu_late", "content": "ok"}]}]});
     assert_eq!(
         repaired_header(&proxy.url, &body).await,
-        "droppedToolUses=; droppedToolResults=; movedToolResults=toolu_late"
+        "droppedToolUses=; droppedToolResults=; movedToolResults=toolu_late; renamedToolUses="
     );
     let sent: Value = serde_json::from_slice(&fake.received().pop().unwrap().body).unwrap();
     let blocks = sent["messages"]

@@ -267,9 +267,11 @@ fn check(path: &Path) -> std::process::Output {
 
 /// Bug: with one tool_use id in two turns, repair dropped both calls but
 /// kept the first result, so its output began with an orphan and a second
-/// repair changed it again.
+/// repair changed it again. They are two calls, both kept with their
+/// results; since version 3 (PROTOCOL.md 11.2) the second is renamed,
+/// since Anthropic refuses one id twice in a request.
 #[test]
-fn one_id_in_two_turns_is_two_calls_and_the_file_is_left_alone() {
+fn one_id_in_two_turns_is_two_calls_the_second_renamed() {
     let dir = tempfile::tempdir().unwrap();
     let path = write(
         dir.path(),
@@ -281,13 +283,32 @@ fn one_id_in_two_turns_is_two_calls_and_the_file_is_left_alone() {
             user(vec![tr("dup", json!("second"))]),
         ],
     );
-    let before = std::fs::read(&path).unwrap();
+    let checked = check(&path);
+    assert!(!checked.status.success());
+    assert!(
+        text(&checked.stdout).contains("messages.2.content.0: `tool_use` ids must be unique"),
+        "{}",
+        text(&checked.stdout)
+    );
     let out = repair(&path, false);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).contains("valid, nothing to change"));
-    assert_eq!(std::fs::read(&path).unwrap(), before);
-    assert!(!dir.path().join("t.jsonl.bak").exists());
+    assert!(
+        text(&out.stdout).contains("renamed tool_use dup to dup_dup1"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(
+        messages_of(&std::fs::read(&path).unwrap()),
+        [
+            assistant_calls(&["dup"]),
+            user(vec![tr("dup", json!("first"))]),
+            assistant_calls(&["dup_dup1"]),
+            user(vec![tr("dup_dup1", json!("second"))]),
+        ]
+    );
     assert!(check(&path).status.success());
+    // Repaired again: nothing to change.
+    assert!(text(&repair(&path, false).stdout).contains("valid, nothing to change"));
 }
 
 /// Bug: a stray result earlier in the file made repair drop a later valid
@@ -600,6 +621,8 @@ fn violations(messages: &[Value]) -> Vec<String> {
         }
     }
     let mut open: Vec<String> = Vec::new();
+    // Anthropic: call ids unique within the request (PROTOCOL.md 11.2).
+    let mut every_call: std::collections::HashSet<String> = Default::default();
     for (role, blocks) in &turns {
         if role == "assistant" {
             if !open.is_empty() {
@@ -612,6 +635,8 @@ fn violations(messages: &[Value]) -> Vec<String> {
                         let id = b["id"].as_str().unwrap().to_owned();
                         if open.contains(&id) {
                             faults.push(format!("{id} twice in one turn"));
+                        } else if !every_call.insert(id.clone()) {
+                            faults.push(format!("{id} used by an earlier call"));
                         }
                         open.push(id)
                     }
@@ -715,9 +740,15 @@ proptest! {
         }
         // Every result whose call is in the turn before it and that the
         // provider could accept stays: those of fully answered calls.
+        // A call that reused an earlier call's id keeps its result under
+        // its new id (`<id>_dupN`).
         let kept = real_results(&out_messages);
         for r in real_results(&in_messages) {
-            prop_assert!(kept.contains(&r), "lost {:?}: {}", r, String::from_utf8_lossy(&output));
+            let dup = format!("{}_dup", r.0);
+            prop_assert!(
+                kept.iter().any(|(id, content)| *content == r.1 && (*id == r.0 || id.starts_with(&dup))),
+                "lost {:?}: {}", r, String::from_utf8_lossy(&output)
+            );
         }
         // Idempotent.
         let (again, _, changed_again) = repair_bytes(Format::Anthropic, &output);
@@ -754,5 +785,112 @@ fn other_agents_repair_cases_give_the_expected_transcripts() {
             !changed_again && again == output,
             "{name} is not a fixed point"
         );
+    }
+}
+
+/// Ids with the characters providers put in them (`.`, `:`, `/`), drawn
+/// from a small set so they repeat within turns and across them, as
+/// Kimi-style providers' ids do.
+const IDS: [&str; 7] = [
+    "functions.eval:0",
+    "functions.eval:1",
+    "toolu_a",
+    "a/b",
+    "a:b",
+    "a_b",
+    "toolu_a_dup1",
+];
+
+/// A conversation of call turns, each call answered in order by the next
+/// user turn: `(id, input, result)` per call.
+fn id_conversation(turns: &[Vec<(usize, u8, u8)>]) -> Vec<Value> {
+    let mut messages = vec![json!({"role": "user", "content": "go"})];
+    for turn in turns {
+        messages.push(
+            json!({"role": "assistant", "content": turn.iter().map(|(id, input, _)| {
+            json!({"type": "tool_use", "id": IDS[*id], "name": "eval", "input": {"n": input}})
+        }).collect::<Vec<_>>()}),
+        );
+        messages.push(user(
+            turn.iter()
+                .map(|(id, _, out)| tr(IDS[*id], json!(format!("out {out}"))))
+                .collect(),
+        ));
+    }
+    messages
+}
+
+/// `(input, result)` of every answered call, read by the provider's rules
+/// (ids unique, so by id).
+fn answered_pairs(messages: &[Value]) -> Vec<(String, String)> {
+    let mut calls = std::collections::HashMap::new();
+    let mut out = Vec::new();
+    for m in messages {
+        for b in m["content"].as_array().into_iter().flatten() {
+            match b["type"].as_str() {
+                Some("tool_use") => {
+                    calls.insert(b["id"].as_str().unwrap().to_owned(), b["input"].to_string());
+                }
+                Some("tool_result") => {
+                    let input = calls[b["tool_use_id"].as_str().unwrap()].clone();
+                    out.push((input, b["content"].to_string()));
+                }
+                _ => {}
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+proptest! {
+    /// PROTOCOL.md 11.2: repair's output keeps both of Anthropic's id
+    /// rules, keeps every real result (each distinct call and result once),
+    /// is idempotent and deterministic; `check` names each fault of the
+    /// input in Anthropic's words.
+    #[test]
+    fn repair_maps_ids_to_anthropic_rules(
+        turns in prop::collection::vec(prop::collection::vec((0usize..IDS.len(), 0u8..2, 0u8..2), 1..4), 1..7),
+    ) {
+        let dialect = Format::Anthropic.dialect();
+        let input = id_conversation(&turns);
+        let check = toolwire::transcript::check::check_messages(dialect, &input);
+        // Every fault of the input, in the provider's words.
+        let mut seen = std::collections::HashSet::new();
+        for (m, msg) in input.iter().enumerate() {
+            for (i, b) in msg["content"].as_array().into_iter().flatten().enumerate() {
+                let (id, field) = match b["type"].as_str() {
+                    Some("tool_use") => (b["id"].as_str().unwrap(), "tool_use.id"),
+                    Some("tool_result") => (b["tool_use_id"].as_str().unwrap(), "tool_result.tool_use_id"),
+                    _ => continue,
+                };
+                let said = |text: &str| check.violations.iter().any(|v| v.index == m && v.provider_error == text);
+                if !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+                    let words = format!("messages.{m}.content.{i}.{field}: String should match pattern '^[a-zA-Z0-9_-]+$'");
+                    prop_assert!(said(&words), "{words}");
+                }
+                if field == "tool_use.id" && !seen.insert(id.to_owned()) {
+                    let words = format!("messages.{m}.content.{i}: `tool_use` ids must be unique");
+                    prop_assert!(said(&words), "{words}");
+                }
+            }
+        }
+        let repaired = toolwire::transcript::repair::repair_messages(Format::Anthropic, &input)
+            .map(|(m, _)| m)
+            .unwrap_or_else(|| input.clone());
+        let after = toolwire::transcript::check::check_messages(dialect, &repaired);
+        prop_assert!(after.ok, "{:?}", after.violations);
+        // Every real result kept, an exact repetition of a pair (same id,
+        // input and result) once.
+        let distinct: std::collections::BTreeSet<(usize, u8, u8)> = turns.iter().flatten().copied().collect();
+        let mut want: Vec<(String, String)> = distinct.iter()
+            .map(|(_, i, o)| (json!({"n": i}).to_string(), json!(format!("out {o}")).to_string()))
+            .collect();
+        want.sort();
+        prop_assert_eq!(answered_pairs(&repaired), want);
+        // Idempotent, and a pure function of the conversation.
+        prop_assert!(toolwire::transcript::repair::repair_messages(Format::Anthropic, &repaired).is_none());
+        let again = toolwire::transcript::repair::repair_messages(Format::Anthropic, &input).map(|(m, _)| m);
+        prop_assert_eq!(serde_json::to_string(&again.unwrap_or_else(|| input.clone())).unwrap(), serde_json::to_string(&repaired).unwrap());
     }
 }

@@ -40,7 +40,9 @@ pub fn run(
             let verb = if dry_run { "would keep" } else { "kept" };
             super::say!("{}: {verb} {} lines", path.display(), report.kept);
             for id in &report.dropped_tool_uses {
-                super::say!("  dropped tool_use {id} (no result in the next turn)");
+                super::say!(
+                    "  dropped tool_use {id} (no result in the next turn, or an exact repeat of an earlier call and result)"
+                );
             }
             for id in &report.dropped_tool_results {
                 super::say!(
@@ -49,6 +51,13 @@ pub fn run(
             }
             for id in &report.moved_tool_results {
                 super::say!("  moved tool_result {id} ahead of the rest of its turn");
+            }
+            for renamed in &report.renamed_tool_uses {
+                super::say!(
+                    "  renamed tool_use {} to {} with its results (the provider's id rules)",
+                    renamed.from,
+                    renamed.to
+                );
             }
             if report.torn_lines > 0 {
                 super::say!("  dropped {} torn or unparsable lines", report.torn_lines);

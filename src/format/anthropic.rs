@@ -19,6 +19,9 @@ use crate::error::{Error, Result};
 
 pub struct Anthropic;
 
+/// The pattern Anthropic holds `tool_use` ids to, as its errors quote it.
+pub const ID_PATTERN: &str = "^[a-zA-Z0-9_-]+$";
+
 fn blocks(message: &Value) -> &[Value] {
     match message.get("content") {
         Some(Value::Array(blocks)) => blocks,
@@ -223,6 +226,41 @@ impl Dialect for Anthropic {
             Fault::WrongRole => format!(
                 "messages.{message}.content.{index}: a tool block in the wrong role ({ids}): `tool_use` belongs in an assistant message, `tool_result` in a user message."
             ),
+            Fault::InvalidCallId => format!(
+                "messages.{message}.content.{index}.tool_use.id: String should match pattern '{ID_PATTERN}'"
+            ),
+            Fault::InvalidResultId => format!(
+                "messages.{message}.content.{index}.tool_result.tool_use_id: String should match pattern '{ID_PATTERN}'"
+            ),
+            Fault::ReusedCallId => {
+                format!("messages.{message}.content.{index}: `tool_use` ids must be unique")
+            }
+        }
+    }
+
+    fn checks_ids(&self) -> bool {
+        true
+    }
+
+    fn item_value<'a>(&self, message: &'a Value, index: usize) -> Option<&'a Value> {
+        blocks(message).get(index)
+    }
+
+    fn set_item_id(&self, message: &mut Value, index: usize, id: &str) {
+        let Some(block) = message
+            .get_mut("content")
+            .and_then(Value::as_array_mut)
+            .and_then(|b| b.get_mut(index))
+        else {
+            return;
+        };
+        let field = match block_type(block) {
+            Some("tool_use") => "id",
+            Some("tool_result") => "tool_use_id",
+            _ => return,
+        };
+        if let Some(obj) = block.as_object_mut() {
+            obj.insert(field.into(), Value::String(id.to_owned()));
         }
     }
 }

@@ -257,6 +257,10 @@ impl Dialect for Gemini {
             Fault::WrongRole => format!(
                 "Please ensure that function call turn comes immediately after a user turn or after a function response turn. (contents[{message}]: {ids})"
             ),
+            // Its provider documents no id rule: never reported.
+            Fault::InvalidCallId | Fault::InvalidResultId | Fault::ReusedCallId => {
+                format!("{}: {ids}", fault.kind())
+            }
         }
     }
 }

@@ -17,6 +17,7 @@
 
 pub mod anthropic;
 pub mod gemini;
+pub mod ids;
 pub mod openai_chat;
 pub mod openai_responses;
 mod pairing;
@@ -881,6 +882,22 @@ pub trait Dialect: Send + Sync {
     /// The provider's own words for a fault, as its API answers with HTTP
     /// 400 (`message` is the index the provider would name).
     fn provider_error(&self, fault: Fault, message: usize, index: usize, ids: &[String]) -> String;
+
+    /// Whether the provider documents rules on call ids that [`ids`]
+    /// checks and maps (PROTOCOL.md 11.2); other formats pass ids as they
+    /// are.
+    fn checks_ids(&self) -> bool {
+        false
+    }
+
+    /// The call or result item at `index` as sent (the content block), for
+    /// telling two pairs apart; `None` where items are not blocks.
+    fn item_value<'a>(&self, _message: &'a Value, _index: usize) -> Option<&'a Value> {
+        None
+    }
+
+    /// Give the call or result item at `index` the id `id`.
+    fn set_item_id(&self, _message: &mut Value, _index: usize, _id: &str) {}
 }
 
 /// A skim built from the parsed message, for dialects whose transcripts

@@ -232,6 +232,10 @@ impl Dialect for OpenaiChat {
             Fault::WrongRole => format!(
                 "Additional properties are not allowed ('tool_calls' was unexpected) - 'messages.{message}' ({ids})"
             ),
+            // Its provider documents no id rule: never reported.
+            Fault::InvalidCallId | Fault::InvalidResultId | Fault::ReusedCallId => {
+                format!("{}: {ids}", fault.kind())
+            }
         }
     }
 }

@@ -224,6 +224,10 @@ impl Dialect for OpenaiResponses {
             Fault::WrongRole => {
                 format!("Invalid input[{message}]: a tool item in the wrong place ({ids}).")
             }
+            // Its provider documents no id rule: never reported.
+            Fault::InvalidCallId | Fault::InvalidResultId | Fault::ReusedCallId => {
+                format!("{}: {ids}", fault.kind())
+            }
         }
     }
 }

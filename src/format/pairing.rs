@@ -29,6 +29,12 @@ pub enum Fault {
     /// A result that answers its call but comes after other content of its
     /// turn (the provider reads its call as unanswered).
     Late,
+    /// A call id outside the provider's pattern (PROTOCOL.md 11.2).
+    InvalidCallId,
+    /// A result's id outside the provider's pattern.
+    InvalidResultId,
+    /// A call id an earlier call of the request already has.
+    ReusedCallId,
 }
 
 impl Fault {
@@ -40,6 +46,8 @@ impl Fault {
             Fault::Duplicate => "duplicateResult",
             Fault::WrongRole => "wrongRole",
             Fault::Late => "resultAfterContent",
+            Fault::InvalidCallId | Fault::InvalidResultId => "invalidToolUseId",
+            Fault::ReusedCallId => "duplicateToolUseId",
         }
     }
 }

@@ -245,10 +245,11 @@ impl Proxy {
             notes.insert(
                 REPAIRED_HEADER,
                 note(&format!(
-                    "droppedToolUses={}; droppedToolResults={}; movedToolResults={}",
+                    "droppedToolUses={}; droppedToolResults={}; movedToolResults={}; renamedToolUses={}",
                     id_list(&report.dropped_tool_uses),
                     id_list(&report.dropped_tool_results),
-                    id_list(&report.moved_tool_results)
+                    id_list(&report.moved_tool_results),
+                    renamed_list(&report.renamed_tool_uses)
                 )),
             );
             record.repaired = true;
@@ -397,6 +398,21 @@ fn note(text: &str) -> HeaderValue {
 fn id_list(ids: &[String]) -> String {
     ids.iter()
         .map(|id| url::form_urlencoded::byte_serialize(id.as_bytes()).collect::<String>())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Renamed ids as `from>to` (each side encoded as in [`id_list`]).
+fn renamed_list(renamed: &[crate::protocol::RenamedId]) -> String {
+    renamed
+        .iter()
+        .map(|r| {
+            format!(
+                "{}>{}",
+                id_list(std::slice::from_ref(&r.from)),
+                id_list(std::slice::from_ref(&r.to))
+            )
+        })
         .collect::<Vec<_>>()
         .join(",")
 }

@@ -16,8 +16,19 @@ pub fn check_messages<'m>(
     dialect: &dyn Dialect,
     messages: impl IntoIterator<Item = &'m Value>,
 ) -> TranscriptCheckResult {
-    let pairing = format::pair(dialect, messages);
+    let messages: Vec<&Value> = messages.into_iter().collect();
+    let pairing = format::pair(dialect, messages.iter().copied());
     let mut violations: Vec<Violation> = Vec::new();
+    // The provider's id rules, in its words (PROTOCOL.md 11.2).
+    for ((m, index), fault, id) in format::ids::faults(dialect, &messages) {
+        let ids = vec![id];
+        violations.push(Violation {
+            index: m,
+            kind: fault.kind().to_owned(),
+            provider_error: dialect.provider_error(fault, m, index, &ids),
+            ids,
+        });
+    }
     // Unanswered calls are one fault per assistant turn, as the provider
     // reports them: all the turn's ids at the turn's first faulty message.
     for turn in &pairing.turns {

@@ -96,13 +96,7 @@ pub fn parse(input: &[u8]) -> Parsed {
 impl Parsed {
     /// The messages, in order.
     pub fn messages(&self) -> Vec<&Value> {
-        self.lines
-            .iter()
-            .filter_map(|l| match l {
-                Line::Message { value, .. } => Some(value),
-                Line::Raw(_) => None,
-            })
-            .collect()
+        messages_of(&self.lines).collect()
     }
 }
 
@@ -119,17 +113,7 @@ fn repair_parsed(dialect: &dyn Dialect, parsed: Parsed) -> (Vec<u8>, TranscriptR
         ..TranscriptRepairResult::default()
     };
     let mut lines = parsed.lines;
-    let mut changed = report.torn_lines > 0;
-    // Dropping a message can join the turns around it, which can fault a
-    // pair that was fine; a few rounds reach the fixed point (each round
-    // only removes or reorders, so it ends).
-    for _ in 0..16 {
-        let step = repair_round(dialect, &mut lines, &mut report);
-        changed |= step;
-        if !step {
-            break;
-        }
-    }
+    let changed = repair_lines(dialect, &mut lines, &mut report) || report.torn_lines > 0;
     let mut out = Vec::with_capacity(report.kept * 64);
     for line in &lines {
         match line {
@@ -148,6 +132,64 @@ fn repair_parsed(dialect: &dyn Dialect, parsed: Parsed) -> (Vec<u8>, TranscriptR
     (out, report, changed)
 }
 
+/// Make `lines` keep the provider's id rules, then its pairing rules.
+/// Returns whether anything changed.
+fn repair_lines(
+    dialect: &dyn Dialect,
+    lines: &mut Vec<Line>,
+    report: &mut TranscriptRepairResult,
+) -> bool {
+    let mut changed = ids_round(dialect, lines, report);
+    // Dropping a message can join the turns around it, which can fault a
+    // pair that was fine; a few rounds reach the fixed point (each round
+    // only removes or reorders, so it ends).
+    for _ in 0..16 {
+        let step = repair_round(dialect, lines, report);
+        changed |= step;
+        if !step {
+            break;
+        }
+    }
+    changed
+}
+
+/// Map call ids the provider would refuse (PROTOCOL.md 11.2, see
+/// [`format::ids`]): rename them, drop exact repetitions of a pair.
+fn ids_round(
+    dialect: &dyn Dialect,
+    lines: &mut Vec<Line>,
+    report: &mut TranscriptRepairResult,
+) -> bool {
+    let at = message_lines(lines);
+    let plan = format::ids::plan(dialect, &messages_of(lines).collect::<Vec<_>>());
+    if plan.is_empty() {
+        return false;
+    }
+    for rename in plan.renames {
+        let (m, index) = rename.at;
+        if let Line::Message { value, raw } = &mut lines[at[m]] {
+            dialect.set_item_id(value, index, &rename.to);
+            *raw = None;
+        }
+        if rename.kind == ItemKind::Call {
+            report.renamed_tool_uses.push(crate::protocol::RenamedId {
+                from: rename.from,
+                to: rename.to,
+            });
+        }
+    }
+    let mut drop: Vec<Vec<usize>> = vec![Vec::new(); at.len()];
+    for ((m, index), kind, id) in plan.repeats {
+        drop[m].push(index);
+        match kind {
+            ItemKind::Call => report.dropped_tool_uses.push(id),
+            _ => report.dropped_tool_results.push(id),
+        }
+    }
+    rebuild(dialect, lines, drop, Vec::new());
+    true
+}
+
 /// One round: drop every faulty call and result, move late results to the
 /// front of their turn. Returns whether anything changed.
 fn repair_round(
@@ -156,19 +198,8 @@ fn repair_round(
     report: &mut TranscriptRepairResult,
 ) -> bool {
     // Message number → line index.
-    let at: Vec<usize> = lines
-        .iter()
-        .enumerate()
-        .filter(|(_, l)| matches!(l, Line::Message { .. }))
-        .map(|(i, _)| i)
-        .collect();
-    let pairing = {
-        let messages = lines.iter().filter_map(|l| match l {
-            Line::Message { value, .. } => Some(value),
-            Line::Raw(_) => None,
-        });
-        format::pair(dialect, messages)
-    };
+    let at = message_lines(lines);
+    let pairing = format::pair(dialect, messages_of(lines));
     if pairing.is_valid() {
         return false;
     }
@@ -239,6 +270,18 @@ fn repair_round(
             insert_before.push((at[first], moved));
         }
     }
+    rebuild(dialect, lines, drop, insert_before);
+    true
+}
+
+/// `lines` without the items `drop` names (per message), with the
+/// messages of `insert_before` put before the lines they name.
+fn rebuild(
+    dialect: &dyn Dialect,
+    lines: &mut Vec<Line>,
+    mut drop: Vec<Vec<usize>>,
+    insert_before: Vec<(usize, Vec<Value>)>,
+) {
     let mut out: Vec<Line> = Vec::with_capacity(lines.len());
     let mut inserts = insert_before.into_iter().peekable();
     let mut message_no = 0;
@@ -268,7 +311,24 @@ fn repair_round(
         }
     }
     *lines = out;
-    true
+}
+
+/// The line index of each message, in order.
+fn message_lines(lines: &[Line]) -> Vec<usize> {
+    lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| matches!(l, Line::Message { .. }))
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// The messages among `lines`, in order.
+fn messages_of(lines: &[Line]) -> impl Iterator<Item = &Value> {
+    lines.iter().filter_map(|l| match l {
+        Line::Message { value, .. } => Some(value),
+        Line::Raw(_) => None,
+    })
 }
 
 /// Open `path` for repair: only a regular file (never through a link,
@@ -470,15 +530,7 @@ pub fn repair_messages(
     };
     let mut lines = parsed.lines;
     let mut report = TranscriptRepairResult::default();
-    let mut changed = false;
-    for _ in 0..16 {
-        let step = repair_round(format.dialect(), &mut lines, &mut report);
-        changed |= step;
-        if !step {
-            break;
-        }
-    }
-    if !changed {
+    if !repair_lines(format.dialect(), &mut lines, &mut report) {
         return None;
     }
     report.changed = true;

@@ -777,27 +777,16 @@ class FlushResult(BaseModel):
     written: conint(ge=0)
 
 
-class TranscriptRepairResult(BaseModel):
+class RenamedId(BaseModel):
+    """
+    A call id repair changed, and what it became.
+    """
+
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    changed: bool
-    """
-    Whether the file was rewritten (with `dryRun`: would be). A valid
-    transcript is never rewritten and gets no `.bak`.
-    """
-    kept: conint(ge=0)
-    """
-    Lines kept.
-    """
-    dropped_tool_uses: list[str] = Field(..., alias='droppedToolUses')
-    dropped_tool_results: list[str] = Field(..., alias='droppedToolResults')
-    moved_tool_results: list[str] = Field(..., alias='movedToolResults')
-    """
-    Ids of results moved ahead of the other content of their turn
-    (a result that came after text in the message answering its call).
-    """
-    torn_lines: conint(ge=0) = Field(..., alias='tornLines')
+    from_: str = Field(..., alias='from')
+    to: str
 
 
 class ReadResult(BaseModel):
@@ -1196,6 +1185,34 @@ class PairAppendResult(BaseModel):
     """
     Present when this message interrupted a pending pair.
     """
+
+
+class TranscriptRepairResult(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    changed: bool
+    """
+    Whether the file was rewritten (with `dryRun`: would be). A valid
+    transcript is never rewritten and gets no `.bak`.
+    """
+    kept: conint(ge=0)
+    """
+    Lines kept.
+    """
+    dropped_tool_uses: list[str] = Field(..., alias='droppedToolUses')
+    dropped_tool_results: list[str] = Field(..., alias='droppedToolResults')
+    moved_tool_results: list[str] = Field(..., alias='movedToolResults')
+    """
+    Ids of results moved ahead of the other content of their turn
+    (a result that came after text in the message answering its call).
+    """
+    renamed_tool_uses: list[RenamedId] = Field(..., alias='renamedToolUses')
+    """
+    Calls given a new id to keep the provider's id rules (PROTOCOL.md
+    11.2), their results with them.
+    """
+    torn_lines: conint(ge=0) = Field(..., alias='tornLines')
 
 
 class TranscriptCheckResult(BaseModel):

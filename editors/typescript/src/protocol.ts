@@ -1000,7 +1000,22 @@ droppedToolResults: string[]
  * (a result that came after text in the message answering its call).
  */
 movedToolResults: string[]
+/**
+ * Calls given a new id to keep the provider's id rules (PROTOCOL.md
+ * 11.2), their results with them.
+ */
+renamedToolUses: RenamedId[]
 tornLines: number
+}
+/**
+ * A call id repair changed, and what it became.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "RenamedId".
+ */
+export interface RenamedId {
+from: string
+to: string
 }
 /**
  * A page of an artifact (`artifact/read`'s result).
