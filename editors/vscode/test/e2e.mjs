@@ -65,22 +65,29 @@ const env = {
   XDG_DATA_HOME: join(tmp, "xdg"),
   XDG_CACHE_HOME: join(tmp, "xdg"),
   TOOLWIRE_BIN: "",
+  TOOLWIRE_E2E_BINARY: binary,
 };
 delete env.RUST_LOG;
-writeFileSync(
-  join(ud, "User/settings.json"),
-  JSON.stringify({
-    "security.workspace.trust.enabled": false,
-    "workbench.startupEditor": "none",
-    "workbench.tips.enabled": false,
-    "telemetry.telemetryLevel": "off",
-    "extensions.autoCheckUpdates": false,
-    "extensions.autoUpdate": false,
-    "toolwire.binaryPath": binary,
-    "toolwire.idleTimeout": 1,
-    "toolwire.config": { durability: "none" },
-  }),
-);
+// A binary that fails at start: the window opens with it, then the setting
+// is pointed at the real one (test/agent's "Fix the binary setting").
+const dying = join(tmp, "dying-toolwire");
+writeFileSync(dying, "#!/bin/sh\necho 'cannot open the store: permission denied' >&2\nexit 3\n", { mode: 0o755 });
+const settings = (toolwire) =>
+  writeFileSync(
+    join(ud, "User/settings.json"),
+    JSON.stringify({
+      "security.workspace.trust.enabled": false,
+      "workbench.startupEditor": "none",
+      "workbench.tips.enabled": false,
+      "telemetry.telemetryLevel": "off",
+      "extensions.autoCheckUpdates": false,
+      "extensions.autoUpdate": false,
+      "toolwire.binaryPath": toolwire,
+      "toolwire.idleTimeout": 1,
+      "toolwire.config": { durability: "none" },
+    }),
+  );
+settings(dying);
 // A transcript whose agent died between a call and its result.
 const call = (id) => ({ role: "assistant", content: [{ type: "tool_use", id, name: "Bash", input: {} }] });
 writeFileSync(
@@ -126,8 +133,17 @@ try {
   await page.goto(`${url}/?folder=${encodeURIComponent(ws)}`);
   await page.waitForSelector(".monaco-workbench", { timeout: 120_000 });
 
+  step("a binary that fails at start: one error naming it, its exit status and its stderr");
+  const startError = page.locator(".notifications-toasts .notification-list-item", { hasText: "before initializing" });
+  await startError.first().waitFor({ timeout: 120_000 });
+  const told = await startError.first().innerText();
+  assert(told.includes(`${dying} exited (status 3) before initializing`) && told.includes("cannot open the store: permission denied"), `the start error: ${told}`);
+  const toasts = await page.locator(".notifications-toasts .notification-list-item").allInnerTexts();
+  assert(toasts.filter((t) => t.includes("toolwire")).length === 1 && !toasts.some((t) => /EPIPE|-32099|DESTROYED/.test(t)), `one error: ${JSON.stringify(toasts)}`);
+  await command("toolwire test agent: Fix the binary setting");
+
   const statusItem = page.locator(".statusbar-item", { hasText: "toolwire:" });
-  step("the extension activates on workspace open: status bar item");
+  step("the setting fixed, the extension starts toolwire: status bar item");
   await statusItem.first().waitFor({ timeout: 120_000 });
   assert((await statusItem.first().innerText()).includes("0 saved"), "status starts at 0 saved");
 

@@ -8,6 +8,11 @@ const path = require("node:path");
 
 function activate(context) {
   context.subscriptions.push(
+    // The user fixing toolwire.binaryPath (as the Settings editor does):
+    // the test's binary, from code-server's environment.
+    vscode.commands.registerCommand("toolwireTestAgent.fixBinary", () =>
+      vscode.workspace.getConfiguration("toolwire").update("binaryPath", process.env.TOOLWIRE_E2E_BINARY, vscode.ConfigurationTarget.Global),
+    ),
     vscode.commands.registerCommand("toolwireTestAgent.run", async () => {
       const folder = vscode.workspace.workspaceFolders[0];
       const out = path.join(folder.uri.fsPath, "agent-result.json");
