@@ -544,6 +544,16 @@ fn read_file(file: &Path, text: &str) -> Result<Value> {
             (err.path().iter().next_back(), key.rsplit('.').next())
         {
             message = message.replacen(&format!("`{camel}`"), &format!("`{spelled}`"), 1);
+            // And the keys it suggests in the file's style too: snake_case
+            // (what the docs write) unless the file wrote this key in
+            // camelCase, so the suggestion can be pasted as it is.
+            // Only for an unknown key: an unknown value's suggestions are
+            // values, spelled one way everywhere (`headTail`).
+            if message.starts_with("unknown field")
+                && !spelled.chars().any(|c| c.is_ascii_uppercase())
+            {
+                message = snake_suggestions(&message);
+            }
         }
         return Err(Error::invalid_params(
             path,
@@ -551,6 +561,35 @@ fn read_file(file: &Path, text: &str) -> Result<Value> {
         ));
     }
     Ok(value)
+}
+
+/// serde's "expected one of `maxResultChars`, `previewChars`" with the
+/// suggested keys in snake_case; everything before "expected" is kept.
+fn snake_suggestions(message: &str) -> String {
+    let Some(at) = message.find("expected") else {
+        return message.to_owned();
+    };
+    let (head, tail) = message.split_at(at);
+    let mut out = head.to_owned();
+    for (i, part) in tail.split('`').enumerate() {
+        if i > 0 {
+            out.push('`');
+        }
+        // Odd parts are the names between backticks.
+        if i % 2 == 1 {
+            for c in part.chars() {
+                if c.is_ascii_uppercase() {
+                    out.push('_');
+                    out.push(c.to_ascii_lowercase());
+                } else {
+                    out.push(c);
+                }
+            }
+        } else {
+            out.push_str(part);
+        }
+    }
+    out
 }
 
 /// The key at `path` (camelCase, as the merged configuration names it)
@@ -780,6 +819,36 @@ mod tests {
             }
             other => panic!("unexpected {other:?}"),
         }
+    }
+
+    #[test]
+    fn an_unknown_key_gets_suggestions_in_the_files_style() {
+        // snake_case, as the docs write toolwire.toml: snake_case suggestions.
+        let (_, message) = file_error("[limits]\npreview_charz = 3\n");
+        assert!(
+            message.ends_with(
+                "unknown field `preview_charz`, expected one of `max_result_chars`, `max_message_chars`, `preview_chars`"
+            ),
+            "{message}"
+        );
+        // A key written in camelCase keeps camelCase suggestions.
+        let (_, message) = file_error("[limits]\npreviewCharz = 3\n");
+        assert!(
+            message
+                .ends_with("expected one of `maxResultChars`, `maxMessageChars`, `previewChars`"),
+            "{message}"
+        );
+        // Values are spelled one way in every layer: never rewritten.
+        let (_, message) = file_error("preview_mode = \"tail\"\n");
+        assert!(message.contains("`headTail`"), "{message}");
+        // Each suggestion, pasted as written, is accepted.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join(CONFIG_FILE),
+            "[limits]\nmax_result_chars = 1\nmax_message_chars = 2\npreview_chars = 3\n",
+        )
+        .unwrap();
+        assert_eq!(load(dir.path(), None).unwrap().limits.preview_chars, 3);
     }
 
     #[test]

@@ -157,6 +157,10 @@ pub async fn run_daemon(workspace: &Path, idle: Duration) -> io::Result<()> {
     }
     lock.set_len(0).map_err(lock_error)?;
     writeln!(lock, "{}", std::process::id()).map_err(lock_error)?;
+    // SIGINT or SIGTERM stops the daemon as the idle timeout does: socket
+    // removed, sessions closed, the commit log checkpointed and removed.
+    // Installed as soon as this process is the daemon, before it listens.
+    let mut stop = crate::process::Terminated::install();
 
     // The store is the workspace's, as for `serve`; a shared store that
     // cannot be reached stops the daemon here, before it listens, and the
@@ -208,10 +212,16 @@ pub async fn run_daemon(workspace: &Path, idle: Duration) -> io::Result<()> {
                 });
             }
             _ = ended.notified() => continue,
-            _ = idle_wait => break,
+            _ = idle_wait => {
+                tracing::info!("idle; daemon exiting");
+                break;
+            }
+            () = stop.recv() => {
+                tracing::info!("asked to stop; daemon exiting");
+                break;
+            }
         }
     }
-    tracing::info!("idle; daemon exiting");
     let _ = fs::remove_file(&paths.socket);
     server.registry.close_all().await;
     let _ = tokio::task::spawn_blocking(crate::transcript::wal::close_all).await;

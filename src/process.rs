@@ -123,3 +123,95 @@ pub fn open_files_limit() -> u64 {
     }
     limit.rlim_cur
 }
+
+/// The process being asked to stop: SIGINT (Ctrl-C) or SIGTERM (what
+/// `kill`, service managers and container runtimes send). The long-running
+/// commands (`serve`, `mcp`, `proxy`, the daemon) then end as they do when
+/// their client goes: pending pairs flushed by the abort mode, the commit
+/// log checkpointed and removed. Once the handlers are installed the two
+/// signals no longer end the process by themselves; one that does not stop
+/// is ended with SIGKILL, which replay on the next start covers.
+pub struct Terminated {
+    /// `None` when the handlers could not be installed: the signals then
+    /// keep their default action, and the next start replays the log.
+    signals: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
+}
+
+impl Terminated {
+    /// Install the handlers now, so a signal that comes before the first
+    /// wait is not missed. Must run inside the runtime.
+    pub fn install() -> Self {
+        use tokio::signal::unix::{SignalKind, signal};
+        let signals = match (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) {
+            (Ok(interrupt), Ok(terminate)) => Some((interrupt, terminate)),
+            _ => None,
+        };
+        Terminated { signals }
+    }
+
+    /// Resolves at the first SIGINT or SIGTERM.
+    pub async fn recv(&mut self) {
+        match &mut self.signals {
+            Some((interrupt, terminate)) => {
+                tokio::select! {
+                    _ = interrupt.recv() => {}
+                    _ = terminate.recv() => {}
+                }
+            }
+            None => std::future::pending().await,
+        }
+    }
+
+    fn poll_recv(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        match &mut self.signals {
+            Some((interrupt, terminate)) => {
+                if interrupt.poll_recv(cx).is_ready() || terminate.poll_recv(cx).is_ready() {
+                    std::task::Poll::Ready(())
+                } else {
+                    std::task::Poll::Pending
+                }
+            }
+            None => std::task::Poll::Pending,
+        }
+    }
+}
+
+/// A reader that reaches end of input when the process is asked to stop
+/// ([`Terminated`]): a connection read through it ends as if its client had
+/// closed its side, through the one path that already cleans up.
+pub struct UntilTerminated<R> {
+    inner: R,
+    stop: Terminated,
+    stopped: bool,
+}
+
+impl<R> UntilTerminated<R> {
+    /// `inner`, read until a stop signal; the handlers are installed now.
+    pub fn new(inner: R) -> Self {
+        UntilTerminated {
+            inner,
+            stop: Terminated::install(),
+            stopped: false,
+        }
+    }
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for UntilTerminated<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        if !self.stopped && self.stop.poll_recv(cx).is_ready() {
+            self.stopped = true;
+        }
+        if self.stopped {
+            // End of input, for good.
+            return std::task::Poll::Ready(Ok(()));
+        }
+        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}

@@ -456,3 +456,34 @@ async fn a_forwarder_with_a_file_as_stdin_forwards_bytes() {
     sorted.sort_unstable();
     assert_eq!(sorted, (1..=52).collect::<Vec<_>>());
 }
+
+/// SIGTERM or SIGINT stops the daemon as the idle timeout does: socket
+/// removed, sessions closed, the commit log checkpointed and removed
+/// (before, either signal killed it and left `<dataDir>/wal/*.wal`).
+#[tokio::test]
+async fn a_daemon_stopped_by_sigterm_or_sigint_removes_its_commit_log() {
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        let rig = Rig::new();
+        let paths = rig.paths();
+        let (mut c, mut child) = spawn_shared(rig.ws(), rig.run.path(), 30);
+        c.initialize(rig.ws(), json!({})).await;
+        let r = c
+            .call(
+                "pair/append",
+                json!({"sessionId": "s", "message": user_text("hi")}),
+            )
+            .await;
+        assert_eq!(r["status"], json!("committed"));
+        let data_dir = rig.ws().join(".toolwire");
+        let logs = || common::commit_logs(&data_dir);
+        assert_eq!(logs().len(), 1, "signal {signal}");
+        let pid = daemon::daemon_pid(&paths).unwrap();
+        // SAFETY: signalling a pid we read from our own daemon's lock file.
+        assert_eq!(unsafe { libc::kill(pid as i32, signal) }, 0);
+        eventually("the signalled daemon exits", || !alive(pid)).await;
+        assert_eq!(logs(), Vec::<String>::new(), "signal {signal}");
+        assert!(!paths.socket.exists(), "the socket goes with its daemon");
+        // Its client sees the connection end.
+        let _ = child.wait().await;
+    }
+}

@@ -944,3 +944,31 @@ fn the_front_ends_with_its_server() {
     assert_eq!(front.next_line(), None, "stdout closed");
     assert_eq!(front.exit_status().code(), Some(1));
 }
+
+/// SIGTERM (what `kill`, service managers and container runtimes send) and
+/// SIGINT stop the front as its client going away does: the server's input
+/// closed, and the commit log of the data directory removed. Before, either
+/// signal killed it outright and left `<dataDir>/wal/*.wal` behind.
+#[test]
+fn a_front_stopped_by_sigterm_or_sigint_removes_its_commit_log() {
+    for signal in ["TERM", "INT"] {
+        let data = tempfile::tempdir().unwrap();
+        let mut front = Peer::start(&front_argv("signalled", &[], &sized_server()), data.path());
+        front.request(1, &initialize(1, "2025-11-25"));
+        front.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+        // A saved output: its decision is a durable commit, through the log.
+        let reply = front.request(2, &call(2, "text", json!({"size": 60_000})));
+        assert!(reply.contains("<persisted-output>"), "{reply}");
+        let data_dir = data.path().join(".toolwire");
+        let logs = || common::commit_logs(&data_dir);
+        assert_eq!(logs().len(), 1, "SIG{signal}");
+        let sent = Command::new("kill")
+            .args(["-s", signal, &front.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let status = front.exit_status();
+        assert_eq!(status.code(), Some(0), "SIG{signal}");
+        assert_eq!(logs(), Vec::<String>::new(), "SIG{signal}");
+    }
+}

@@ -36,6 +36,10 @@ impl From<FormatArg> for Format {
 }
 
 pub fn run(Args { path, format }: Args) -> ExitCode {
+    if let Err(err) = super::check_workspace_config() {
+        eprintln!("toolwire check: {err}");
+        return ExitCode::from(2);
+    }
     match toolwire::transcript::check::check_file(format.map(Format::from), &path) {
         Ok(result) if result.ok => {
             super::say!("{}: ok", path.display());
@@ -53,7 +57,7 @@ pub fn run(Args { path, format }: Args) -> ExitCode {
             ExitCode::from(1)
         }
         Err(err) => {
-            eprintln!("toolwire check: {err}");
+            eprintln!("toolwire check: {}", err.for_cli());
             ExitCode::from(2)
         }
     }

@@ -43,16 +43,16 @@ fn gc(args: &Args) -> Result<GcReport, String> {
         .clone()
         .map_or_else(std::env::current_dir, Ok)
         .map_err(|err| format!("no workspace directory: {err}"))?;
-    let config = toolwire::config::load(&workspace, None).map_err(|err| err.to_string())?;
+    let config = toolwire::config::load(&workspace, None).map_err(|err| err.for_cli())?;
     let policy = config.retention.policy(std::time::SystemTime::now());
     let objects = match &config.storage.objects {
         Some(objects) => Some(
             toolwire::artifact::objects::ObjectArtifacts::open(objects)
-                .map_err(|err| err.to_string())?,
+                .map_err(|err| err.for_cli())?,
         ),
         None => None,
     };
-    if let Some(pg) = toolwire::store::postgres_of(&config.storage).map_err(|e| e.to_string())? {
+    if let Some(pg) = toolwire::store::postgres_of(&config.storage).map_err(|e| e.for_cli())? {
         use toolwire::store::SharedStore;
         let rt = super::runtime().map_err(|err| format!("cannot start the runtime: {err}"))?;
         return rt
@@ -61,7 +61,7 @@ fn gc(args: &Args) -> Result<GcReport, String> {
                 pg.collect(&config.data_dir, objects, &policy, args.dry_run)
                     .await
             })
-            .map_err(|err| err.to_string());
+            .map_err(|err| err.for_cli());
     }
     let bar = indicatif::ProgressBar::new(0);
     bar.set_style(
@@ -80,7 +80,7 @@ fn gc(args: &Args) -> Result<GcReport, String> {
             bar.set_message(p.phase);
         },
     )
-    .map_err(|err| err.to_string());
+    .map_err(|err| err.for_cli());
     bar.finish_and_clear();
     report
 }

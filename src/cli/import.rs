@@ -1,5 +1,7 @@
 //! `toolwire import --from AGENT FILE [-o OUT]`: convert another agent's
-//! session file into a toolwire transcript (PROTOCOL.md section 10.5).
+//! session file into a toolwire transcript (PROTOCOL.md section 10.5);
+//! `--from messages` wraps a file of bare provider messages, the file
+//! `repair` refuses to rewrite in place.
 //! The transcript goes to OUT (written whole or not at all) or to stdout;
 //! what was read and left out goes to stderr.
 
@@ -12,15 +14,23 @@ use toolwire::import::{self, Agent, Conversion};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The agent that wrote FILE.
-    #[arg(long, value_name = "AGENT", value_parser = PossibleValuesParser::new(Agent::ALL.map(Agent::name)))]
+    /// The agent that wrote FILE, or `messages` for a file of bare provider
+    /// messages, one a line.
+    #[arg(long, value_name = "AGENT", value_parser = PossibleValuesParser::new(Agent::ALL.map(Agent::name).into_iter().chain([MESSAGES])))]
     from: String,
+    /// With `--from messages`: the provider format of the messages (default:
+    /// what their shape shows, else anthropic).
+    #[arg(long, value_enum)]
+    format: Option<super::check::FormatArg>,
     /// Its session file.
     file: PathBuf,
     /// Write the transcript here instead of to stdout.
     #[arg(short, long, value_name = "OUT")]
     output: Option<PathBuf>,
 }
+
+/// `--from` for a file of bare messages rather than an agent's session.
+const MESSAGES: &str = "messages";
 
 pub fn run(args: Args) -> ExitCode {
     match import(&args) {
@@ -33,9 +43,22 @@ pub fn run(args: Args) -> ExitCode {
 }
 
 fn import(args: &Args) -> Result<(), String> {
-    let agent =
-        Agent::from_name(&args.from).ok_or_else(|| format!("unknown agent {}", args.from))?;
-    let conversion = import::convert_file(agent, &args.file).map_err(|e| e.to_string())?;
+    let (conversion, title) = if args.from == MESSAGES {
+        let format = args.format.map(import::Format::from);
+        let conversion =
+            import::convert_messages_file(&args.file, format).map_err(|e| e.to_string())?;
+        (conversion, "bare messages")
+    } else {
+        if args.format.is_some() {
+            return Err(format!(
+                "--format applies to --from {MESSAGES} only: an agent's session converts to its own format"
+            ));
+        }
+        let agent =
+            Agent::from_name(&args.from).ok_or_else(|| format!("unknown agent {}", args.from))?;
+        let conversion = import::convert_file(agent, &args.file).map_err(|e| e.to_string())?;
+        (conversion, agent.title())
+    };
     match &args.output {
         Some(out) => write_file(out, &conversion)?,
         None => {
@@ -53,7 +76,7 @@ fn import(args: &Args) -> Result<(), String> {
     eprintln!(
         "{}: {} -> {} {} messages ({})",
         args.file.display(),
-        agent.title(),
+        title,
         conversion.messages.len(),
         conversion.format,
         conversion.report

@@ -54,7 +54,7 @@ fn front(args: Args) -> Result<i32, String> {
         Some(file) => toolwire::config::load_with_file(&workspace, file, true, None),
         None => toolwire::config::load(&workspace, None),
     }
-    .map_err(|err| err.to_string())?;
+    .map_err(|err| err.for_cli())?;
     let session = match args.session {
         Some(id) => SessionId::try_from(id)?,
         None => mcp::default_session(&args.command).map_err(|err| err.to_string())?,
@@ -68,12 +68,18 @@ fn front(args: Args) -> Result<i32, String> {
             .map_err(|_| "--handshake-timeout: expected a number of seconds, 0 or more")?,
     };
     let rt = runtime().map_err(|err| err.to_string())?;
+    // SIGINT or SIGTERM ends the client's input: the front then stops as
+    // when its client goes (the server's input closed, the log removed).
     let code = rt
-        .block_on(mcp::run(options, tokio::io::stdin(), tokio::io::stdout()))
+        .block_on(async {
+            let stdin = toolwire::process::UntilTerminated::new(tokio::io::stdin());
+            mcp::run(options, stdin, tokio::io::stdout()).await
+        })
         .map_err(|err| err.to_string());
     // The read of stdin in progress runs on a blocking thread that only
     // returns when the client writes or closes it: waiting for it would
-    // keep the front (and its stdout) alive after its server has gone.
+    // keep the front (and its stdout) alive after its server has gone, or
+    // after a signal stopped it.
     rt.shutdown_background();
     code
 }

@@ -40,12 +40,12 @@ fn migrate(args: Args) -> Result<Vec<i32>, String> {
         .workspace
         .map_or_else(std::env::current_dir, Ok)
         .map_err(|err| format!("no workspace directory: {err}"))?;
-    let config = toolwire::config::load(&workspace, None).map_err(|err| err.to_string())?;
-    let Some(pg) = toolwire::store::postgres_of(&config.storage).map_err(|e| e.to_string())? else {
+    let config = toolwire::config::load(&workspace, None).map_err(|err| err.for_cli())?;
+    let Some(pg) = toolwire::store::postgres_of(&config.storage).map_err(|e| e.for_cli())? else {
         return Err(
             "storage.backend is \"local\": there is no schema to migrate (set storage.backend = \"postgres\" and storage.postgres.url in toolwire.toml)".into(),
         );
     };
     let rt = runtime().map_err(|err| format!("cannot start the runtime: {err}"))?;
-    rt.block_on(pg.migrate()).map_err(|err| err.to_string())
+    rt.block_on(pg.migrate()).map_err(|err| err.for_cli())
 }

@@ -34,6 +34,18 @@ pub fn existing_dir(arg: &str) -> Result<std::path::PathBuf, String> {
     }
 }
 
+/// The current directory's workspace configuration, for commands that do
+/// not otherwise need it (`check`, `repair`): a broken `toolwire.toml` is
+/// refused by every command alike, rather than found later by the one
+/// that reads it.
+pub fn check_workspace_config() -> Result<(), String> {
+    let workspace =
+        std::env::current_dir().map_err(|err| format!("no workspace directory: {err}"))?;
+    toolwire::config::load(&workspace, None)
+        .map(drop)
+        .map_err(|err| err.for_cli())
+}
+
 /// Write a command's whole output to stdout. A reader that went away (a
 /// closed pipe: `toolwire man | head`) is not an error worth a message.
 pub fn write_stdout(bytes: &[u8]) -> std::process::ExitCode {

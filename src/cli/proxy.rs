@@ -35,7 +35,7 @@ pub fn run(args: Args) -> ExitCode {
 async fn serve(args: Args) -> Result<(), String> {
     let workspace =
         std::env::current_dir().map_err(|err| format!("no workspace directory: {err}"))?;
-    let config = toolwire::config::load(&workspace, None).map_err(|err| err.to_string())?;
+    let config = toolwire::config::load(&workspace, None).map_err(|err| err.for_cli())?;
     let listen = args.listen.unwrap_or_else(|| config.proxy.listen.clone());
     let addrs: Vec<_> = tokio::net::lookup_host(&listen)
         .await
@@ -58,11 +58,14 @@ async fn serve(args: Args) -> Result<(), String> {
         .await
         .map_err(|err| format!("cannot listen on {addr}: {err}"))?;
     let local = listener.local_addr().map_err(|err| err.to_string())?;
+    // SIGINT or SIGTERM: sessions closed, the commit log removed. Installed
+    // before the line below, so a launcher may signal as soon as it reads it.
+    let mut stop = toolwire::process::Terminated::install();
     // The one line a launcher waits for (stderr: stdout stays clean).
     eprintln!("toolwire proxy listening on http://{local}");
     tokio::select! {
         served = proxy.clone().serve(listener) => served.map_err(|err| format!("accepting connections: {err}")),
-        _ = tokio::signal::ctrl_c() => {
+        () = stop.recv() => {
             proxy.registry().close_all().await;
             let _ = tokio::task::spawn_blocking(toolwire::transcript::wal::close_all).await;
             Ok(())

@@ -25,6 +25,10 @@ pub fn run(
         format,
     }: Args,
 ) -> ExitCode {
+    if let Err(err) = super::check_workspace_config() {
+        eprintln!("toolwire repair: {err}");
+        return ExitCode::FAILURE;
+    }
     let path = path.as_path();
     let format = format.map(toolwire::format::Format::from);
     match toolwire::transcript::repair::repair_file(path, format, dry_run) {
@@ -71,7 +75,7 @@ pub fn run(
             ExitCode::SUCCESS
         }
         Err(err) => {
-            eprintln!("toolwire repair: {err}");
+            eprintln!("toolwire repair: {}", err.for_cli());
             ExitCode::FAILURE
         }
     }

@@ -122,9 +122,11 @@ fn serve() -> ExitCode {
         // On a runtime worker (sized for deep messages), not this thread:
         // the reader, its handlers and the writer then share the workers
         // instead of hopping to and from the thread that blocks here.
+        // SIGINT or SIGTERM ends the input, so the process stops as when
+        // its client goes: pairs flushed, the commit log removed.
         let connection = tokio::spawn(server::serve_connection(
             server.clone(),
-            stdio::stdin(),
+            toolwire::process::UntilTerminated::new(stdio::stdin()),
             stdio::stdout(),
         ));
         let end = connection.await;

@@ -68,7 +68,7 @@ fn show(args: Args) -> Result<ExitCode, String> {
         .workspace
         .map_or_else(std::env::current_dir, Ok)
         .map_err(|err| format!("no workspace directory: {err}"))?;
-    let config = toolwire::config::load(&workspace, None).map_err(|err| err.to_string())?;
+    let config = toolwire::config::load(&workspace, None).map_err(|err| err.for_cli())?;
     let (mut offset, mut remaining) = match &args.lines {
         Some(spec) => parse_lines(spec)?,
         None => (0, None),
@@ -94,7 +94,20 @@ fn show(args: Args) -> Result<ExitCode, String> {
             &request,
             config.size_unit,
         )
-        .map_err(|err| err.to_string())?;
+        .map_err(|err| match err {
+            // Say where it looked: a wrong directory (another workspace, a
+            // data_dir set elsewhere) is the usual reason nothing is found.
+            toolwire::error::Error::ArtifactNotFound { .. } => format!(
+                "{}; searched the data directory {}{} (--workspace DIR reads another workspace's)",
+                err.for_cli(),
+                config.data_dir.display(),
+                match &config.storage.objects {
+                    Some(objects) => format!(" and {}", objects.url),
+                    None => String::new(),
+                }
+            ),
+            other => other.for_cli(),
+        })?;
         if let Err(err) = out.write_all(page.text.as_bytes()) {
             // A closed pipe (`| head`) ends the output, not in failure.
             if err.kind() == std::io::ErrorKind::BrokenPipe {

@@ -18,7 +18,7 @@ pub struct Args {
 pub fn run(args: Args) -> ExitCode {
     let outcome = std::env::current_dir()
         .map_err(|err| format!("no workspace directory: {err}"))
-        .and_then(|dir| toolwire::config::load(&dir, None).map_err(|err| err.to_string()))
+        .and_then(|dir| toolwire::config::load(&dir, None).map_err(|err| err.for_cli()))
         .and_then(|config| {
             // Committed lines a power loss left in the commit log only go
             // back into their transcripts first.

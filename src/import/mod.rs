@@ -317,14 +317,7 @@ pub fn as_transcript(path: &Path, bytes: Vec<u8>) -> Result<(Content, Vec<u8>), 
     let conversion = match content {
         Content::Transcript { .. } => return Ok((content, bytes)),
         Content::Agent(agent) => convert(agent, &bytes)?,
-        Content::Messages { format } => Conversion {
-            format,
-            messages: raw_lines(&bytes)
-                .filter_map(|line| crate::json::from_slice::<Value>(line).ok())
-                .filter(Value::is_object)
-                .collect(),
-            report: Report::default(),
-        },
+        Content::Messages { format } => messages_conversion(format, &bytes),
     };
     let mut out = Vec::new();
     conversion
@@ -366,6 +359,46 @@ pub fn convert_file(agent: Agent, path: &Path) -> Result<Conversion, ImportError
         });
     }
     convert(agent, &bytes)
+}
+
+/// A file of bare provider messages (one JSON object a line, no transcript
+/// wrapper) as a [`Conversion`]: every object line a message, in order;
+/// lines that are not JSON objects are counted as unreadable and left out.
+fn messages_conversion(format: Format, input: &[u8]) -> Conversion {
+    let mut conversion = Conversion::new(format);
+    conversion.messages = json_lines(input, &mut conversion.report)
+        .into_iter()
+        .map(Value::Object)
+        .collect();
+    conversion
+}
+
+/// Convert the file at `path`, which must be a list of bare provider
+/// messages (`toolwire import --from messages`): the format is read from
+/// the messages' shape, as [`detect`] reads it, unless `format` is given.
+/// A transcript or an agent's session is an error saying what it is.
+pub fn convert_messages_file(
+    path: &Path,
+    format: Option<Format>,
+) -> Result<Conversion, ImportError> {
+    let bytes = std::fs::read(path).map_err(|source| ImportError::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
+    match detect(&bytes) {
+        Ok(Content::Messages { format: found }) => {
+            Ok(messages_conversion(format.unwrap_or(found), &bytes))
+        }
+        Ok(found) => Err(ImportError::WrongAgent {
+            path: path.display().to_string(),
+            found,
+            expected: "list of messages",
+        }),
+        Err(source) => Err(ImportError::Detect {
+            path: path.display().to_string(),
+            source,
+        }),
+    }
 }
 
 /// An agent's session, converted.

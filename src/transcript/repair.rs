@@ -438,10 +438,15 @@ pub fn repair_file(
     if let (Some(found), false) = (foreign, dry_run) {
         // Rewriting another agent's file as a toolwire transcript would
         // lose what that agent keeps in it: say how to get one.
+        let from = match found {
+            crate::import::Content::Agent(agent) => agent.name(),
+            _ => "messages",
+        };
         return Err(Error::invalid_params(
             "path",
             format!(
-                "{} is {found}, not a toolwire transcript; nothing was written. `toolwire import` converts it (then repair the result), and `--dry-run` reports what repair would drop",
+                "{} is {found}, not a toolwire transcript; nothing was written. `toolwire import --from {from} {} -o NEW.jsonl` converts it into one (then repair NEW.jsonl), and `--dry-run` reports what repair would drop",
+                path.display(),
                 path.display()
             ),
         ));

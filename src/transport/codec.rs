@@ -66,6 +66,17 @@ impl Decoder for LspCodec {
                 return Ok(None);
             }
         }
+        // No header starts with `{` or `[`: this is JSON sent without
+        // framing (a client speaking newline-delimited JSON-RPC, or a person
+        // typing a request). Say so and skip to the end of its line, where a
+        // framed message may follow, instead of waiting for a blank line
+        // that never comes.
+        if starts_as_json(src)
+            && let Some(newline) = src.iter().position(|&b| b == b'\n')
+        {
+            src.advance(newline + 1);
+            return Ok(Some(Frame::Malformed(unframed())));
+        }
         let Some(end) = find(src, b"\r\n\r\n") else {
             if src.len() > MAX_HEADER {
                 // No header terminator in sight: drop what we have.
@@ -101,6 +112,46 @@ impl Decoder for LspCodec {
         src.advance(end + 4);
         Ok(Some(Frame::Body(src.split_to(length).freeze())))
     }
+
+    /// At the end of the input, bytes that are no whole frame (bare JSON
+    /// with no newline, a header with no blank line, a body cut short) are
+    /// one last malformed frame, answered like any other, rather than an
+    /// I/O error that only says "bytes remaining on stream".
+    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, Self::Error> {
+        if let Some(frame) = self.decode(src)? {
+            return Ok(Some(frame));
+        }
+        if src.iter().all(u8::is_ascii_whitespace) {
+            src.clear();
+            return Ok(None);
+        }
+        let reason = if starts_as_json(src) {
+            unframed()
+        } else {
+            format!(
+                "the input ended inside a frame ({} bytes that are not a whole frame); toolwire serve expects {FRAMING}",
+                src.len()
+            )
+        };
+        src.clear();
+        Ok(Some(Frame::Malformed(reason)))
+    }
+}
+
+/// How a frame is made, for the errors about input that is not one.
+const FRAMING: &str = "LSP framing: each message is `Content-Length: N`, a blank line (`\\r\\n\\r\\n`), then N bytes of JSON (docs/protocol.md, \"Transport\")";
+
+/// Whether the input starts as a JSON object or array would, which no
+/// header line can.
+fn starts_as_json(src: &[u8]) -> bool {
+    src.iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|b| matches!(b, b'{' | b'['))
+}
+
+/// Why JSON that arrives without a header is refused.
+fn unframed() -> String {
+    format!("unframed JSON: toolwire serve expects {FRAMING}")
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
@@ -161,6 +212,47 @@ mod tests {
         assert!(matches!(frames[1], Frame::Malformed(_)));
         // The oversized frame swallows what follows as its body.
         assert!(matches!(frames[2], Frame::Malformed(_)));
+    }
+
+    #[test]
+    fn bare_json_is_named_unframed_and_a_frame_after_it_still_decodes() {
+        let frames = decode_all(
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\"}\nContent-Length: 2\r\n\r\n{}",
+        );
+        assert_eq!(frames.len(), 2, "{frames:?}");
+        match &frames[0] {
+            Frame::Malformed(reason) => {
+                assert!(reason.starts_with("unframed JSON"), "{reason}");
+                assert!(reason.contains("Content-Length: N"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(frames[1], Frame::Body(Bytes::from_static(b"{}")));
+    }
+
+    #[test]
+    fn what_is_left_at_the_end_of_input_is_one_malformed_frame() {
+        let mut codec = LspCodec::default();
+        // Bare JSON with no newline: only the end of input shows it.
+        let mut buf = BytesMut::from(&b"[1,2]"[..]);
+        assert_eq!(codec.decode(&mut buf).unwrap(), None);
+        match codec.decode_eof(&mut buf).unwrap() {
+            Some(Frame::Malformed(reason)) => assert!(reason.starts_with("unframed JSON")),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(codec.decode_eof(&mut buf).unwrap(), None);
+        // A body cut short.
+        let mut buf = BytesMut::from(&b"Content-Length: 9\r\n\r\n{}"[..]);
+        match codec.decode_eof(&mut buf).unwrap() {
+            Some(Frame::Malformed(reason)) => {
+                assert!(reason.contains("ended inside a frame"), "{reason}");
+                assert!(reason.contains("Content-Length: N"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Trailing blank lines are nothing.
+        let mut buf = BytesMut::from(&b"\r\n"[..]);
+        assert_eq!(codec.decode_eof(&mut buf).unwrap(), None);
     }
 
     #[test]

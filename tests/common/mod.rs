@@ -421,3 +421,16 @@ pub fn spawn_shared(
     let stdout = child.stdout.take().unwrap();
     (Client::new(stdout, stdin), child)
 }
+
+/// The commit logs (`<dataDir>/wal/*.wal`) that processes left in `data`:
+/// a process that stopped cleanly leaves none.
+pub fn commit_logs(data: &Path) -> Vec<String> {
+    match std::fs::read_dir(data.join("wal")) {
+        Ok(entries) => entries
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".wal"))
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}

@@ -194,17 +194,7 @@ impl Peer {
     /// Close stdin and wait for the process to exit.
     pub fn finish(mut self) -> ExitStatus {
         drop(self.stdin.take());
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                panic!("the peer did not exit after its input closed");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.exit_status()
     }
 }
 
