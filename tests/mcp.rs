@@ -765,6 +765,70 @@ fn a_server_of_neither_revision_is_a_clear_error() {
     }
 }
 
+/// A server with no tools and no resources: the front's own additions are
+/// merged into its `initialize` result and (for a 2026-07-28 client,
+/// behind the same server) its `server/discover` answer, and the front
+/// lists and answers `read_saved_output`, `resources/list` and
+/// `resources/templates/list` alone.
+#[test]
+fn the_fronts_additions_are_merged_into_a_bare_server() {
+    let data = tempfile::tempdir().unwrap();
+    let mut legacy = Peer::start(
+        &front_argv("bare", &[], &odd_server("toolless", &[])),
+        data.path(),
+    );
+    let init: Value =
+        serde_json::from_str(&legacy.request(1, &initialize(1, "2025-11-25"))).unwrap();
+    assert_eq!(
+        init["result"]["capabilities"],
+        json!({"prompts": {}, "resources": {}, "tools": {}}),
+        "{init}"
+    );
+    legacy.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    let list: Value = serde_json::from_str(
+        &legacy.request(2, r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#),
+    )
+    .unwrap();
+    let names: Vec<&Value> = list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| &t["name"])
+        .collect();
+    assert_eq!(names, [&json!("read_saved_output")], "{list}");
+    assert!(legacy.finish().success());
+
+    let mut modern_client = Peer::start(
+        &front_argv("bare", &[], &odd_server("toolless", &[])),
+        data.path(),
+    );
+    let found: Value =
+        serde_json::from_str(&modern_client.request(1, &modern(1, "server/discover", json!({}))))
+            .unwrap();
+    assert_eq!(
+        found["result"]["capabilities"],
+        json!({"prompts": {}, "resources": {}, "tools": {}}),
+        "{found}"
+    );
+    let list: Value =
+        serde_json::from_str(&modern_client.request(2, &modern(2, "tools/list", json!({}))))
+            .unwrap();
+    assert_eq!(
+        list["result"]["tools"][0]["name"],
+        json!("read_saved_output")
+    );
+    assert_eq!(list["result"]["resultType"], json!("complete"), "{list}");
+    let templates: Value = serde_json::from_str(
+        &modern_client.request(3, &modern(3, "resources/templates/list", json!({}))),
+    )
+    .unwrap();
+    assert_eq!(
+        templates["result"],
+        json!({"resourceTemplates": [], "resultType": "complete", "ttlMs": 0, "cacheScope": "private"})
+    );
+    assert!(modern_client.finish().success());
+}
+
 /// `tools.<name>.maxResultChars` in the configuration wins over the
 /// server's `anthropic/maxResultSizeChars` on the tool.
 #[test]

@@ -77,6 +77,7 @@ struct Peers {
     /// `initialize` result, the source of `server/discover` answers.
     legacy_server: Option<Map<String, Value>>,
     has_resources: Option<bool>,
+    has_tools: Option<bool>,
     /// The server lists its own `read_saved_output`: ours steps aside.
     has_read_tool: bool,
     /// Tool of each task a `tools/call` started (revision 2025-11-25): its
@@ -522,13 +523,15 @@ impl Front {
     /// The server's era is known, and from its handshake result whether it
     /// has resources of its own.
     fn found_server(&self, era: Era, handshake: &Map<String, Value>) {
-        let mut peers = lock(&self.peers);
-        peers.server_era = Some(era);
-        peers.has_resources = Some(
+        let has = |capability: &str| {
             handshake
                 .get("capabilities")
-                .is_some_and(|c| c.get("resources").is_some()),
-        );
+                .is_some_and(|c| c.get(capability).is_some())
+        };
+        let mut peers = lock(&self.peers);
+        peers.server_era = Some(era);
+        peers.has_resources = Some(has("resources"));
+        peers.has_tools = Some(has("tools"));
     }
 
     /// Send `line` (a request with id `id`) to the server and wait for its
@@ -645,6 +648,12 @@ impl Front {
             }
             "resources/templates/list" if lock(&self.peers).has_resources == Some(false) => {
                 json!({"resourceTemplates": []})
+            }
+            // The front announced tools for its own alone.
+            "tools/list"
+                if lock(&self.peers).has_tools == Some(false) && self.read_tool_active() =>
+            {
+                json!({"tools": [saved::tool_definition(version.as_deref())]})
             }
             _ => return false,
         };
@@ -791,7 +800,8 @@ impl Front {
 
     /// An `initialize` or `server/discover` result: the front's links must
     /// be readable with `resources/read`, so it has a `resources`
-    /// capability whatever the server has.
+    /// capability whatever the server has, and a `tools` one while the
+    /// front lists `read_saved_output`.
     fn on_handshake(&self, result: &mut Map<String, Value>) -> bool {
         let mut peers = lock(&self.peers);
         if let Some(version) = result.get("protocolVersion").and_then(Value::as_str) {
@@ -800,13 +810,21 @@ impl Front {
         let Some(Value::Object(caps)) = result.get_mut("capabilities") else {
             return false;
         };
-        let has = caps.contains_key("resources");
-        peers.has_resources = Some(has);
-        if has {
-            return false;
+        let has_resources = caps.contains_key("resources");
+        let has_tools = caps.contains_key("tools");
+        peers.has_resources = Some(has_resources);
+        peers.has_tools = Some(has_tools);
+        let mut changed = false;
+        if !has_resources {
+            caps.insert("resources".into(), json!({}));
+            changed = true;
         }
-        caps.insert("resources".into(), json!({}));
-        true
+        if !has_tools && self.read_tool {
+            // `read_saved_output` is a tool, listed by the front alone.
+            caps.insert("tools".into(), json!({}));
+            changed = true;
+        }
+        changed
     }
 
     /// A `tools/list` page, in the server's order: each tool's declared

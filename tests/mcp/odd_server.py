@@ -8,6 +8,8 @@ behind `toolwire mcp`:
     odd_server.py silent       reads everything, answers nothing
     odd_server.py garbage      answers every request with a line that is
                                not JSON
+    odd_server.py toolless     a 2025-11-25 server with prompts only (no tools,
+                               no resources)
     odd_server.py echo         a 2025-11-25 server whose `tools/call` result
                                carries the arguments back as structured
                                content and the SHA-256 of the exact line it
@@ -72,7 +74,9 @@ def main():
         if mode == "refuses":
             send({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": f"no method {method}"}})
             continue
-        if method == "initialize":
+        if method == "initialize" and mode == "toolless":
+            result(id, {**INIT, "capabilities": {"prompts": {}}})
+        elif method == "initialize":
             result(id, INIT)
         elif method == "tools/list":
             result(id, {"tools": [{"name": "echo" if mode == "echo" else "flood", "inputSchema": {"type": "object"}}]})
