@@ -491,6 +491,75 @@ fn the_wheel_installs_in_a_fresh_venv_and_the_python_client_runs_its_binary() {
     assert_eq!(text(&out), format!("{}\n{VERSION}\n", installed.display()));
 }
 
+/// How `command serve` ends when SIGTERM reaches the process that was
+/// started, once it has answered `initialize` (so the binary is running).
+fn terminated(command: &Path, root: &Path) -> std::process::ExitStatus {
+    use std::io::{BufRead, Read, Write};
+    let mut child = Command::new(command)
+        .arg("serve")
+        .current_dir(root)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let body = serde_json::json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"processId": null, "rootUri": url::Url::from_directory_path(root).unwrap().as_str()},
+    })
+    .to_string();
+    let mut stdin = child.stdin.take().unwrap();
+    write!(stdin, "Content-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+    let mut reply = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        reply.read_line(&mut line).unwrap();
+        if let Some(n) = line.strip_prefix("Content-Length: ") {
+            length = n.trim().parse().unwrap();
+        }
+        if line == "\r\n" || line.is_empty() {
+            break;
+        }
+    }
+    let mut answer = vec![0; length];
+    reply.read_exact(&mut answer).unwrap();
+    let answer: Value = serde_json::from_slice(&answer).unwrap();
+    assert_eq!(
+        answer["result"]["serverInfo"]["version"], VERSION,
+        "{answer}"
+    );
+    // The processes it started (the launcher's binary), to see them end too.
+    let tasks = std::fs::read_dir(format!("/proc/{}/task", child.id())).unwrap();
+    let started: Vec<i32> = tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("children")).ok())
+        .flat_map(|c| {
+            c.split_whitespace()
+                .map(|p| p.parse().unwrap())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    // SAFETY: kill(2) on the pid of a child not yet waited for.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let status = child.wait().unwrap();
+    // Node reaps the binary before it exits: a pid still there was orphaned.
+    let left: Vec<_> = started
+        .into_iter()
+        .filter(|pid| Path::new(&format!("/proc/{pid}")).exists())
+        .collect();
+    for pid in &left {
+        // SAFETY: kill(2); the test fails below in any case.
+        unsafe { libc::kill(*pid, libc::SIGKILL) };
+    }
+    assert!(
+        left.is_empty(),
+        "{} left {left:?} running",
+        command.display()
+    );
+    drop(stdin);
+    status
+}
+
 #[test]
 fn the_npm_packages_install_globally_and_the_typescript_client_runs_their_binary() {
     let tmp = tempfile::tempdir().unwrap();
@@ -572,6 +641,12 @@ fn the_npm_packages_install_globally_and_the_typescript_client_runs_their_binary
         .unwrap();
     assert_eq!(launched.status.code(), direct.status.code());
     assert_eq!(launched.stderr, direct.stderr);
+    // A harness stopping `toolwire serve` (or `npx toolwire mcp`) signals the
+    // process it started, here the launcher: the binary gets the signal and
+    // the launcher ends as the binary does when signalled itself.
+    let dir = tmp.path().join("workspace");
+    std::fs::create_dir(&dir).unwrap();
+    assert_eq!(terminated(&command, &dir), terminated(Path::new(BIN), &dir));
 
     // A project with the TypeScript client (its `npm pack` tarball) and the
     // toolwire package: the client runs the platform package's binary,
