@@ -389,26 +389,14 @@ fn send_signal(pid: u32, signal: &str) {
 /// `serve` as its client going away does.
 #[test]
 fn serve_stopped_by_sigterm_or_sigint_removes_its_commit_log() {
-    use std::io::{BufRead, BufReader, Read, Write};
+    use std::io::{BufReader, Write};
     for signal in ["TERM", "INT"] {
         let dir = tempfile::tempdir().unwrap();
         let mut child = spawn_in(dir.path(), &["serve"], Stdio::null());
         let mut stdin = child.stdin.take().unwrap();
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let mut read_reply = || {
-            let mut length = 0;
-            loop {
-                let mut line = String::new();
-                stdout.read_line(&mut line).unwrap();
-                if line == "\r\n" {
-                    break;
-                }
-                if let Some(n) = line.strip_prefix("Content-Length: ") {
-                    length = n.trim().parse().unwrap();
-                }
-            }
-            let mut body = vec![0; length];
-            stdout.read_exact(&mut body).unwrap();
+            let body = common::read_frame_blocking(&mut stdout);
             serde_json::from_slice::<serde_json::Value>(&body).unwrap()
         };
         stdin

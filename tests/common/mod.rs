@@ -434,3 +434,22 @@ pub fn commit_logs(data: &Path) -> Vec<String> {
         Err(_) => Vec::new(),
     }
 }
+
+/// The body of the next LSP frame on a blocking reader (the pipe of a
+/// `toolwire serve` child); panics when the stream ends first.
+pub fn read_frame_blocking(reader: &mut impl std::io::BufRead) -> Vec<u8> {
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        assert_ne!(reader.read_line(&mut line).unwrap(), 0, "the stream ended");
+        if line == "\r\n" {
+            break;
+        }
+        if let Some(n) = line.strip_prefix("Content-Length: ") {
+            length = n.trim().parse().unwrap();
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).unwrap();
+    body
+}
