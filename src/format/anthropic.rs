@@ -242,6 +242,12 @@ impl Dialect for Anthropic {
         true
     }
 
+    fn compaction_index(&self, message: &Value) -> Option<usize> {
+        blocks(message)
+            .iter()
+            .rposition(|b| block_type(b) == Some("compaction"))
+    }
+
     fn item_value<'a>(&self, message: &'a Value, index: usize) -> Option<&'a Value> {
         blocks(message).get(index)
     }
@@ -278,6 +284,9 @@ pub fn skim_head(head: MessageHead<'_>) -> Skim<'_> {
             Some("tool_use") if side == Some(Side::Assistant) => skim
                 .calls
                 .push((block.id.unwrap_or_default(), block.name.unwrap_or_default())),
+            // The provider drops what stands before a compaction block
+            // (PROTOCOL.md 11.2): no call there waits for a result.
+            Some("compaction") => skim.calls.clear(),
             Some("tool_result") if side == Some(Side::User) => {
                 let raw = block
                     .content

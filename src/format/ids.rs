@@ -159,6 +159,10 @@ fn pair_key(dialect: &dyn Dialect, messages: &[&Value], call: &Call) -> Option<[
     }
 }
 
+/// The holder of an id taken by a call before the newest compaction (no
+/// call of the mapping: never a pair to compare with).
+const BEFORE_CUT: usize = usize::MAX;
+
 /// What the id rules change in `messages`; empty for a dialect whose
 /// provider documents no rule, and for a conversation that keeps them.
 pub fn plan(dialect: &dyn Dialect, messages: &[&Value]) -> IdPlan {
@@ -167,14 +171,19 @@ pub fn plan(dialect: &dyn Dialect, messages: &[&Value]) -> IdPlan {
         return plan;
     }
     let calls = calls_with_results(dialect, messages);
-    // Mapped id → the call that holds it.
+    // Mapped id → the call that holds it. Calls before the newest
+    // compaction are never rewritten, and the provider may still read
+    // their ids: a call after it keeps clear of them too.
     let mut holder: HashMap<String, usize> = HashMap::with_capacity(calls.len());
+    for id in ids_before_cut(dialect, messages) {
+        holder.insert(id, BEFORE_CUT);
+    }
     // Original id → the pairs of the calls kept with it (made only for ids
     // met more than once).
     let mut kept: HashMap<&str, Vec<Option<[super::Digest; 2]>>> = HashMap::new();
     for (c, call) in calls.iter().enumerate() {
         let base = sanitize(&call.id);
-        let repeat = holder.contains_key(&base) && {
+        let repeat = holder.get(&base).is_some_and(|&h| h != BEFORE_CUT) && {
             let key = pair_key(dialect, messages, call);
             let earlier = kept.entry(&call.id).or_insert_with(|| {
                 calls[..c]
@@ -223,17 +232,47 @@ pub fn plan(dialect: &dyn Dialect, messages: &[&Value]) -> IdPlan {
     plan
 }
 
+/// The call ids before the newest compaction, in order.
+fn ids_before_cut(dialect: &dyn Dialect, messages: &[&Value]) -> Vec<String> {
+    let cut = super::compaction_cut(dialect, messages.iter().copied());
+    let Some((last, _)) = cut else {
+        return Vec::new();
+    };
+    messages[..=last]
+        .iter()
+        .enumerate()
+        .flat_map(|(m, message)| {
+            dialect
+                .items(message)
+                .into_iter()
+                .filter(move |i| i.kind == ItemKind::Call && super::before_cut(cut, m, i.index))
+                .map(|i| i.id.into_owned())
+        })
+        .collect()
+}
+
 /// The id faults of `messages`, as `(item, fault, id)`: each id outside
 /// the pattern (calls and results), and each call whose id an earlier call
 /// of the request already has. Empty when the provider documents no rule.
+/// Judged from the newest compaction on (what is before it is never
+/// rewritten, and the provider drops it), a call there reusing an id from
+/// before it included.
 pub fn faults(dialect: &dyn Dialect, messages: &[&Value]) -> Vec<(At, Fault, String)> {
     let mut out = Vec::new();
     if !dialect.checks_ids() {
         return out;
     }
-    let mut seen: std::collections::HashSet<String> = Default::default();
+    let cut = super::compaction_cut(dialect, messages.iter().copied());
+    let mut seen: std::collections::HashSet<String> =
+        ids_before_cut(dialect, messages).into_iter().collect();
     for (m, message) in messages.iter().enumerate() {
+        if cut.is_some_and(|(c, _)| m < c) {
+            continue;
+        }
         for item in dialect.items(message) {
+            if super::before_cut(cut, m, item.index) {
+                continue;
+            }
             let (invalid, call) = match item.kind {
                 ItemKind::Call => (Fault::InvalidCallId, true),
                 ItemKind::Result => (Fault::InvalidResultId, false),

@@ -898,6 +898,32 @@ pub trait Dialect: Send + Sync {
 
     /// Give the call or result item at `index` the id `id`.
     fn set_item_id(&self, _message: &mut Value, _index: usize, _id: &str) {}
+
+    /// The item index of the last server-side compaction in `message` (an
+    /// Anthropic `compaction` block, a Responses `compaction` item): the
+    /// provider drops everything before it (PROTOCOL.md 11.2).
+    fn compaction_index(&self, _message: &Value) -> Option<usize> {
+        None
+    }
+}
+
+/// Where the provider starts reading the conversation: `(message, item)`
+/// of its newest compaction, if any. What stands before it is never sent
+/// to the model: pairing is judged from here on, repair leaves what is
+/// before it alone, and budgeting decides nothing there.
+pub fn compaction_cut<'m>(
+    dialect: &dyn Dialect,
+    messages: impl DoubleEndedIterator<Item = &'m Value> + ExactSizeIterator,
+) -> Option<(usize, usize)> {
+    messages
+        .enumerate()
+        .rev()
+        .find_map(|(m, message)| Some((m, dialect.compaction_index(message)?)))
+}
+
+/// Whether the item `(message, index)` stands before `cut`.
+pub fn before_cut(cut: Option<(usize, usize)>, message: usize, index: usize) -> bool {
+    cut.is_some_and(|cut| (message, index) < cut)
 }
 
 /// A skim built from the parsed message, for dialects whose transcripts

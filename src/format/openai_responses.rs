@@ -101,6 +101,10 @@ impl Dialect for OpenaiResponses {
         Ok(())
     }
 
+    fn compaction_index(&self, message: &Value) -> Option<usize> {
+        (item_type(message) == "compaction").then_some(0)
+    }
+
     fn side(&self, message: &Value) -> Option<Side> {
         let kind = item_type(message);
         if kind == "message" {

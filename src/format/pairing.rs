@@ -91,15 +91,20 @@ impl Pairing {
     }
 }
 
-/// Pair the calls and results of `messages` (in order; `None` stands for a
-/// line that is not a message and is skipped).
+/// Pair the calls and results of `messages` (in order), from the newest
+/// server-side compaction on (PROTOCOL.md 11.2): the provider drops what
+/// came before it, so nothing there is a call to answer, and a result
+/// after it whose call stands before it is an orphan.
 pub fn pair<'m>(dialect: &dyn Dialect, messages: impl IntoIterator<Item = &'m Value>) -> Pairing {
+    let messages: Vec<&Value> = messages.into_iter().collect();
+    let cut = super::compaction_cut(dialect, messages.iter().copied());
     let mut pairing = Pairing::default();
     // Per turn, the verdict indexes of its calls (assistant turns).
     let mut turn_calls: Vec<usize> = Vec::new();
     let mut prev_calls = TurnCalls::default();
     let mut seen_content = false;
-    for (m, message) in messages.into_iter().enumerate() {
+    let start = cut.map_or(0, |(m, _)| m);
+    for (m, message) in messages.into_iter().enumerate().skip(start) {
         let Some(side) = dialect.side(message) else {
             continue;
         };
@@ -116,6 +121,9 @@ pub fn pair<'m>(dialect: &dyn Dialect, messages: impl IntoIterator<Item = &'m Va
             turn.messages.push(m);
         }
         for item in dialect.items(message) {
+            if super::before_cut(cut, m, item.index) {
+                continue;
+            }
             let mut verdict = ToolVerdict {
                 message: m,
                 index: item.index,

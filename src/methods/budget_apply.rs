@@ -149,6 +149,10 @@ pub async fn apply(
 
     let mut messages: Vec<Value> = params.messages.into_iter().map(|m| m.0).collect();
     let units = budget::units(dialect, &messages);
+    // The newest server-side compaction (PROTOCOL.md 11.2): the model never
+    // sees what stands before it, so nothing there is decided or saved;
+    // decisions already made there are still put back, byte for byte.
+    let cut = format::compaction_cut(dialect, messages.iter()).map(|(m, _)| m);
     let mut state = loaded.state.clone();
     let mut records = Vec::new();
     let mut seen = SeenLine {
@@ -165,7 +169,11 @@ pub async fn apply(
     let mut digests: Vec<Vec<(usize, Digest)>> = vec![Vec::new(); messages.len()];
     for unit_messages in &units {
         let refs: Vec<&Value> = unit_messages.iter().map(|&i| &messages[i]).collect();
-        let plan = budget::plan_message(&refs, &state, &pcx);
+        let mut plan = budget::plan_message(&refs, &state, &pcx);
+        if cut.is_some_and(|c| unit_messages.iter().all(|&m| m < c)) {
+            plan.fresh.clear();
+            plan.chosen.clear();
+        }
         for &(m, block, digest) in &plan.digests {
             digests[unit_messages[m]].push((block, digest));
         }

@@ -141,11 +141,16 @@ impl PairGuard {
         }
         // Items of messages that belong to no turn (a developer message)
         // are neither content nor tool items of the pair.
+        // A response with a server-side compaction: the provider drops what
+        // stands before it (PROTOCOL.md 11.2), so calls there wait for no
+        // result.
+        let cut = format::compaction_cut(dialect, group.iter());
         let items: Vec<(usize, format::Item)> = group
             .iter()
             .enumerate()
             .filter(|(_, m)| dialect.side(m).is_some())
             .flat_map(|(m, msg)| dialect.items(msg).into_iter().map(move |i| (m, i)))
+            .filter(|(m, i)| !format::before_cut(cut, *m, i.index))
             .collect();
         let item_path = |m: usize, index: usize| {
             if group.len() == 1 {
@@ -259,8 +264,9 @@ impl PairGuard {
                     flushed: None,
                 });
             }
-            // An assistant message before any result joins the pending turn.
-            if side == Some(Side::Assistant) && pending.answers.is_empty() {
+            // An assistant message before any result joins the pending turn
+            // (unless it compacts it away, below).
+            if side == Some(Side::Assistant) && pending.answers.is_empty() && cut.is_none() {
                 let called: HashSet<&str> = pending.calls.iter().map(|(p, _)| p.as_str()).collect();
                 let positional: HashSet<&str> = items
                     .iter()
@@ -287,8 +293,18 @@ impl PairGuard {
             }
         }
 
-        // Anything else first resolves a pending pair.
+        // Anything else first resolves a pending pair. A response that
+        // compacts the conversation leaves the pair before its compaction,
+        // where the provider no longer reads it: kept as it stands, as
+        // repair keeps what stands before a compaction.
         let (mut lines, flushed) = match &self.pending {
+            Some(pending) if cut.is_some() && side == Some(Side::Assistant) => {
+                let mut lines = Lines::default();
+                for m in pending.assistant.iter().chain(&pending.answers) {
+                    lines.push_message(m);
+                }
+                (lines, None)
+            }
             Some(_) => {
                 let (lines, result) = self.flush(dialect, abort, "interrupted by a new message");
                 (lines, Some(result))
