@@ -16,6 +16,7 @@ import { pathToFileURL } from "node:url";
 import {
   CancellationTokenSource,
   createMessageConnection,
+  ResponseError,
   StreamMessageReader,
   StreamMessageWriter,
   type MessageConnection,
@@ -98,6 +99,14 @@ function childInput(stdin: Writable): Writable {
   });
 }
 
+/**
+ * Whether a rejection is the server's answer, not vscode-jsonrpc's word
+ * that the connection failed (its codes -32099 to -32096, or a plain Error).
+ */
+function isAnswer(err: unknown): boolean {
+  return err instanceof ResponseError && !(err.code >= -32099 && err.code <= -32096);
+}
+
 /** The first lines of a child's stderr, for an error message. */
 function describeStderr(stderr: string): string {
   const lines = stderr.trimEnd().split("\n");
@@ -113,6 +122,8 @@ export class ToolwireClient extends ToolwireMethods {
   private readonly listeners = new Set<(method: string, params: unknown, result: unknown) => void>();
   /** With the shared daemon: its log file (see `daemonLogPath`). */
   daemonLog: string | undefined;
+  /** Set once the child has exited: what calls then fail with. */
+  private ended: string | undefined;
   /** Resolves with the child's exit code (null when killed by a signal) once it has exited. */
   readonly exited: Promise<number | null>;
 
@@ -121,12 +132,22 @@ export class ToolwireClient extends ToolwireMethods {
     private readonly child: ChildProcess,
     /** What `initialize` answered: server version, protocol version, methods. */
     public initializeResult: P.InitializeResult,
+    program: string,
+    closed: Promise<unknown>,
   ) {
     super();
+    // A child that ends fails every call still waiting, and every later
+    // one, with its exit status (vscode-jsonrpc alone would leave them
+    // waiting forever: what is written to a dead child is dropped).
     this.exited = new Promise((resolve) => {
-      if (child.exitCode !== null || child.signalCode !== null) resolve(child.exitCode);
-      else child.once("exit", (code) => resolve(code));
+      const exited = (code: number | null, signal: NodeJS.Signals | null) => {
+        this.ended = `toolwire: ${program} exited (${signal ? `signal ${signal}` : `status ${code}`})`;
+        resolve(code);
+      };
+      if (child.exitCode !== null || child.signalCode !== null) exited(child.exitCode, child.signalCode);
+      else child.once("exit", exited);
     });
+    void closed.then(() => connection.dispose());
     connection.onNotification("$/progress", (params: { token?: unknown; value?: unknown }) => {
       const handler = typeof params?.token === "string" ? this.progress.get(params.token) : undefined;
       handler?.(params.value);
@@ -200,7 +221,7 @@ export class ToolwireClient extends ToolwireMethods {
       throw toToolwireError("initialize", err);
     }
     await connection.sendNotification("initialized", {}).catch(() => undefined);
-    const client = new ToolwireClient(connection, child, result);
+    const client = new ToolwireClient(connection, child, result, program, closed);
     if (path && (options.shared ?? true) && !options.command) {
       client.daemonLog = daemonLogPath(path, result.serverInfo.version ?? "", options.env ?? process.env);
     }
@@ -255,6 +276,7 @@ export class ToolwireClient extends ToolwireMethods {
       for (const listener of this.listeners) listener(method, params, result);
       return result;
     } catch (err) {
+      if (this.ended !== undefined && !isAnswer(err)) throw new Error(this.ended);
       throw toToolwireError(method, err);
     } finally {
       options.signal?.removeEventListener("abort", onAbort);

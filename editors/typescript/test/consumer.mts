@@ -67,9 +67,23 @@ async function dyingBinary(): Promise<void> {
   }
 }
 
+async function endedChild(): Promise<void> {
+  // Calls after the child has ended fail with its exit status (they used
+  // to wait forever once writes to a dead child were dropped).
+  const c = await ToolwireClient.start({ root, command: [binary, "serve"], config: { durability: "none" } });
+  c.dispose();
+  assert.equal(await c.exited, 1); // an input that ended without `shutdown` (LSP)
+  await assert.rejects(c.stateGet({ sessionId: "gone" }), (err: unknown) => {
+    assert.ok(err instanceof Error);
+    assert.equal(err.message, `toolwire: ${binary} exited (status 1)`);
+    return true;
+  });
+}
+
 async function main(): Promise<void> {
   await notFound();
   await dyingBinary();
+  await endedChild();
   // Found through TOOLWIRE_BIN, shared (the default): two clients, one daemon.
   // RUST_LOG reaches the daemon its first client starts.
   const env = { ...process.env, TOOLWIRE_BIN: binary, PATH: emptyDir, RUST_LOG: "toolwire=info" };
