@@ -409,3 +409,30 @@ fn protocol_md_opens_with_the_real_binarys_exchange() {
         "docs/protocol.md's exchange is not what the binary says now: run `TOOLWIRE_UPDATE_DOCS=1 cargo test --test readme protocol_md` and review the diff"
     );
 }
+
+/// docs/benchmarks.md's table is benches/report.py's rendering of the
+/// saved run it names, never a hand edit.
+#[test]
+fn the_benchmark_table_is_rendered_from_one_saved_run() {
+    let page = read(&Path::new(ROOT).join("docs/benchmarks.md"));
+    let results = page
+        .split('`')
+        .find(|s| {
+            s.starts_with("benches/results/")
+                && s.ends_with(".json")
+                && Path::new(ROOT).join(s).is_file()
+        })
+        .expect("docs/benchmarks.md names the results file its table comes from");
+    let out = Command::new("python3")
+        .arg("benches/report.py")
+        .arg(results)
+        .args(["--check", "docs/benchmarks.md"])
+        .current_dir(ROOT)
+        .output()
+        .expect("python3 (README's requirements)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
