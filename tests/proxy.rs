@@ -282,6 +282,82 @@ async fn anthropic_sdk_30_turns_budgeted_and_byte_stable() {
     }
 }
 
+/// Issue 31, reproduction 1, through the official SDK: the loop as Claude
+/// Code sends it, results as text blocks and the cache breakpoint moved to
+/// the last block of the last user message on every turn (PROTOCOL.md
+/// 11.1). Every preview is byte-identical from the turn it is made on, with
+/// the marker on its text block that turn; each large result is saved
+/// once; and the provider's prompt cache (markers are not prompt content)
+/// reads the whole previous request on every turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_sdk_moving_cache_markers_keep_previews_and_the_cache() {
+    let fake = FakeProvider::start().await;
+    let proxy = Proxy::start(&fake.url(), "").await;
+    let out = agent("anthropic", &proxy.url, "markers", false).await;
+    assert_eq!(out["turns"], 30);
+    let received = fake.received();
+    assert_eq!(received.len(), 30);
+    assert!(
+        received.iter().all(|r| r.status == 200),
+        "a request was refused"
+    );
+    let mut previews: std::collections::HashMap<String, String> = Default::default();
+    for (k, r) in received.iter().enumerate() {
+        let body = r.json();
+        let messages = body["messages"].as_array().unwrap();
+        for (m, message) in messages.iter().enumerate() {
+            for b in message["content"].as_array().into_iter().flatten() {
+                if b["type"] != "tool_result" {
+                    continue;
+                }
+                let id = b["tool_use_id"].as_str().unwrap().to_owned();
+                let (text, marked) = match &b["content"] {
+                    Value::String(s) => (s.clone(), false),
+                    Value::Array(blocks) => (
+                        blocks[0]["text"].as_str().unwrap().to_owned(),
+                        blocks[0].get("cache_control").is_some(),
+                    ),
+                    other => panic!("{other}"),
+                };
+                let last = m + 1 == messages.len();
+                assert_eq!(
+                    marked, last,
+                    "turn {k}: the marker is where the agent put it"
+                );
+                match previews.get(&id) {
+                    Some(first) => assert_eq!(first, &text, "turn {k}: {id}'s preview changed"),
+                    None if text.starts_with("<persisted-output>") => {
+                        previews.insert(id, text);
+                    }
+                    None => assert!(text.chars().count() <= 50_000),
+                }
+            }
+        }
+        if k > 0 {
+            let before = &received[k - 1].prompt;
+            let read = fake_provider::common_prefix(before, &r.prompt);
+            assert!(
+                read >= before.len() - 2,
+                "turn {k}: the cache read {read} of {}",
+                before.len()
+            );
+        }
+    }
+    // Two sizes of agent.py's cycle of six are over the limit (120 KB and
+    // 60 KB): ten results in 30 turns, each saved once.
+    assert_eq!(previews.len(), 10, "{:?}", previews.keys());
+    let sessions = proxy.dir.path().join(".toolwire/sessions");
+    let mut saved = 0;
+    for session in std::fs::read_dir(&sessions).unwrap() {
+        let outputs = session.unwrap().path().join("tool-results");
+        if outputs.is_dir() {
+            saved += std::fs::read_dir(outputs).unwrap().count();
+        }
+    }
+    assert_eq!(saved, 10);
+    proxy.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_chat_sdk_30_turns_budgeted_and_byte_stable() {
     for stream in [false, true] {

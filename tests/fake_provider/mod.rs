@@ -34,6 +34,9 @@ pub struct Received {
     pub status: u16,
     /// The cached tokens reported (bytes of shared prefix).
     pub cache_read: u64,
+    /// Anthropic only: the prompt as Anthropic's cache reads it (see
+    /// [`anthropic_prompt`]), for tests of moving cache markers.
+    pub prompt: Vec<u8>,
 }
 
 impl Received {
@@ -158,6 +161,7 @@ async fn handle(state: Arc<Mutex<State>>, req: Request<Incoming>) -> Response<Bo
             body,
             status: 400,
             cache_read: 0,
+            prompt: Vec::new(),
         });
         return json_response(StatusCode::BAD_REQUEST, error_body(kind, &message));
     }
@@ -174,12 +178,17 @@ async fn handle(state: Arc<Mutex<State>>, req: Request<Incoming>) -> Response<Bo
     s.calls += 1;
     let call = s.calls;
     let total = body.len() as u64;
+    let prompt = match kind {
+        Kind::Anthropic => anthropic_prompt(&value),
+        _ => Vec::new(),
+    };
     s.received.push(Received {
         path,
         headers,
         body,
         status: 200,
         cache_read,
+        prompt,
     });
     drop(s);
     let stream = match kind {
@@ -210,7 +219,39 @@ fn gemini_model_path(path: &str) -> bool {
     path.starts_with("/v1beta/models/") || path.starts_with("/v1/models/")
 }
 
-fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+/// The prompt of an Anthropic request as its prompt cache sees it: tools,
+/// then system, then messages (the order its prompt caching guide gives
+/// for cache prefixes), with the `cache_control` markers left out (they
+/// say where to cache, they are not prompt content) and a `content` string
+/// read as the one text block it is shorthand for (the Messages API
+/// reference: a string is shorthand for an array of one `text` block).
+pub fn anthropic_prompt(body: &Value) -> Vec<u8> {
+    fn normalize(v: &Value) -> Value {
+        match v {
+            Value::Array(items) => Value::Array(items.iter().map(normalize).collect()),
+            Value::Object(map) => Value::Object(
+                map.iter()
+                    .filter(|(k, _)| k.as_str() != "cache_control")
+                    .map(|(k, v)| match (k.as_str(), v) {
+                        ("content", Value::String(text)) => {
+                            (k.clone(), json!([{"type": "text", "text": text}]))
+                        }
+                        _ => (k.clone(), normalize(v)),
+                    })
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+    let parts = json!([
+        body.get("tools").map(normalize),
+        body.get("system").map(normalize),
+        body.get("messages").map(normalize),
+    ]);
+    serde_json::to_vec(&parts).unwrap_or_default()
+}
+
+pub fn common_prefix(a: &[u8], b: &[u8]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 

@@ -8,6 +8,8 @@ MODE:
           (sizes cycle through SIZES), appended as the provider's docs show.
   orphan  one request whose history holds a tool call with no result,
           followed by a user message; prints the outcome instead of failing.
+  markers (anthropic) the loop as Claude Code sends it: results as text
+          blocks, the cache breakpoint moved to the last block every turn.
 Prints one JSON object on stdout.
 """
 
@@ -46,6 +48,41 @@ def anthropic_loop(base, turns, stream):
         content = [b.to_dict() for b in reply.content]
         messages.append({"role": "assistant", "content": content})
         results = [{"type": "tool_result", "tool_use_id": b["id"], "content": result_text(turn)}
+                   for b in content if b["type"] == "tool_use"]
+        assert results, "the fake provider always answers with a tool call"
+        messages.append({"role": "user", "content": results})
+    return {"turns": turns}
+
+
+def anthropic_markers(base, turns, stream):
+    """As Claude Code sends its conversation: tool results as text blocks,
+    and one cache breakpoint on the last block of the last user message,
+    moved there on every turn (taken off the block that had it before)."""
+    import anthropic
+    client = anthropic.Anthropic(api_key="sk-ant-test", base_url=base, max_retries=0)
+    marker = {"type": "ephemeral"}
+    messages = [{"role": "user", "content": [{"type": "text", "text": PROMPT}]}]
+    for turn in range(turns):
+        for m in messages:
+            if isinstance(m["content"], list):
+                for b in m["content"]:
+                    b.pop("cache_control", None)
+                    for inner in b.get("content", []) if isinstance(b.get("content"), list) else []:
+                        inner.pop("cache_control", None)
+        last = messages[-1]["content"][-1]
+        target = last["content"][-1] if last.get("type") == "tool_result" else last
+        target["cache_control"] = dict(marker)
+        args = dict(model="claude-sonnet-4-5", max_tokens=1024, system="You are a coding agent.",
+                    tools=TOOLS_ANTHROPIC, messages=messages)
+        if stream:
+            with client.messages.stream(**args) as s:
+                reply = s.get_final_message()
+        else:
+            reply = client.messages.create(**args)
+        content = [b.to_dict() for b in reply.content]
+        messages.append({"role": "assistant", "content": content})
+        results = [{"type": "tool_result", "tool_use_id": b["id"],
+                    "content": [{"type": "text", "text": result_text(turn)}]}
                    for b in content if b["type"] == "tool_use"]
         assert results, "the fake provider always answers with a tool call"
         messages.append({"role": "user", "content": results})
@@ -164,6 +201,8 @@ def main():
     a = p.parse_args()
     if a.mode == "orphan":
         out = orphan(a.provider, a.base)
+    elif a.mode == "markers":
+        out = anthropic_markers(a.base, a.turns, a.stream)
     else:
         loop = {"anthropic": anthropic_loop, "openai-chat": chat_loop,
                 "openai-responses": responses_loop, "gemini": gemini_loop}[a.provider]
