@@ -358,6 +358,48 @@ async fn anthropic_sdk_moving_cache_markers_keep_previews_and_the_cache() {
     proxy.stop().await;
 }
 
+/// PROTOCOL.md 11.1 through the proxy: a fork whose conversation shares the
+/// parent's first messages (the same derived session) sends the parent's
+/// exact bytes for the shared prefix, decisions included, and gets its own
+/// for what it does differently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_sharing_the_parents_first_messages_sends_the_parents_bytes() {
+    let fake = FakeProvider::start().await;
+    let proxy = Proxy::start(&fake.url(), "").await;
+    let call = |id: &str| json!({"role": "assistant", "content": [{"type": "tool_use", "id": id, "name": "Bash", "input": {"command": id}}]});
+    let result = |id: &str, n: usize| json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": format!("{id}: warning\n").repeat(n)}]});
+    let shared = vec![
+        json!({"role": "user", "content": "fix the build"}),
+        call("toolu_1"),
+        result("toolu_1", 8000),
+        call("toolu_2"),
+        result("toolu_2", 7000),
+    ];
+    let mut parent = shared.clone();
+    parent.extend([call("toolu_3"), result("toolu_3", 9000)]);
+    let mut fork = shared.clone();
+    fork.extend([call("toolu_f"), result("toolu_f", 6000)]);
+    for messages in [&parent, &fork] {
+        let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": messages});
+        let (status, answer) = raw_request(&proxy.url, "/v1/messages", &body.to_string()).await;
+        assert_eq!(status, 200, "{answer}");
+    }
+    let received = fake.received();
+    let end = element_end(&received[0].body, "messages", shared.len() - 1);
+    assert_eq!(
+        end,
+        element_end(&received[1].body, "messages", shared.len() - 1)
+    );
+    assert_eq!(received[1].body[..end], received[0].body[..end]);
+    let texts = result_texts("anthropic", &received[1].json());
+    assert!(
+        texts.iter().all(|t| t.starts_with("<persisted-output>")),
+        "{texts:?}"
+    );
+    assert_ne!(texts[2], result_texts("anthropic", &received[0].json())[2]);
+    proxy.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_chat_sdk_30_turns_budgeted_and_byte_stable() {
     for stream in [false, true] {

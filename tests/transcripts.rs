@@ -607,9 +607,25 @@ fn render(lines: &[Gen]) -> Vec<u8> {
 /// just before; no tool block in the wrong role.
 fn violations(messages: &[Value]) -> Vec<String> {
     let mut faults = Vec::new();
+    // The provider drops every block before the newest compaction block
+    // (PROTOCOL.md 11.2): read from there on.
+    let mut messages = messages.to_vec();
+    let blocks_of = |m: &Value| m["content"].as_array().cloned().unwrap_or_default();
+    if let Some(at) = messages
+        .iter()
+        .rposition(|m| blocks_of(m).iter().any(|b| b["type"] == "compaction"))
+    {
+        let blocks = blocks_of(&messages[at]);
+        let from = blocks
+            .iter()
+            .rposition(|b| b["type"] == "compaction")
+            .unwrap();
+        messages[at]["content"] = Value::Array(blocks[from..].to_vec());
+        messages.drain(..at);
+    }
     // Merge into turns.
     let mut turns: Vec<(String, Vec<Value>)> = Vec::new();
-    for m in messages {
+    for m in &messages {
         let role = m["role"].as_str().unwrap().to_owned();
         let blocks = match &m["content"] {
             Value::Array(b) => b.clone(),
