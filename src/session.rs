@@ -539,6 +539,11 @@ pub struct Loaded {
     /// On a shared store: the session's pending pair as last read or
     /// written there (its JSON bytes), which `guard` holds.
     pub pair_row: Option<Vec<u8>>,
+    /// On a shared store: the incarnation of the session last read (gc
+    /// removed the one it knew when another is found).
+    pub incarnation: Option<i64>,
+    /// On a shared store: keeps gc off the session while it is loaded.
+    pub hold: Option<crate::store::postgres::LoadedHold>,
 }
 
 impl Loaded {

@@ -468,17 +468,18 @@ async fn shared_client(
     data_dir: &Path,
 ) -> (
     common::MemClient,
-    tokio::task::JoinHandle<toolwire::server::ConnectionEnd>,
+    std::sync::Arc<toolwire::server::Server>,
     tempfile::TempDir,
 ) {
-    let (mut c, task) = common::connect(shared_server(db));
+    let server = shared_server(db);
+    let (mut c, _task) = common::connect(server.clone());
     let ws = tempfile::tempdir().unwrap();
     c.initialize(
         ws.path(),
         json!({"dataDir": data_dir, "durability": "none", "limits": {"maxResultChars": 100}}),
     )
     .await;
-    (c, task, ws)
+    (c, server, ws)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -486,7 +487,7 @@ async fn gc_on_the_shared_store_removes_expired_sessions_and_keeps_fork_parents(
     let (db, store) = common::pg::migrated_database();
     let data = tempfile::tempdir().unwrap();
     let data_dir = data.path().canonicalize().unwrap();
-    let (mut c, _task, _ws) = shared_client(&db, &data_dir).await;
+    let (mut c, server, _ws) = shared_client(&db, &data_dir).await;
     for session in ["old", "solo"] {
         let messages = conversation(session, 1);
         c.call(
@@ -504,6 +505,9 @@ async fn gc_on_the_shared_store_removes_expired_sessions_and_keeps_fork_parents(
     // The fork reads its parent's rows: it knows the parent's decision.
     let child = c.call("state/get", json!({"sessionId": "child"})).await;
     assert_eq!(child["seenIds"], json!(["old-call-0"]));
+    // The replica lets go of them, as it does of idle sessions: gc never
+    // removes a session a replica holds loaded.
+    common::pg::unload(&server, &db).await;
 
     let gc = |dry: bool| gc_cli(&db, &data_dir, "max_age_days = 0", dry);
     let dry = gc(true);
@@ -534,13 +538,11 @@ async fn gc_on_the_shared_store_removes_expired_sessions_and_keeps_fork_parents(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gc_on_the_shared_store_deletes_expired_sessions_objects_from_the_bucket() {
     const BUCKET: &str = "fleet-gc";
-    let s3 = s3::S3Server::start();
-    s3.create_bucket(BUCKET);
-    let objects = s3.objects_config(BUCKET, "team");
-    let (db, store) = common::pg::migrated_database();
-    let data = tempfile::tempdir().unwrap();
-    let data_dir = data.path().canonicalize().unwrap();
-    let (mut c, _task) = common::connect(shared_server(&db));
+    let f = &s3::SharedFixture::start(BUCKET, "team", common::pg::migrated_database());
+    let (s3, objects, db, store) = (&f.s3, &f.objects, &f.db, &f.store);
+    let data_dir = &f.data_dir;
+    let server = shared_server(db);
+    let (mut c, _task) = common::connect(server.clone());
     let ws = tempfile::tempdir().unwrap();
     c.initialize(
         ws.path(),
@@ -570,15 +572,17 @@ async fn gc_on_the_shared_store_deletes_expired_sessions_objects_from_the_bucket
         );
     }
     assert!(
-        saved_outputs(&data_dir, "one").is_empty(),
+        saved_outputs(data_dir, "one").is_empty(),
         "saved outputs went to the bucket"
     );
+    // Idle, the replica lets go of them: then gc may remove them.
+    common::pg::unload(&server, db).await;
 
     // `toolwire gc --dry-run` over the same database and bucket.
     let gc_ws = workspace_with(&format!(
         "{}{}[retention]\nmax_age_days = 0\n",
-        toml(&db, &data_dir, "http://127.0.0.1:9"),
-        objects_toml(&objects)
+        toml(db, data_dir, "http://127.0.0.1:9"),
+        objects_toml(objects)
     ));
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolwire"))
         .args(["gc", "--json", "--dry-run", "--workspace"])
@@ -690,7 +694,8 @@ async fn the_shared_daemon_decides_and_collects_on_the_shared_store() {
                          "limits": {"maxResultChars": 100}});
 
     // Another replica wrote a session the daemon's retention finds expired.
-    let (mut other, _task) = common::connect(shared_server(&db));
+    let other_server = shared_server(&db);
+    let (mut other, _task) = common::connect(other_server.clone());
     let ws_other = tempfile::tempdir().unwrap();
     other.initialize(ws_other.path(), options.clone()).await;
     other
@@ -700,6 +705,8 @@ async fn the_shared_daemon_decides_and_collects_on_the_shared_store() {
         )
         .await;
     assert!(store.read("expired", 0).await.unwrap().is_some());
+    // And let go of it, idle.
+    common::pg::unload(&other_server, &db).await;
 
     let upstream = "http://127.0.0.1:9";
     let ws = workspace_with(&format!(
@@ -769,7 +776,7 @@ async fn gc_on_the_shared_store_keeps_under_max_total_bytes_oldest_first() {
     let (db, store) = common::pg::migrated_database();
     let data = tempfile::tempdir().unwrap();
     let data_dir = data.path().canonicalize().unwrap();
-    let (mut c, _task, _ws) = shared_client(&db, &data_dir).await;
+    let (mut c, server, _ws) = shared_client(&db, &data_dir).await;
     // Written in this order: a (then forked), b, c; about 61 KB each.
     for session in ["a", "b", "c"] {
         c.call(
@@ -784,6 +791,7 @@ async fn gc_on_the_shared_store_keeps_under_max_total_bytes_oldest_first() {
         json!({"sessionId": "a", "newSessionId": "a-fork"}),
     )
     .await;
+    common::pg::unload(&server, &db).await;
 
     let gc = |dry: bool| gc_cli(&db, &data_dir, "max_total_bytes = 150_000", dry);
     let dry = gc(true);

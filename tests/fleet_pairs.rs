@@ -454,8 +454,11 @@ async fn a_database_without_pending_pairs_is_refused_until_migrated() {
             .unwrap();
         let store = Postgres::connect(&url, 2).unwrap();
         let err = store.check_schema().await.unwrap_err().to_string();
+        let latest = toolwire::store::postgres::MIGRATIONS.last().unwrap().0;
         assert!(
-            err.contains("at version 1 and this toolwire needs 2: run `toolwire migrate`"),
+            err.contains(&format!(
+                "at version 1 and this toolwire needs {latest}: run `toolwire migrate`"
+            )),
             "{err}"
         );
         // `toolwire migrate`, the real command, brings it up to date.

@@ -12,11 +12,17 @@
 //!   period; so do outputs of a session the database does not hold (an
 //!   apply that died before its decisions committed, a gc cut short).
 //!
-//! Nothing is removed from under a `budget/apply`: before touching a
-//! session, gc takes its directory's lock (for outputs under the data
-//! directory) and its outputs' hold in the database (for outputs in the
-//! bucket, [`OutputsHold`]) exclusively, without waiting, and skips the
-//! session when an apply holds either. Under them it deletes a session's
+//! Nothing is removed from under a replica: before removing a session,
+//! gc takes exclusively, without waiting, its directory's lock (for
+//! outputs under the data directory), its outputs' hold in the database
+//! ([`OutputsHold`]) and its loaded key
+//! ([`super::postgres::LoadedHold`], which every replica holds shared for
+//! each session it has loaded, from before its first read), and skips the
+//! session when anyone holds any of them: a replica holding the session
+//! loaded, or with an apply in flight on it, keeps it (as a server holding
+//! a transcript open keeps it on the local store). Sweeping a kept
+//! session's unreferenced outputs takes the directory's lock and the
+//! outputs' hold only. Under them it deletes a session's
 //! rows only if nothing was committed to it since the scan, and it reads
 //! the references again before deleting an output, so it sees every
 //! decision an apply made with the outputs it wrote or found.
@@ -66,14 +72,17 @@ pub async fn collect(
         if !remove.contains(id) {
             continue;
         }
+        // A dry run asks for the holds too (and lets go at once), so it
+        // lists what a real run now would remove: not what a replica holds.
+        let Some(held) = hold(store, &sessions_dir, id, Hold::Whole).await? else {
+            continue;
+        };
         if dry_run {
+            held.release().await;
             report.bytes_freed += bytes;
             report.sessions_removed.push(id.clone());
             continue;
         }
-        let Some(held) = hold(store, &sessions_dir, id, objects.is_some()).await? else {
-            continue;
-        };
         if !store.remove_if_unchanged(id, row.last_seq).await? {
             held.release().await;
             continue;
@@ -131,7 +140,12 @@ pub async fn collect(
             }
             continue;
         }
-        let Some(held) = hold(store, &sessions_dir, id, objects.is_some()).await? else {
+        let what = if objects.is_some() {
+            Hold::Outputs
+        } else {
+            Hold::Dir
+        };
+        let Some(held) = hold(store, &sessions_dir, id, what).await? else {
             continue;
         };
         // Under the holds no apply is between writing and committing: the
@@ -346,28 +360,36 @@ impl Held {
     }
 }
 
-/// Hold `id`'s directory (when it exists) and, when outputs go to a
-/// bucket, its outputs in the database, exclusively; `None` when an apply
-/// holds either.
-async fn hold(
-    store: &Postgres,
-    sessions_dir: &Path,
-    id: &str,
-    bucket: bool,
-) -> Result<Option<Held>> {
+/// What gc holds of a session before it touches it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Hold {
+    /// Its directory under the data directory only (sweeping outputs
+    /// there).
+    Dir,
+    /// Its directory and its outputs in the database (sweeping outputs in
+    /// a bucket).
+    Outputs,
+    /// Everything: its directory, its outputs, and its loaded key, so that
+    /// no replica has it loaded or an apply on it in flight (removing it).
+    Whole,
+}
+
+/// Hold `id`'s directory (when it exists) and, as `what` says, its keys in
+/// the database, exclusively; `None` when an apply or a replica holds any.
+async fn hold(store: &Postgres, sessions_dir: &Path, id: &str, what: Hold) -> Result<Option<Held>> {
     let dir = sessions_dir.join(id);
     let dir = match lock_now(&dir) {
         Ok(Some(dir)) => dir,
         Ok(None) => return Ok(None),
         Err(err) => return Err(Error::storage(&dir, &err)),
     };
-    let outputs = if bucket {
-        match store.outputs_hold(id, true).await? {
+    let outputs = if what == Hold::Dir {
+        None
+    } else {
+        match store.gc_hold(id, what == Hold::Whole).await? {
             Some(hold) => Some(hold),
             None => return Ok(None),
         }
-    } else {
-        None
     };
     Ok(Some(Held { _dir: dir, outputs }))
 }

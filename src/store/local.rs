@@ -157,6 +157,8 @@ impl SessionStore for Local<'_> {
             journaled,
             shared_seq: 0,
             pair_row: None,
+            incarnation: None,
+            hold: None,
         }))
     }
 

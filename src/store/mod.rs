@@ -27,8 +27,16 @@ pub struct Commit {
     pub lines: Vec<u8>,
 }
 
-/// A session's commits and its pending pair's row, read as of one moment.
-pub type WithPair = (Vec<Commit>, Option<Vec<u8>>);
+/// A session's commits, its pending pair's row and its incarnation, read
+/// as of one moment.
+#[derive(Debug)]
+pub struct WithPair {
+    pub commits: Vec<Commit>,
+    pub pair: Option<Vec<u8>>,
+    /// Which life of the session this is: a session gc removed and a
+    /// commit made again has another (see the migration).
+    pub incarnation: i64,
+}
 
 /// A decision to race: the first replica to insert its key wins.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,6 +100,11 @@ pub trait SharedStore: Send + Sync + 'static {
         &'a self,
         session: &'a str,
     ) -> BoxFuture<'a, Result<Option<postgres::OutputsHold>>>;
+
+    /// Hold `session` loaded for as long as the hold lives, waiting while
+    /// a gc removes it: gc on any machine leaves a session a replica holds
+    /// loaded in place ([`postgres::LoadedHold`]).
+    fn hold_loaded<'a>(&'a self, session: &'a str) -> BoxFuture<'a, Result<postgres::LoadedHold>>;
 
     /// Retention over the store and the saved outputs in `data_dir`, or in
     /// `objects` when they are on object storage (`toolwire gc`,

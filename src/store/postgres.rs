@@ -20,6 +20,10 @@ use crate::transcript::Lines;
 pub const MIGRATIONS: &[(i32, &str)] = &[
     (1, include_str!("../../migrations/0001_shared_state.sql")),
     (2, include_str!("../../migrations/0002_pending_pairs.sql")),
+    (
+        3,
+        include_str!("../../migrations/0003_session_incarnations.sql"),
+    ),
 ];
 
 /// Key of the advisory lock `migrate` holds (an arbitrary constant: "tw16").
@@ -29,12 +33,19 @@ const MIGRATE_LOCK: i64 = 0x7477_3136;
 /// ([`OutputsHold`]); commits use [`LOCK_SQL`]'s.
 const OUTPUTS_SEED: i64 = 17;
 
+/// Seed of the advisory-lock keys that say a replica holds a session
+/// loaded ([`LoadedHold`]); gc removes a session only with this key's lock
+/// exclusive.
+const LOADED_SEED: i64 = 18;
+
 /// The store, holding a pool of connections to one database.
 pub struct Postgres {
     pool: Pool,
     /// Connections that hold a session's saved outputs ([`OutputsHold`]),
     /// apart from `pool`, so holds never starve the commits they wait for.
     holds: Pool,
+    /// The sessions this process holds loaded ([`LoadedHold`]).
+    loads: std::sync::Arc<Loads>,
 }
 
 /// A session's saved outputs held through the database: shared by a
@@ -47,10 +58,15 @@ pub struct Postgres {
 /// lock on a connection of its own; [`OutputsHold::release`] unlocks it,
 /// and a hold dropped unreleased (an error, a cancelled request) closes
 /// its connection, which releases the lock as surely.
+///
+/// gc removing a session holds, on the same connection, the session's
+/// [`LoadedHold`] key exclusively too: no replica has it loaded.
 pub struct OutputsHold {
     client: Option<deadpool_postgres::Object>,
     session: String,
     exclusive: bool,
+    /// The seeds of the keys held, each once.
+    seeds: Vec<i64>,
 }
 
 impl OutputsHold {
@@ -61,9 +77,12 @@ impl OutputsHold {
             } else {
                 "SELECT pg_advisory_unlock_shared(hashtextextended($1, $2))"
             };
-            if let Err(err) = client.query_one(sql, &[&self.session, &OUTPUTS_SEED]).await {
-                tracing::warn!(%err, "releasing a hold on saved outputs; closing its connection");
-                drop(deadpool_postgres::Object::take(client));
+            for seed in &self.seeds {
+                if let Err(err) = client.query_one(sql, &[&self.session, seed]).await {
+                    tracing::warn!(%err, "releasing a hold on saved outputs; closing its connection");
+                    drop(deadpool_postgres::Object::take(client));
+                    return;
+                }
             }
         }
     }
@@ -75,6 +94,134 @@ impl Drop for OutputsHold {
             // Out of the pool and closed: the server releases its locks.
             drop(deadpool_postgres::Object::take(client));
         }
+    }
+}
+
+/// A session a replica holds loaded: while it does, gc on any machine
+/// leaves the session in place, as the local store's gc leaves a
+/// transcript a server holds open. A shared advisory lock on the session's
+/// key, on one connection of the process's own that every loaded session
+/// shares (a connection each would not scale to thousands of sessions);
+/// dropped, it is released. Should that connection break (the database
+/// restarted), its locks go with it: the next hold reconnects and takes
+/// again the keys of every session still loaded, and until then a replica
+/// that finds a session removed under it starts that session afresh (the
+/// incarnation check in [`crate::store::shared`]).
+pub struct LoadedHold {
+    loads: std::sync::Arc<Loads>,
+    session: Option<String>,
+}
+
+impl Drop for LoadedHold {
+    fn drop(&mut self) {
+        let Some(session) = self.session.take() else {
+            return;
+        };
+        let loads = self.loads.clone();
+        // Unlocking is a round trip; outside a runtime (the process is
+        // ending) the connection closes and releases the lock as surely.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move { loads.release(&session).await });
+        }
+    }
+}
+
+/// The connection of the loaded holds, and how many holds of this process
+/// each session's lock stands for.
+pub struct Loads {
+    config: tokio_postgres::Config,
+    conn: tokio::sync::Mutex<LoadsConn>,
+}
+
+#[derive(Default)]
+struct LoadsConn {
+    client: Option<tokio_postgres::Client>,
+    counts: std::collections::HashMap<String, usize>,
+}
+
+impl Loads {
+    /// Count one more hold of `session`, locking its key if it is the
+    /// first; `false` when a gc holds the key.
+    async fn try_hold(&self, session: &str) -> Result<bool> {
+        let mut conn = self.conn.lock().await;
+        if let Some(count) = conn.counts.get_mut(session) {
+            *count += 1;
+            return Ok(true);
+        }
+        let client = self.connected(&mut conn).await?;
+        let got: bool = client
+            .query_one(
+                "SELECT pg_try_advisory_lock_shared(hashtextextended($1, $2))",
+                &[&session, &LOADED_SEED],
+            )
+            .await
+            .map_err(|err| db_error("holding a session", err))?
+            .get(0);
+        if got {
+            conn.counts.insert(session.to_owned(), 1);
+        }
+        Ok(got)
+    }
+
+    async fn release(&self, session: &str) {
+        let mut conn = self.conn.lock().await;
+        let Some(count) = conn.counts.get_mut(session) else {
+            return;
+        };
+        *count -= 1;
+        if *count > 0 {
+            return;
+        }
+        conn.counts.remove(session);
+        if let Some(client) = conn.client.as_ref().filter(|c| !c.is_closed()) {
+            let unlocked = client
+                .query_one(
+                    "SELECT pg_advisory_unlock_shared(hashtextextended($1, $2))",
+                    &[&session, &LOADED_SEED],
+                )
+                .await;
+            if let Err(err) = unlocked {
+                // Closing the connection releases every lock on it; the
+                // next hold reconnects and locks what is still loaded.
+                tracing::warn!(%err, "releasing a loaded session; reconnecting");
+                conn.client = None;
+            }
+        }
+    }
+
+    /// The connection, made anew (and every held key locked again on it)
+    /// when it is missing or broken.
+    async fn connected<'c>(&self, conn: &'c mut LoadsConn) -> Result<&'c tokio_postgres::Client> {
+        if conn.client.as_ref().is_none_or(|c| c.is_closed()) {
+            conn.client = None;
+            let (client, connection) = self
+                .config
+                .connect(NoTls)
+                .await
+                .map_err(|err| db_error("connecting", err))?;
+            tokio::spawn(async move {
+                if let Err(err) = connection.await {
+                    tracing::warn!(%err, "the connection holding loaded sessions ended");
+                }
+            });
+            for session in conn.counts.keys() {
+                let got: bool = client
+                    .query_one(
+                        "SELECT pg_try_advisory_lock_shared(hashtextextended($1, $2))",
+                        &[session, &LOADED_SEED],
+                    )
+                    .await
+                    .map_err(|err| db_error("holding a session", err))?
+                    .get(0);
+                if !got {
+                    tracing::info!(%session, "a gc holds a loaded session; its next read finds out");
+                }
+            }
+            conn.client = Some(client);
+        }
+        conn.client
+            .as_ref()
+            .ok_or_else(|| Error::Internal("no connection for loaded sessions".into()))
     }
 }
 
@@ -141,7 +288,7 @@ impl Postgres {
                 .map_err(|err| db_error("building the pool", err))
         };
         let holds = Manager::from_config(
-            config,
+            config.clone(),
             NoTls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
@@ -150,6 +297,10 @@ impl Postgres {
         Ok(Postgres {
             pool: pool(manager, max_connections)?,
             holds: pool(holds, max_connections / 4)?,
+            loads: std::sync::Arc::new(Loads {
+                config,
+                conn: tokio::sync::Mutex::new(LoadsConn::default()),
+            }),
         })
     }
 
@@ -161,37 +312,95 @@ impl Postgres {
         session: &str,
         exclusive: bool,
     ) -> Result<Option<OutputsHold>> {
-        let client = self
-            .holds
-            .get()
-            .await
-            .map_err(|err| db_error("connecting", err))?;
         if exclusive {
-            let got: bool = client
-                .query_one(
-                    "SELECT pg_try_advisory_lock(hashtextextended($1, $2))",
-                    &[&session, &OUTPUTS_SEED],
-                )
-                .await
-                .map_err(|err| db_error("holding saved outputs", err))?
-                .get(0);
-            if !got {
-                return Ok(None);
-            }
-        } else {
-            client
-                .query_one(
-                    "SELECT pg_advisory_lock_shared(hashtextextended($1, $2))",
-                    &[&session, &OUTPUTS_SEED],
-                )
-                .await
-                .map_err(|err| db_error("holding saved outputs", err))?;
+            return self.gc_hold(session, false).await;
         }
+        let client = self.hold_client().await?;
+        client
+            .query_one(
+                "SELECT pg_advisory_lock_shared(hashtextextended($1, $2))",
+                &[&session, &OUTPUTS_SEED],
+            )
+            .await
+            .map_err(|err| db_error("holding saved outputs", err))?;
         Ok(Some(OutputsHold {
             client: Some(client),
             session: session.to_owned(),
-            exclusive,
+            exclusive: false,
+            seeds: vec![OUTPUTS_SEED],
         }))
+    }
+
+    /// gc's hold on `session`, exclusive and taken without waiting: its
+    /// saved outputs, and with `whole` (gc is to remove the session) also
+    /// its [`LoadedHold`] key, so that no replica has it loaded. `None`
+    /// when anyone holds either.
+    pub async fn gc_hold(&self, session: &str, whole: bool) -> Result<Option<OutputsHold>> {
+        let mut hold = OutputsHold {
+            client: Some(self.hold_client().await?),
+            session: session.to_owned(),
+            exclusive: true,
+            seeds: Vec::new(),
+        };
+        let seeds: &[i64] = if whole {
+            &[LOADED_SEED, OUTPUTS_SEED]
+        } else {
+            &[OUTPUTS_SEED]
+        };
+        for seed in seeds {
+            let Some(client) = &hold.client else {
+                return Ok(None);
+            };
+            let got: bool = client
+                .query_one(
+                    "SELECT pg_try_advisory_lock(hashtextextended($1, $2))",
+                    &[&session, seed],
+                )
+                .await
+                .map_err(|err| db_error("gc: holding a session", err))?
+                .get(0);
+            if !got {
+                hold.release().await;
+                return Ok(None);
+            }
+            hold.seeds.push(*seed);
+        }
+        Ok(Some(hold))
+    }
+
+    async fn hold_client(&self) -> Result<deadpool_postgres::Object> {
+        self.holds
+            .get()
+            .await
+            .map_err(|err| db_error("connecting", err))
+    }
+
+    /// Hold `session` loaded ([`LoadedHold`]), waiting while a gc removes
+    /// it. Taken before the session is first read, so what the replica
+    /// reads is either from before gc removed it (then gc skips it) or
+    /// from after (then the replica starts from what is there now).
+    pub async fn hold_loaded_session(&self, session: &str) -> Result<LoadedHold> {
+        loop {
+            if self.loads.try_hold(session).await? {
+                return Ok(LoadedHold {
+                    loads: self.loads.clone(),
+                    session: Some(session.to_owned()),
+                });
+            }
+            // A gc holds the key exclusively: wait for it on a connection
+            // of the pool, so the connection of the loaded holds (which
+            // every session of this process shares) never waits.
+            let client = self.hold_client().await?;
+            for sql in [
+                "SELECT pg_advisory_lock_shared(hashtextextended($1, $2))",
+                "SELECT pg_advisory_unlock_shared(hashtextextended($1, $2))",
+            ] {
+                client
+                    .query_one(sql, &[&session, &LOADED_SEED])
+                    .await
+                    .map_err(|err| db_error("waiting for gc", err))?;
+            }
+        }
     }
 
     /// Every session, with what retention weighs it by.
@@ -469,7 +678,8 @@ async fn write_commit(
 }
 
 /// The commits of a session as [`READ_SQL`] reads them, then one row (its
-/// `seq` NULL) with the session's pending pair, when the session exists.
+/// `seq` NULL) with the session's pending pair and incarnation, when the
+/// session exists.
 const READ_WITH_PAIR_SQL: &str = "
 WITH RECURSIVE chain (session, upto) AS (
     SELECT $1::text, NULL::bigint
@@ -478,11 +688,11 @@ WITH RECURSIVE chain (session, upto) AS (
       FROM toolwire_sessions s JOIN chain c ON s.session = c.session
      WHERE s.parent IS NOT NULL
 )
-SELECT m.seq, m.lines, NULL::bytea
+SELECT m.seq, m.lines, NULL::bytea, NULL::bigint
   FROM toolwire_commits m JOIN chain c ON m.session = c.session
  WHERE m.seq > $2 AND (c.upto IS NULL OR m.seq <= c.upto)
 UNION ALL
-SELECT NULL::bigint, NULL::bytea, p.pair
+SELECT NULL::bigint, NULL::bytea, p.pair, s.incarnation
   FROM toolwire_sessions s LEFT JOIN toolwire_pending_pairs p ON p.session = s.session
  WHERE s.session = $1
  ORDER BY 1 NULLS LAST";
@@ -493,6 +703,10 @@ const LOCK_SQL: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 16))";
 impl SharedStore for Postgres {
     fn hold_outputs<'a>(&'a self, session: &'a str) -> BoxFuture<'a, Result<Option<OutputsHold>>> {
         Box::pin(self.outputs_hold(session, false))
+    }
+
+    fn hold_loaded<'a>(&'a self, session: &'a str) -> BoxFuture<'a, Result<LoadedHold>> {
+        Box::pin(self.hold_loaded_session(session))
     }
 
     fn read(&self, session: &str, after: i64) -> BoxFuture<'_, Result<Option<Vec<Commit>>>> {
@@ -548,7 +762,7 @@ impl SharedStore for Postgres {
                 .map_err(|err| db_error("read", err))?;
             let mut commits = Vec::with_capacity(rows.len());
             let mut pair = None;
-            let mut exists = false;
+            let mut incarnation = None;
             for row in rows {
                 match row.get::<_, Option<i64>>(0) {
                     Some(seq) => commits.push(Commit {
@@ -556,12 +770,16 @@ impl SharedStore for Postgres {
                         lines: row.get(1),
                     }),
                     None => {
-                        exists = true;
+                        incarnation = row.get(3);
                         pair = row.get(2);
                     }
                 }
             }
-            Ok(exists.then_some((commits, pair)))
+            Ok(incarnation.map(|incarnation| WithPair {
+                commits,
+                pair,
+                incarnation,
+            }))
         })
     }
 

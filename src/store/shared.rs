@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{Append, Decision, ForkSource, Outcome, SessionStore, SharedStore};
+use super::{Append, Decision, ForkSource, Outcome, SessionStore, SharedStore, WithPair};
 use crate::error::{Error, Result};
 use crate::protocol::{ReplacementRecord, SeenLine};
 use crate::session::{Loaded, SessionKey};
@@ -22,13 +22,39 @@ impl Shared<'_> {
     /// whole session on first use) and apply it: a request sees every
     /// commit made before it started, whichever replica made it.
     async fn refresh(&self, key: &SessionKey, loaded: &mut Loaded) -> Result<bool> {
-        let read = self
+        let mut read = self
             .db
             .read_with_pair(key.id.as_str(), loaded.shared_seq)
             .await?;
-        let Some((commits, pair)) = read else {
-            return Ok(false);
+        // gc removed the session this replica knew (possibly made again
+        // since, by a later commit): its decisions and their saved outputs
+        // are gone, so nothing of it may be replayed. Start over from what
+        // the database holds now; a result met again is decided afresh.
+        // (Only when the loaded hold was lost with its connection: while
+        // held, gc leaves the session alone.)
+        let removed = loaded
+            .incarnation
+            .is_some_and(|known| read.as_ref().is_none_or(|r| r.incarnation != known));
+        if removed {
+            tracing::warn!(session = %key.id, "the session was removed by gc since it was read; starting it afresh");
+            *loaded = Loaded {
+                journaled: true,
+                hold: loaded.hold.take(),
+                ..Loaded::default()
+            };
+            if read.is_some() {
+                read = self.db.read_with_pair(key.id.as_str(), 0).await?;
+            }
+        }
+        let Some(WithPair {
+            commits,
+            pair,
+            incarnation,
+        }) = read
+        else {
+            return Ok(removed);
         };
+        loaded.incarnation = Some(incarnation);
         loaded.exists = true;
         if pair != loaded.pair_row {
             set_pair(loaded, pair)?;
@@ -99,10 +125,20 @@ fn set_pair(loaded: &mut Loaded, row: Option<Vec<u8>>) -> Result<()> {
 
 impl SessionStore for Shared<'_> {
     async fn load(&self, key: &SessionKey, loaded: &mut Option<Loaded>) -> Result<bool> {
-        let loaded = loaded.get_or_insert_with(|| Loaded {
-            journaled: true,
-            ..Loaded::default()
-        });
+        let loaded = match loaded {
+            Some(loaded) => loaded,
+            None => {
+                // Held before the first read: gc either removed the
+                // session before it (this replica reads what is there
+                // now) or leaves it alone until the session is unloaded.
+                let hold = self.db.hold_loaded(key.id.as_str()).await?;
+                loaded.insert(Loaded {
+                    journaled: true,
+                    hold: Some(hold),
+                    ..Loaded::default()
+                })
+            }
+        };
         self.refresh(key, loaded).await
     }
 

@@ -453,3 +453,14 @@ pub fn read_frame_blocking(reader: &mut impl std::io::BufRead) -> Vec<u8> {
     reader.read_exact(&mut body).unwrap();
     body
 }
+
+/// Run `cmd` to its end, asserting it succeeded; its standard output.
+pub fn output_ok(cmd: &mut std::process::Command) -> Vec<u8> {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}

@@ -212,3 +212,50 @@ pub fn migrated_database() -> (String, toolwire::store::postgres::Postgres) {
 pub fn matrix_on_postgres() -> bool {
     std::env::var("TOOLWIRE_TEST_BACKEND").is_ok_and(|v| v == "postgres")
 }
+
+/// A plain connection to the test's database, for what only SQL can do:
+/// backdate a session, hold a table lock, read the lock table.
+pub async fn sql(db: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(db, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+/// Wait until the locks of this database that `filter` (a condition on
+/// `pg_locks`) selects exist, or, with `none`, until there are none; a
+/// bounded wait on a state, never a timing.
+pub async fn wait_for_locks(sql: &tokio_postgres::Client, filter: &str, none: bool) {
+    let query = format!(
+        "SELECT count(*) FROM pg_locks WHERE database = \
+         (SELECT oid FROM pg_database WHERE datname = current_database()) AND {filter}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let n: i64 = sql.query_one(&query, &[]).await.unwrap().get(0);
+        if (n == 0) == none {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "pg_locks never showed {filter} (none: {none})"
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Locks of advisory keys someone waits for (an apply waiting for gc).
+pub const WAITING_ADVISORY: &str = "locktype = 'advisory' AND NOT granted";
+/// Locks of tables someone waits for (gc waiting at its row deletion).
+pub const WAITING_TABLE: &str = "locktype = 'relation' AND NOT granted";
+/// Any advisory lock held (a replica holding a session loaded).
+pub const HELD_ADVISORY: &str = "locktype = 'advisory' AND granted";
+
+/// Have `server` let go of every session it holds loaded (as a replica
+/// does with idle sessions), and wait until the database at `db` shows no
+/// session held loaded by anyone.
+pub async fn unload(server: &toolwire::server::Server, db: &str) {
+    server.registry.close_all().await;
+    wait_for_locks(&sql(db).await, HELD_ADVISORY, true).await;
+}

@@ -189,3 +189,40 @@ impl Drop for S3Server {
         self.stop();
     }
 }
+
+/// The shared store of a fleet test: a bucket on a fresh S3 server for
+/// saved outputs (under `prefix`), a fresh migrated database, and a data
+/// directory.
+pub struct SharedFixture {
+    pub s3: S3Server,
+    /// The `storage.objects` configuration of the bucket.
+    pub objects: Value,
+    pub db: String,
+    pub store: toolwire::store::postgres::Postgres,
+    pub data_dir: PathBuf,
+    _data: tempfile::TempDir,
+}
+
+impl SharedFixture {
+    /// With `database`, a migrated database's URL and store
+    /// (`common::pg::migrated_database()`).
+    pub fn start(
+        bucket: &str,
+        prefix: &str,
+        database: (String, toolwire::store::postgres::Postgres),
+    ) -> SharedFixture {
+        let s3 = S3Server::start();
+        s3.create_bucket(bucket);
+        let objects = s3.objects_config(bucket, prefix);
+        let (db, store) = database;
+        let data = tempfile::tempdir().unwrap();
+        SharedFixture {
+            s3,
+            objects,
+            db,
+            store,
+            data_dir: data.path().canonicalize().unwrap(),
+            _data: data,
+        }
+    }
+}
