@@ -1077,3 +1077,63 @@ async fn a_gzip_bomb_from_upstream_costs_bounded_memory() {
     assert!(after < before + 100, "{before} MiB -> {after} MiB");
     proxy.stop().await;
 }
+
+/// PROTOCOL.md 11.2 through the proxy: Kimi-style ids reused across turns
+/// are refused by the provider when sent directly, and mapped by the proxy
+/// (named in `x-toolwire-repaired`) so the same request is accepted; a
+/// conversation compacted by the provider keeps everything before its
+/// compaction block byte for byte while the orphan after it is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_id_rules_and_compaction_through_the_proxy() {
+    let fake = FakeProvider::start().await;
+    let proxy = Proxy::start(&fake.url(), "").await;
+    let call = |id: &str, cmd: &str| json!({"type": "tool_use", "id": id, "name": "Bash", "input": {"command": cmd}});
+    let result =
+        |id: &str, text: &str| json!({"type": "tool_result", "tool_use_id": id, "content": text});
+    let kimi = json!({"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": [
+        {"role": "user", "content": "build it"},
+        {"role": "assistant", "content": [call("functions.bash:0", "make")]},
+        {"role": "user", "content": [result("functions.bash:0", "error in m3")]},
+        {"role": "assistant", "content": [call("functions.bash:0", "make -C m3")]},
+        {"role": "user", "content": [result("functions.bash:0", "ok")]},
+    ]});
+    let (status, answer) = raw_request(&fake.url(), "/v1/messages", &kimi.to_string()).await;
+    assert_eq!(status, 400);
+    assert!(answer.contains("String should match pattern"), "{answer}");
+    let header = repaired_header(&proxy.url, &kimi).await;
+    assert!(
+        header.contains("renamedToolUses=functions.bash%3A0>functions_bash_0,functions.bash%3A0>functions_bash_0_dup1"),
+        "{header}"
+    );
+    let sent = fake.received().last().unwrap().clone();
+    assert_eq!(sent.status, 200);
+    let body = sent.json();
+    assert_eq!(
+        body["messages"][3]["content"][0]["id"],
+        json!("functions_bash_0_dup1")
+    );
+    assert_eq!(
+        body["messages"][4]["content"][0]["tool_use_id"],
+        json!("functions_bash_0_dup1")
+    );
+    // Compaction: a call before the block, its result after it.
+    let compacted = json!({"model": "claude-opus-4-6", "max_tokens": 64, "messages": [
+        {"role": "user", "content": "refactor the parser"},
+        {"role": "assistant", "content": [call("toolu_old", "grep -rn parse src")]},
+        {"role": "assistant", "content": [{"type": "compaction", "content": "Summary: 14 call sites found."}]},
+        {"role": "user", "content": [result("toolu_old", "src/a.rs:1: parse()")]},
+        {"role": "user", "content": "go on"},
+    ]});
+    let header = repaired_header(&proxy.url, &compacted).await;
+    assert!(header.contains("droppedToolResults=toolu_old;"), "{header}");
+    let sent = fake.received().last().unwrap().clone();
+    assert_eq!(sent.status, 200);
+    let end = element_end(&sent.body, "messages", 2);
+    let original = serde_json::to_vec(&compacted).unwrap();
+    assert_eq!(
+        sent.body[..end],
+        original[..end],
+        "the compacted part passes byte for byte"
+    );
+    proxy.stop().await;
+}

@@ -329,7 +329,47 @@ fn s<'a>(v: &'a Value, key: &str) -> &'a str {
 /// The Messages API: every tool_use is answered in the very next message,
 /// and every tool_result answers a tool_use of the message before it.
 fn check_anthropic(body: &Value) -> Option<String> {
-    let messages = arr(body.get("messages"));
+    let all = arr(body.get("messages"));
+    // Compaction: the API drops every block before the newest compaction
+    // block (docs: build-with-claude/compaction).
+    let cut = all.iter().rposition(|m| {
+        arr(m.get("content"))
+            .iter()
+            .any(|b| s(b, "type") == "compaction")
+    });
+    let mut messages: Vec<Value> = all[cut.unwrap_or(0)..].to_vec();
+    if let Some(first) = cut.and(messages.first_mut()) {
+        let blocks = arr(first.get("content")).to_vec();
+        let from = blocks
+            .iter()
+            .rposition(|b| s(b, "type") == "compaction")
+            .unwrap_or(0);
+        first["content"] = Value::Array(blocks[from..].to_vec());
+    }
+    let offset = cut.unwrap_or(0);
+    // Tool use ids: the pattern and uniqueness within the request.
+    let mut ids = HashSet::new();
+    for (i, m) in messages.iter().enumerate() {
+        for (j, b) in arr(m.get("content")).iter().enumerate() {
+            if s(b, "type") != "tool_use" {
+                continue;
+            }
+            let id = s(b, "id");
+            let at = format!("messages.{}.content.{j}", i + offset);
+            if id.is_empty()
+                || !id
+                    .bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
+            {
+                return Some(format!(
+                    "{at}.tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'"
+                ));
+            }
+            if !ids.insert(id) {
+                return Some(format!("{at}: `tool_use` ids must be unique"));
+            }
+        }
+    }
     for (i, m) in messages.iter().enumerate() {
         let blocks = arr(m.get("content"));
         if s(m, "role") == "assistant" {
@@ -359,7 +399,8 @@ fn check_anthropic(body: &Value) -> Option<String> {
                 .collect();
             if !missing.is_empty() {
                 return Some(format!(
-                    "messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately after: {}. Each `tool_use` block must have a corresponding `tool_result` block in the next message.",
+                    "messages.{}: `tool_use` ids were found without `tool_result` blocks immediately after: {}. Each `tool_use` block must have a corresponding `tool_result` block in the next message.",
+                    i + offset,
                     missing.join(", ")
                 ));
             }
@@ -379,7 +420,8 @@ fn check_anthropic(body: &Value) -> Option<String> {
             for (j, b) in blocks.iter().enumerate() {
                 if s(b, "type") == "tool_result" && !previous.contains(s(b, "tool_use_id")) {
                     return Some(format!(
-                        "messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` blocks: {}. Each `tool_result` block must have a corresponding `tool_use` block in the previous message.",
+                        "messages.{}.content.{j}: unexpected `tool_use_id` found in `tool_result` blocks: {}. Each `tool_result` block must have a corresponding `tool_use` block in the previous message.",
+                        i + offset,
                         s(b, "tool_use_id")
                     ));
                 }
@@ -432,6 +474,11 @@ fn check_chat(body: &Value) -> Option<String> {
 /// every output answers a call made before it.
 fn check_responses(body: &Value) -> Option<String> {
     let items = arr(body.get("input"));
+    // Compaction: what stands before the newest compaction item is dropped.
+    let items = &items[items
+        .iter()
+        .rposition(|i| s(i, "type") == "compaction")
+        .unwrap_or(0)..];
     let mut calls: HashSet<&str> = HashSet::new();
     let outputs: HashSet<&str> = items
         .iter()
