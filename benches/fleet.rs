@@ -70,6 +70,7 @@ async fn apply(
         preview_mode: None,
         tools: None,
         format: None,
+        clearing: None,
     };
     let result = toolwire::methods::budget_apply_queued(registry, config.clone(), params)
         .await

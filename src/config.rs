@@ -294,6 +294,8 @@ pub struct Config {
     /// `[storage.objects]`: where saved outputs go.
     #[serde(skip_serializing_if = "StorageConfig::is_default")]
     pub storage: StorageConfig,
+    /// Clearing old results (PROTOCOL.md 11.3).
+    pub clearing: crate::budget::clearing::Clearing,
 }
 
 /// `[storage]` in `toolwire.toml`.
@@ -449,6 +451,7 @@ pub struct Effective {
     pub proxy: ProxyConfig,
     pub format: Option<crate::format::Format>,
     pub storage: StorageConfig,
+    pub clearing: crate::budget::clearing::Clearing,
 }
 
 impl Effective {
@@ -695,6 +698,7 @@ pub fn resolve(workspace: &Path, config: Config) -> Effective {
         proxy: config.proxy,
         format: config.format,
         storage: config.storage,
+        clearing: config.clearing,
     }
 }
 

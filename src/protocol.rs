@@ -354,6 +354,10 @@ pub struct ReplacementRecord {
     /// with this id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
+    /// The replacement clears an old result that was sent whole before
+    /// (PROTOCOL.md 11.3): it takes the place of that earlier decision.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cleared: bool,
 }
 
 /// Results `budget/apply` decided to send whole, journaled before it
@@ -470,6 +474,10 @@ pub struct BudgetApplyParams {
     /// configuration's `format`, else the session's, else `anthropic`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub format: Option<Format>,
+    /// Clearing of old results for this request, over the configuration's
+    /// (PROTOCOL.md 11.3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clearing: Option<crate::budget::clearing::ClearingOverride>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -483,6 +491,10 @@ pub struct BudgetApplyResult {
     pub failures: Vec<PersistFailure>,
     /// Indexes of messages still above `maxMessageChars`.
     pub over_limit: Vec<usize>,
+    /// Old results this apply cleared (PROTOCOL.md 11.3), in order; their
+    /// records are in `records` too.
+    #[serde(default)]
+    pub cleared: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

@@ -715,6 +715,7 @@ impl Session {
                         tool_use_id: id.to_string(),
                         replacement: r.text(),
                         digest: digest.hex(),
+                        cleared: false,
                     }),
                     None => {
                         seen.tool_use_ids.push(id.to_string());

@@ -298,6 +298,19 @@ impl ReplacementState {
         self.get(id).is_some_and(|d| d.digest == Digest::ANY)
     }
 
+    /// Whether the fate of the original `digest` of `id` is its first
+    /// decision's (not a reused id's decision on another original), as
+    /// [`Self::fate`] reads it.
+    pub fn first_binds(&self, id: &str, digest: Digest) -> bool {
+        let Some(first) = self.get(id) else {
+            return false;
+        };
+        first.digest == digest
+            || digest == Digest::ANY
+            || (first.digest != Digest::ANY && first.digest.kind() != digest.kind())
+            || (first.digest == Digest::ANY && !self.reused_has(&Id::from(id), digest))
+    }
+
     /// Whether any original of `id` is decided.
     pub fn is_decided(&self, id: &str) -> bool {
         self.get(id).is_some()
@@ -375,6 +388,38 @@ impl ReplacementState {
         {
             decision.digest = digest;
         }
+    }
+
+    /// Clear originals sent whole until now (PROTOCOL.md 11.3): each one
+    /// whose fate is frozen gets its replacement, and keeps it forever
+    /// after. Fresh or already replaced originals are left alone (a
+    /// clearing never takes back a decision, it only ends sending an old
+    /// result whole). Returns how many were cleared.
+    pub fn clear<I>(&mut self, clearings: I) -> usize
+    where
+        I: IntoIterator<Item = (Id, Digest, Replacement)>,
+    {
+        let mut cleared = 0;
+        for (id, digest, replacement) in clearings {
+            if self.fate(&id, digest) != Fate::Frozen {
+                continue;
+            }
+            cleared += 1;
+            self.replacement_count += 1;
+            // The frozen fate is the first decision's when that one binds
+            // this original (see `fate`), else a reused id's.
+            if self.first_binds(&id, digest) {
+                let shards = Arc::make_mut(&mut self.shards);
+                if let Some(Some(shard)) = shards.get_mut(shard_of(&id))
+                    && let Some(decision) = Arc::make_mut(shard).get_mut(&id)
+                {
+                    decision.replacement = Some(replacement);
+                }
+            } else {
+                Arc::make_mut(&mut self.reused).insert((id, digest), Some(replacement));
+            }
+        }
+        cleared
     }
 
     /// Every decided id with its first decision's replacement.

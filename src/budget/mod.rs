@@ -6,6 +6,7 @@
 //! exact replacement each will get) and which to freeze. The session applies
 //! the plan: it persists, commits the decisions, then renders the message.
 
+pub mod clearing;
 pub mod planner;
 pub mod preview;
 pub mod size;
@@ -250,6 +251,27 @@ pub fn plan_message(unit: &[&Value], state: &ReplacementState, cx: &PlanContext)
     plan
 }
 
+/// Plan one unit and commit its decisions as if every persist succeeded:
+/// what `budget/apply` decides, without writing the saved outputs (for
+/// simulations such as `replay --price`).
+pub fn decide(unit: &[&Value], state: &mut ReplacementState, cx: &PlanContext) {
+    let plan = plan_message(unit, state, cx);
+    let replaced: HashMap<(Id, Digest), crate::state::Replacement> = plan
+        .chosen
+        .iter()
+        .map(|c| {
+            (
+                (c.tool_use_id.clone(), c.digest),
+                crate::state::Replacement::new(&c.replacement),
+            )
+        })
+        .collect();
+    state.commit_decisions(plan.fresh.into_iter().map(|(id, digest)| {
+        let r = replaced.get(&(id.clone(), digest)).cloned();
+        (id, digest, r)
+    }));
+}
+
 /// The digest of a result's original content, in `kind` (the one its id's
 /// decisions use, [`ReplacementState::digest_kind`]).
 pub fn original_digest(
@@ -334,21 +356,7 @@ mod tests {
     /// One simulated apply: plan, pretend every persist succeeds, commit,
     /// render. Returns the rendered message.
     fn apply(msg: &Value, state: &mut ReplacementState, cx: &PlanContext) -> Value {
-        let plan = plan_message(&[msg], state, cx);
-        let replaced: HashMap<(Id, Digest), Replacement> = plan
-            .chosen
-            .iter()
-            .map(|c| {
-                (
-                    (c.tool_use_id.clone(), c.digest),
-                    Replacement::new(&c.replacement),
-                )
-            })
-            .collect();
-        state.commit_decisions(plan.fresh.into_iter().map(|(id, digest)| {
-            let r = replaced.get(&(id.clone(), digest)).cloned();
-            (id, digest, r)
-        }));
+        decide(&[msg], state, cx);
         let mut out = msg.clone();
         render_message(&mut out, state, cx);
         out

@@ -30,11 +30,19 @@ pub fn replacement(
 
 /// `head`: PROTOCOL.md section 4's preview, unchanged.
 fn head(text: &str, original_size: u64, path: &str, preview_size: u64, unit: SizeUnit) -> String {
+    let first = format!(
+        "Output too large ({}). Full output saved to: {path}",
+        format_size(original_size)
+    );
+    head_under(&first, text, preview_size, unit)
+}
+
+/// The `head` preview of `text` under its first line `first`.
+pub fn head_under(first: &str, text: &str, preview_size: u64, unit: SizeUnit) -> String {
     let (preview, has_more) = cut_preview(text, preview_size, unit);
     let more = if has_more { "...\n" } else { "" };
     format!(
-        "{OPEN_TAG}\nOutput too large ({}). Full output saved to: {path}\n\nPreview (first {}):\n{preview}\n{more}</persisted-output>",
-        format_size(original_size),
+        "{OPEN_TAG}\n{first}\n\nPreview (first {}):\n{preview}\n{more}</persisted-output>",
         format_size(preview_size),
     )
 }

@@ -35,6 +35,30 @@ pub struct Args {
     /// file says its own).
     #[arg(long, value_enum, conflicts_with = "path")]
     format: Option<super::check::FormatArg>,
+    /// Price the session instead of replaying it: sent raw, through the
+    /// budget, and with clearing, under this provider's prompt-cache
+    /// prices (PROTOCOL.md 11.3).
+    #[arg(long, value_enum, value_name = "PROVIDER")]
+    price: Option<toolwire::replay::price::Provider>,
+    /// With --price: clearing mode (default: the configuration's).
+    #[arg(long, value_enum, requires = "price")]
+    clearing_mode: Option<ClearingModeArg>,
+    /// With --price: clearing's keepRecent.
+    #[arg(long, value_name = "N", requires = "price")]
+    keep_recent: Option<u64>,
+    /// With --price: clearing's minChars.
+    #[arg(long, value_name = "N", requires = "price")]
+    min_chars: Option<u64>,
+    /// With --price: clearing's triggerChars.
+    #[arg(long, value_name = "N", requires = "price")]
+    trigger_chars: Option<u64>,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ClearingModeArg {
+    Off,
+    Batch,
+    Cold,
 }
 
 pub fn run(args: Args) -> ExitCode {
@@ -64,13 +88,16 @@ pub fn run(args: Args) -> ExitCode {
             Err(err) => return fail(err),
         },
     };
+    let what = match (&args.path, args.synthetic) {
+        (_, Some(n)) => format!("--synthetic {n}"),
+        (Some(path), None) => path.display().to_string(),
+        (None, None) => "the bundled session".to_owned(),
+    };
     if !steps.iter().any(|s| matches!(s, replay::Step::Message(_))) {
-        let what = match (&args.path, args.synthetic) {
-            (_, Some(_)) => "--synthetic 0".to_owned(),
-            (Some(path), None) => path.display().to_string(),
-            (None, None) => "the bundled session".to_owned(),
-        };
         return fail(format!("{what}: no messages to replay"));
+    }
+    if let Some(provider) = args.price {
+        return price(&args, &what, format, &steps, provider);
     }
     // A directory the user named stays; a temporary one is removed when
     // `temp` drops (after the server has stopped), unless `--keep`.
@@ -125,4 +152,60 @@ pub fn run(args: Args) -> ExitCode {
         }
         Err(err) => fail(err.to_string()),
     }
+}
+
+/// `--price`: the session priced three ways, with the configuration of the
+/// current directory's `toolwire.toml` (else the defaults) and the clearing
+/// flags over it.
+fn price(
+    args: &Args,
+    what: &str,
+    format: toolwire::format::Format,
+    steps: &[toolwire::replay::Step],
+    provider: toolwire::replay::price::Provider,
+) -> ExitCode {
+    use toolwire::budget::clearing::ClearingMode;
+    use toolwire::replay::price;
+    let config = match std::env::current_dir()
+        .map_err(|e| e.to_string())
+        .and_then(|dir| toolwire::config::load(&dir, None).map_err(|e| e.to_string()))
+    {
+        Ok(config) => config,
+        Err(err) => {
+            eprintln!("toolwire replay: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut clearing = config.clearing;
+    if let Some(mode) = args.clearing_mode {
+        clearing.mode = match mode {
+            ClearingModeArg::Off => ClearingMode::Off,
+            ClearingModeArg::Batch => ClearingMode::Batch,
+            ClearingModeArg::Cold => ClearingMode::Cold,
+        };
+    }
+    clearing.keep_recent = args.keep_recent.unwrap_or(clearing.keep_recent);
+    clearing.min_chars = args.min_chars.unwrap_or(clearing.min_chars);
+    clearing.trigger_chars = args.trigger_chars.unwrap_or(clearing.trigger_chars);
+    let settings = price::Settings {
+        limits: config.limits,
+        unit: config.size_unit,
+        preview_mode: config.preview_mode,
+        tools: config.tools,
+        exempt_tools: config.exempt_tools,
+        clearing,
+    };
+    let pricing = price::price(steps, format, provider, &settings);
+    if args.json {
+        match serde_json::to_string_pretty(&pricing) {
+            Ok(text) => super::say!("{text}"),
+            Err(err) => {
+                eprintln!("toolwire replay: {err}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        super::say!("{}", price::render(&pricing, what).trim_end_matches('\n'));
+    }
+    ExitCode::SUCCESS
 }

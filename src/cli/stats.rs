@@ -72,6 +72,7 @@ fn print_session(s: &SessionStats) {
     println!("  chars received     {}", s.chars_received);
     println!("  chars sent         {} ({saved} saved)", s.chars_sent);
     println!("  results persisted  {}", s.results_persisted);
+    println!("  results cleared    {}", s.results_cleared);
     println!(
         "  tokens             input {}, cache read {}, cache creation {}, output {}",
         s.tokens.input, s.tokens.cache_read, s.tokens.cache_creation, s.tokens.output

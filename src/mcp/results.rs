@@ -172,6 +172,8 @@ async fn apply(front: &Front, tool: &str, id: &str, content: Value) -> Result<Bu
         }),
         // The front speaks Anthropic blocks whatever `format` new sessions get.
         format: Some(crate::format::Format::Anthropic),
+        // Each call is applied alone, with no history to clear.
+        clearing: None,
     };
     crate::methods::budget_apply_queued(&front.registry, front.config.clone(), params).await
 }

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Reply, RequestCx, SessionMethod};
 use crate::artifact::ArtifactKind;
-use crate::budget::{self, Chosen, PlanContext};
+use crate::budget::{self, Chosen, PlanContext, clearing};
 use crate::config::{self, Effective, ToolPolicy};
 use crate::error::Result;
 use crate::format::{self, Dialect, Digest};
@@ -182,26 +182,7 @@ pub async fn apply(
             continue;
         }
         if hold.is_none() && !plan.chosen.is_empty() {
-            hold = Some(if on_disk {
-                // A directory that cannot be held cannot be written either:
-                // the persists fail and are reported, as for any disk
-                // refusal.
-                Hold::Dir {
-                    _held: hold_session(&artifact_dir).await,
-                }
-            } else {
-                // In a bucket, on the shared store: held in the database,
-                // which every replica's gc consults.
-                match &session.storage().shared {
-                    Some(shared) => Hold::Outputs(
-                        shared
-                            .hold_outputs(session.key().id.as_str())
-                            .await?
-                            .map(Box::new),
-                    ),
-                    None => Hold::Dir { _held: None },
-                }
-            });
+            hold = Some(Hold::take(session, on_disk, &artifact_dir).await?);
         }
         let outcomes = persist_all(dialect, &store, &refs, &plan.chosen, fsync).await?;
         let mut replaced: HashMap<(Id, Digest), Replacement> = HashMap::new();
@@ -214,19 +195,7 @@ pub async fn apply(
                         reused,
                         "persisted tool result"
                     );
-                    persisted.push(Persisted {
-                        tool_use_id: chosen.tool_use_id.to_string(),
-                        path: chosen.path.display().to_string(),
-                        original_chars: chosen.original_size,
-                        content_type: chosen.kind,
-                        reused,
-                    });
-                    records.push(ReplacementRecord {
-                        kind: RECORD_KIND.to_owned(),
-                        tool_use_id: chosen.tool_use_id.to_string(),
-                        replacement: chosen.replacement.to_string(),
-                        digest: chosen.digest.hex(),
-                    });
+                    saved(chosen, reused, false, &mut persisted, &mut records);
                     replaced.insert(
                         (chosen.tool_use_id.clone(), chosen.digest),
                         Replacement::new(&chosen.replacement),
@@ -255,6 +224,60 @@ pub async fn apply(
             let replacement = replaced.get(&(id.clone(), digest)).cloned();
             (id, digest, replacement)
         }));
+    }
+
+    // Clearing old results (PROTOCOL.md 11.3), once this request's fresh
+    // results are decided: a batch of them replaced in one apply.
+    let clearing = config.clearing.with(params.clearing.as_ref());
+    let idle = clearing::touch(
+        &session.key().transcript_path().to_string_lossy(),
+        clearing::now_secs(),
+    );
+    let ccx = clearing::ClearContext {
+        dialect,
+        clearing,
+        unit,
+        is_exempt: &is_exempt,
+        idle,
+    };
+    let to_clear = clearing::plan(&messages, &state, &ccx);
+    let mut cleared = Vec::new();
+    if !to_clear.is_empty() {
+        if hold.is_none() {
+            hold = Some(Hold::take(session, on_disk, &artifact_dir).await?);
+        }
+        let refs: Vec<&Value> = to_clear.iter().map(|c| &messages[c.message]).collect();
+        let chosen: Vec<Chosen> = to_clear
+            .iter()
+            .enumerate()
+            .map(|(i, c)| cleared_choice(dialect, &pcx, &clearing, refs[i], i, c))
+            .collect();
+        let outcomes = persist_all(dialect, &store, &refs, &chosen, fsync).await?;
+        let mut clear = Vec::new();
+        for (chosen, outcome) in chosen.into_iter().zip(outcomes) {
+            match outcome {
+                Ok(reused) => {
+                    saved(&chosen, reused, true, &mut persisted, &mut records);
+                    cleared.push(chosen.tool_use_id.to_string());
+                    clear.push((
+                        chosen.tool_use_id,
+                        chosen.digest,
+                        Replacement::new(&chosen.replacement),
+                    ));
+                }
+                // Not cleared this time: still sent whole, and a later
+                // apply tries again.
+                Err(message) => {
+                    tracing::warn!(path = %chosen.path.display(), %message, "could not persist an old tool result; not cleared");
+                    failures.push(PersistFailure {
+                        tool_use_id: chosen.tool_use_id.to_string(),
+                        message,
+                    });
+                }
+            }
+        }
+        tracing::info!(cleared = clear.len(), "cleared old tool results");
+        state.clear(clear);
     }
 
     // Past this point the decisions take effect: a cancellation is honoured
@@ -307,6 +330,7 @@ pub async fn apply(
         persisted,
         failures,
         over_limit,
+        cleared,
     })
 }
 
@@ -329,6 +353,7 @@ fn bind_inherited(
                 tool_use_id: id.to_string(),
                 replacement: r.text(),
                 digest: digest.hex(),
+                cleared: false,
             }),
             Fate::Frozen => {
                 seen.tool_use_ids.push(id.to_string());
@@ -488,6 +513,96 @@ enum Hold {
         _held: Option<retention::SessionHold>,
     },
     Outputs(Option<Box<crate::store::postgres::OutputsHold>>),
+}
+
+impl Hold {
+    async fn take(
+        session: &Session,
+        on_disk: bool,
+        artifact_dir: &std::path::Path,
+    ) -> Result<Hold> {
+        Ok(if on_disk {
+            // A directory that cannot be held cannot be written either:
+            // the persists fail and are reported, as for any disk refusal.
+            Hold::Dir {
+                _held: hold_session(artifact_dir).await,
+            }
+        } else {
+            // In a bucket, on the shared store: held in the database,
+            // which every replica's gc consults.
+            match &session.storage().shared {
+                Some(shared) => Hold::Outputs(
+                    shared
+                        .hold_outputs(session.key().id.as_str())
+                        .await?
+                        .map(Box::new),
+                ),
+                None => Hold::Dir { _held: None },
+            }
+        })
+    }
+}
+
+/// Report a result saved and replaced: its saved output, and the record
+/// to journal.
+fn saved(
+    chosen: &Chosen,
+    reused: bool,
+    cleared: bool,
+    persisted: &mut Vec<Persisted>,
+    records: &mut Vec<ReplacementRecord>,
+) {
+    persisted.push(Persisted {
+        tool_use_id: chosen.tool_use_id.to_string(),
+        path: chosen.path.display().to_string(),
+        original_chars: chosen.original_size,
+        content_type: chosen.kind,
+        reused,
+    });
+    records.push(ReplacementRecord {
+        kind: RECORD_KIND.to_owned(),
+        tool_use_id: chosen.tool_use_id.to_string(),
+        replacement: chosen.replacement.to_string(),
+        digest: chosen.digest.hex(),
+        cleared,
+    });
+}
+
+/// The saved output and preview of a result being cleared.
+fn cleared_choice(
+    dialect: &dyn Dialect,
+    pcx: &PlanContext,
+    clearing: &clearing::Clearing,
+    message: &Value,
+    index: usize,
+    c: &clearing::ToClear,
+) -> Chosen {
+    let content = dialect.result_content(message, c.block);
+    let kind = if content.is_text() {
+        ArtifactKind::Text
+    } else {
+        ArtifactKind::Json
+    };
+    let path = pcx
+        .artifact_dir
+        .join(clearing::artifact_name(&c.tool_use_id, c.digest, kind));
+    let replacement = clearing::preview(
+        &content.preview_text(),
+        c.size,
+        &path.to_string_lossy(),
+        clearing.preview_chars,
+        pcx.unit,
+    );
+    Chosen {
+        message: index,
+        block: c.block,
+        tool_use_id: c.tool_use_id.clone(),
+        digest: c.digest,
+        kind,
+        path,
+        original_size: c.size,
+        replacement: Arc::from(replacement),
+    }
 }
 
 async fn hold_session(artifact_dir: &std::path::Path) -> Option<retention::SessionHold> {

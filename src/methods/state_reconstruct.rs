@@ -176,6 +176,9 @@ async fn reconstruct(
         });
     state.commit_decisions(unseen_records.chain(inherited_unseen).collect::<Vec<_>>());
     drop(seen_ids);
+    // Clearings (the client's and the journal's) end sending a result
+    // whole: over the decisions, as on load.
+    state.clear(client_records.cleared.iter().chain(&image.cleared).cloned());
 
     cx.check_cancelled()?;
     let loaded = session.load().await?;

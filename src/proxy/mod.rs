@@ -45,6 +45,10 @@ pub const BUDGET_HEADER: &str = "x-toolwire-budget";
 /// (ids comma-separated, percent-encoded): every change repair made, so a
 /// request that only had results moved ahead of text says so too.
 pub const REPAIRED_HEADER: &str = "x-toolwire-repaired";
+/// Response header, present only when the request cleared old results
+/// (PROTOCOL.md 11.3): their tool call ids, comma-separated,
+/// percent-encoded.
+pub const CLEARED_HEADER: &str = "x-toolwire-cleared";
 
 /// The proxy: one per process, shared by every connection.
 pub struct Proxy {
@@ -262,13 +266,18 @@ impl Proxy {
             tools: None,
             preview_mode: None,
             format: Some(format),
+            clearing: None,
         };
         match crate::methods::budget_apply_queued(&self.registry, self.config.clone(), params).await
         {
             Ok(result) => {
                 let persisted = result.persisted.len();
                 record.results_persisted = persisted as u64;
+                record.results_cleared = result.cleared.len() as u64;
                 record.budgeted = true;
+                if !result.cleared.is_empty() {
+                    notes.insert(CLEARED_HEADER, note(&id_list(&result.cleared)));
+                }
                 let budgeted: Vec<Value> = result.messages.into_iter().map(|m| m.0).collect();
                 match parsed.with_conversation(original, &budgeted) {
                     Ok(text) => {

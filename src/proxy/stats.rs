@@ -33,6 +33,8 @@ pub struct Record {
     pub chars_sent: u64,
     /// Tool results newly persisted (and replaced) for this request.
     pub results_persisted: u64,
+    /// Old results cleared for this request (PROTOCOL.md 11.3).
+    pub results_cleared: u64,
     /// Whether the conversation was budgeted (false: it had none, or
     /// budgeting failed and it went as sent).
     pub budgeted: bool,
@@ -65,6 +67,7 @@ pub struct SessionStats {
     pub chars_received: u64,
     pub chars_sent: u64,
     pub results_persisted: u64,
+    pub results_cleared: u64,
     pub repaired_requests: u64,
     /// Requests whose response carried no usage.
     pub requests_without_usage: u64,
@@ -80,6 +83,7 @@ impl SessionStats {
         self.chars_received += r.chars_received;
         self.chars_sent += r.chars_sent;
         self.results_persisted += r.results_persisted;
+        self.results_cleared += r.results_cleared;
         self.repaired_requests += u64::from(r.repaired);
         match r.usage {
             Some(u) => {

@@ -14,6 +14,7 @@
 //! and `{"type":"resume"}`.
 
 pub mod convert;
+pub mod price;
 pub mod synthetic;
 
 use std::collections::HashSet;

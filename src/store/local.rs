@@ -399,6 +399,7 @@ fn load_from_disk(key: &SessionKey, files: &dyn LogFileFactory) -> Result<Loaded
     // A replacement journaled by `budget/apply` whose message was never
     // appended is still a decision already sent to the provider.
     loaded.state.commit_decisions(image.decisions());
+    loaded.state.clear(image.cleared.iter().cloned());
     for (id, name) in image.undecided_names {
         if !loaded.state.is_decided(&id) {
             loaded.tool_names.insert_mut(id, name);

@@ -46,6 +46,9 @@ pub struct Decision {
     pub digest: Option<String>,
     /// The exact replacement, or `None` for a result sent whole.
     pub replacement: Option<String>,
+    /// A clearing of a result decided before (PROTOCOL.md 11.3): raced
+    /// under a key of its own, since the original is already decided.
+    pub cleared: bool,
 }
 
 /// What one append commits, in one transaction.

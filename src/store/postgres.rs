@@ -633,13 +633,20 @@ async fn write_commit(
         .map_err(|err| db_error("append", err))?;
     for decision in append.decisions {
         let digest = decision.digest.clone().unwrap_or_default();
+        // A clearing races other clearings of the same original, not its
+        // first decision (which is already in the table).
+        let key = if decision.cleared {
+            format!("cleared:{digest}")
+        } else {
+            digest.clone()
+        };
         let won = tx
             .execute(
                 &insert,
                 &[
                     &session,
                     &decision.tool_use_id.as_bytes(),
-                    &digest,
+                    &key,
                     &decision.replacement.as_ref().map(String::as_bytes),
                 ],
             )
@@ -655,6 +662,7 @@ async fn write_commit(
                 tool_use_id: decision.tool_use_id,
                 replacement,
                 digest: decision.digest,
+                cleared: decision.cleared,
             }),
             None => {
                 seen.tool_use_ids.push(decision.tool_use_id);

@@ -79,6 +79,8 @@ impl Shared<'_> {
         // it stands, never cut.
         image.finish_lenient();
         loaded.state.commit_decisions(image.decisions());
+        loaded.state.clear(image.cleared.iter().cloned());
+        loaded.state.clear(image.cleared.iter().cloned());
         for (id, name) in image.undecided_names {
             if !loaded.state.is_decided(&id) {
                 loaded.tool_names.insert_mut(id, name);
@@ -187,6 +189,7 @@ impl SessionStore for Shared<'_> {
                 tool_use_id: r.tool_use_id.clone(),
                 digest: r.digest.clone(),
                 replacement: Some(r.replacement.clone()),
+                cleared: r.cleared,
             })
             .chain(
                 seen.tool_use_ids
@@ -196,6 +199,7 @@ impl SessionStore for Shared<'_> {
                         tool_use_id: id.clone(),
                         digest: seen.digests.get(i).cloned().filter(|d| !d.is_empty()),
                         replacement: None,
+                        cleared: false,
                     }),
             )
             .collect();

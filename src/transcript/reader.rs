@@ -473,6 +473,9 @@ pub struct SessionImage {
     pub seen: Vec<(Id, Digest)>,
     /// Replacement records in order (the first for an id and original wins).
     pub replacements: Vec<(Id, Digest, Replacement)>,
+    /// Records clearing a result sent whole before (PROTOCOL.md 11.3), in
+    /// order: applied over the decisions, never in place of one.
+    pub cleared: Vec<(Id, Digest, Replacement)>,
     /// Calls whose result has not been seen: id → tool name.
     pub undecided_names: HashMap<Id, Arc<str>>,
     interned: HashSet<Arc<str>>,
@@ -522,11 +525,16 @@ impl SessionImage {
             .and_then(Digest::parse)
             .unwrap_or(Digest::ANY);
         self.note_kind(&record.tool_use_id, digest);
-        self.replacements.push((
+        let entry = (
             crate::state::keep_id(&record.tool_use_id),
             digest,
             replacement.unwrap_or_else(|| Replacement::new(&record.replacement)),
-        ));
+        );
+        if record.cleared {
+            self.cleared.push(entry);
+        } else {
+            self.replacements.push(entry);
+        }
     }
 
     /// A `seen` line: results `budget/apply` decided to send whole.

@@ -1,0 +1,477 @@
+//! Clearing old results (PROTOCOL.md 11.3): which results that were sent
+//! whole stop being sent, and when.
+//!
+//! Budgeting caps a result when it is fresh; what makes a long session
+//! expensive is every old result being sent again on every later turn. A
+//! prefix cache makes the old part cheap (a read costs a tenth of a write
+//! at Anthropic), but not free, and any rewrite of an old message breaks
+//! the cache from that message on: the whole tail is written again. So
+//! clearing is done in batches: nothing changes until the old results
+//! still sent whole add up to `triggerChars`, then all of them are replaced
+//! in one apply, and the cache is broken once per batch instead of once
+//! per result. `cold` waits for the provider's cache to have expired
+//! anyway (the session idle for `coldAfterSeconds`), when the rewrite costs
+//! nothing extra, with `batch` behaviour kept at four times the trigger so
+//! a session that never pauses still gets cleared.
+//!
+//! [`plan`] is pure: it reads the messages, the replacement state and the
+//! apply time it is given (no clock, no I/O), and says which results to
+//! clear. The caller persists them, journals the decisions and renders.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::preview::OPEN_TAG;
+use super::size::format_size;
+use crate::config::SizeUnit;
+use crate::format::{self, Dialect, Digest, Side};
+use crate::state::{Fate, Id, ReplacementState};
+
+/// When old results are cleared.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ClearingMode {
+    /// Never.
+    Off,
+    /// As soon as the old results sent whole reach `triggerChars`.
+    #[default]
+    Batch,
+    /// Only when the provider's cache has gone cold (the session idle for
+    /// `coldAfterSeconds`), or at four times `triggerChars`.
+    Cold,
+}
+
+/// `clearing` in the configuration (file, `initializationOptions`). The
+/// defaults are the ones measured in docs/clearing.md.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Clearing {
+    pub mode: ClearingMode,
+    /// Results of this many most recent assistant tool turns are never
+    /// cleared.
+    pub keep_recent: u64,
+    /// Results smaller than this (in `sizeUnit`) are never cleared.
+    pub min_chars: u64,
+    /// The old results still sent whole must add up to this before a batch
+    /// is cleared.
+    pub trigger_chars: u64,
+    /// `cold`: how long a session must have been idle for its provider
+    /// cache to count as expired.
+    pub cold_after_seconds: u64,
+    /// Size of the preview a cleared result keeps.
+    pub preview_chars: u64,
+}
+
+impl Default for Clearing {
+    fn default() -> Self {
+        Clearing {
+            mode: ClearingMode::Batch,
+            keep_recent: 3,
+            min_chars: 1_000,
+            trigger_chars: 40_000,
+            cold_after_seconds: 300,
+            preview_chars: 200,
+        }
+    }
+}
+
+/// Per-request overrides of [`Clearing`], key by key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClearingOverride {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<ClearingMode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_recent: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_chars: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger_chars: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cold_after_seconds: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview_chars: Option<u64>,
+}
+
+impl Clearing {
+    pub fn with(self, over: Option<&ClearingOverride>) -> Clearing {
+        let Some(o) = over else { return self };
+        Clearing {
+            mode: o.mode.unwrap_or(self.mode),
+            keep_recent: o.keep_recent.unwrap_or(self.keep_recent),
+            min_chars: o.min_chars.unwrap_or(self.min_chars),
+            trigger_chars: o.trigger_chars.unwrap_or(self.trigger_chars),
+            cold_after_seconds: o.cold_after_seconds.unwrap_or(self.cold_after_seconds),
+            preview_chars: o.preview_chars.unwrap_or(self.preview_chars),
+        }
+    }
+
+    /// Whether a batch whose old results total `total` is cleared in an
+    /// apply made `idle` seconds after the session's previous one (`None`:
+    /// not known, as after a restart).
+    pub fn fires(&self, total: u64, idle: Option<u64>) -> bool {
+        let trigger = self.trigger_chars.max(1);
+        match self.mode {
+            ClearingMode::Off => false,
+            ClearingMode::Batch => total >= trigger,
+            ClearingMode::Cold => {
+                let cold = idle.is_some_and(|s| s > self.cold_after_seconds);
+                (cold && total >= trigger) || total >= trigger.saturating_mul(4)
+            }
+        }
+    }
+}
+
+/// One result chosen for clearing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToClear {
+    /// Index of its message in the messages planned.
+    pub message: usize,
+    /// Its item index in that message.
+    pub block: usize,
+    pub tool_use_id: Id,
+    pub digest: Digest,
+    /// The original's size, in the unit planned with.
+    pub size: u64,
+}
+
+/// What [`plan`] needs besides the messages and the state.
+pub struct ClearContext<'a> {
+    pub dialect: &'a dyn Dialect,
+    pub clearing: Clearing,
+    pub unit: SizeUnit,
+    /// Whether the tool that produced `tool_use_id` is exempt.
+    pub is_exempt: &'a (dyn Fn(&str) -> bool + Sync),
+    /// Seconds since the session's previous apply (`None`: not known).
+    pub idle: Option<u64>,
+}
+
+/// Whether `message` holds a provider compaction (PROTOCOL.md 11.2): an
+/// Anthropic `compaction` content block, a Responses `compaction` item.
+/// What stands before one is never sent to the model, so never cleared.
+pub fn is_compaction(message: &Value) -> bool {
+    let is = |v: &Value| v.get("type").and_then(Value::as_str) == Some("compaction");
+    match message {
+        Value::Array(items) => items.iter().any(is),
+        Value::Object(_) if is(message) => true,
+        Value::Object(_) => message
+            .get("content")
+            .and_then(Value::as_array)
+            .is_some_and(|blocks| blocks.iter().any(is)),
+        _ => false,
+    }
+}
+
+/// The results of `messages` to clear now, in order: none unless the old
+/// ones still sent whole reach the trigger, then all of them.
+///
+/// An old result stands after the newest compaction and before the
+/// `keepRecent` most recent assistant messages that call tools; it is
+/// eligible when it is all text, of a tool that is not exempt, not a
+/// preview already, at least `minChars`, and was sent whole before (its
+/// fate frozen: a result still fresh is the budget's to decide first).
+pub fn plan(messages: &[Value], state: &ReplacementState, cx: &ClearContext) -> Vec<ToClear> {
+    if cx.clearing.mode == ClearingMode::Off {
+        return Vec::new();
+    }
+    let dialect = cx.dialect;
+    let start = messages
+        .iter()
+        .rposition(is_compaction)
+        .map_or(0, |i| i + 1);
+    // Where the kept turns begin: the keepRecent-th newest assistant
+    // message with tool calls (with fewer of them, nothing is old).
+    let keep = usize::try_from(cx.clearing.keep_recent).unwrap_or(usize::MAX);
+    let calling: Vec<usize> = (start..messages.len())
+        .filter(|&i| {
+            dialect.side(&messages[i]) == Some(Side::Assistant)
+                && !format::calls(dialect, &messages[i]).is_empty()
+        })
+        .collect();
+    let kept_from = match keep {
+        0 => messages.len(),
+        k if calling.len() >= k => calling[calling.len() - k],
+        _ => return Vec::new(),
+    };
+    let mut chosen = Vec::new();
+    let mut total = 0u64;
+    for (i, message) in messages.iter().enumerate().take(kept_from).skip(start) {
+        if dialect.side(message) != Some(Side::User) {
+            continue;
+        }
+        for (block, id) in format::results(dialect, message) {
+            let content = dialect.result_content(message, block);
+            if content.has_non_text()
+                || (cx.is_exempt)(&id)
+                || content.first_text().starts_with(OPEN_TAG)
+            {
+                continue;
+            }
+            let size = content.size(cx.unit);
+            if size < cx.clearing.min_chars {
+                continue;
+            }
+            let digest = super::original_digest(dialect, message, block, state.digest_kind(&id));
+            if state.fate(&id, digest) != Fate::Frozen {
+                continue;
+            }
+            total += size;
+            chosen.push(ToClear {
+                message: i,
+                block,
+                tool_use_id: Id::from(&*id),
+                digest,
+                size,
+            });
+        }
+    }
+    if cx.clearing.fires(total, cx.idle) {
+        chosen
+    } else {
+        Vec::new()
+    }
+}
+
+/// The preview a cleared result is sent as: the persisted-output shape
+/// models already know (PROTOCOL.md section 4), saying the output was
+/// cleared and where the whole of it can be read.
+pub fn preview(
+    text: &str,
+    original_size: u64,
+    path: &str,
+    preview_size: u64,
+    unit: SizeUnit,
+) -> String {
+    let first = format!(
+        "Old output cleared to save context ({}). Full output saved to: {path}",
+        format_size(original_size)
+    );
+    super::preview::head_under(&first, text, preview_size, unit)
+}
+
+/// The saved output's file name of a cleared result: named by id and
+/// original together, since a result sent whole was never saved under its
+/// id alone, which a reused id's other original may hold.
+pub fn artifact_name(id: &str, digest: Digest, kind: crate::artifact::ArtifactKind) -> String {
+    crate::artifact::file_name(&format!("{id}#{}", digest.hex().unwrap_or_default()), kind)
+}
+
+/// Environment variable naming a file that holds the current time in
+/// seconds since the epoch: a test hook to drive `cold` mode's clock
+/// without waiting. Unset in production.
+pub const CLOCK_FILE_ENV: &str = "TOOLWIRE_CLOCK_FILE";
+
+/// The apply time, in seconds since the epoch: [`CLOCK_FILE_ENV`]'s file
+/// when set and readable, else the system clock.
+pub fn now_secs() -> u64 {
+    if let Some(path) = std::env::var_os(CLOCK_FILE_ENV)
+        && let Ok(text) = std::fs::read_to_string(path)
+        && let Ok(secs) = text.trim().parse::<f64>()
+    {
+        return secs.max(0.0) as u64;
+    }
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// When each session of this process was last applied, kept apart from the
+/// session itself because an idle session leaves memory at about the time
+/// its cache goes cold, which is exactly when `cold` needs to know.
+static LAST_APPLIED: Mutex<Option<HashMap<String, u64>>> = Mutex::new(None);
+
+/// Entries past which the oldest day-old ones are dropped.
+const LAST_APPLIED_MAX: usize = 100_000;
+
+/// Record an apply of `session` (a key unique in the process) at `now`
+/// and return the seconds since its previous one, if known.
+pub fn touch(session: &str, now: u64) -> Option<u64> {
+    let mut guard = LAST_APPLIED.lock().unwrap_or_else(|p| p.into_inner());
+    let map = guard.get_or_insert_with(HashMap::new);
+    if map.len() >= LAST_APPLIED_MAX {
+        map.retain(|_, at| now.saturating_sub(*at) < 86_400);
+    }
+    map.insert(session.to_owned(), now)
+        .map(|before| now.saturating_sub(before))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn call(id: &str, name: &str) -> Value {
+        json!({"role": "assistant", "content": [{"type": "tool_use", "id": id, "name": name, "input": {}}]})
+    }
+    fn result(id: &str, len: usize) -> Value {
+        json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": "x".repeat(len)}]})
+    }
+
+    /// `n` turns of one call and its result of `len` chars, all sent whole.
+    fn conversation(n: usize, len: usize) -> (Vec<Value>, ReplacementState) {
+        let mut messages = vec![json!({"role": "user", "content": "go"})];
+        let mut state = ReplacementState::default();
+        for t in 0..n {
+            let id = format!("t{t}");
+            messages.push(call(&id, if t == 1 { "Exempt" } else { "Read" }));
+            let r = result(&id, len);
+            let digest = super::super::original_digest(
+                &crate::format::anthropic::Anthropic,
+                &r,
+                0,
+                state.digest_kind(&id),
+            );
+            state.commit_decisions([(crate::state::keep_id(&id), digest, None)]);
+            messages.push(r);
+        }
+        (messages, state)
+    }
+
+    fn cx<'a>(
+        clearing: Clearing,
+        exempt: &'a (dyn Fn(&str) -> bool + Sync),
+        idle: Option<u64>,
+    ) -> ClearContext<'a> {
+        ClearContext {
+            dialect: &crate::format::anthropic::Anthropic,
+            clearing,
+            unit: SizeUnit::Chars,
+            is_exempt: exempt,
+            idle,
+        }
+    }
+
+    fn ids(plan: &[ToClear]) -> Vec<String> {
+        plan.iter().map(|c| c.tool_use_id.to_string()).collect()
+    }
+
+    const NONE_EXEMPT: &(dyn Fn(&str) -> bool + Sync) = &|_: &str| false;
+
+    #[test]
+    fn batch_clears_every_old_result_once_the_trigger_is_reached() {
+        let clearing = Clearing {
+            keep_recent: 2,
+            min_chars: 100,
+            trigger_chars: 3_000,
+            ..Clearing::default()
+        };
+        // 4 turns of 1000: the 2 old ones total 2000, under the trigger.
+        let (messages, state) = conversation(4, 1_000);
+        assert!(plan(&messages, &state, &cx(clearing, NONE_EXEMPT, None)).is_empty());
+        // 5 turns: t0..t2 are old, 3000: all three go, never t3 or t4.
+        let (messages, state) = conversation(5, 1_000);
+        let chosen = plan(&messages, &state, &cx(clearing, NONE_EXEMPT, None));
+        assert_eq!(ids(&chosen), ["t0", "t1", "t2"]);
+        assert!(chosen.iter().all(|c| c.size == 1_000));
+    }
+
+    #[test]
+    fn never_an_exempt_tool_a_small_result_or_one_already_replaced() {
+        let clearing = Clearing {
+            keep_recent: 1,
+            min_chars: 500,
+            trigger_chars: 1,
+            ..Clearing::default()
+        };
+        let exempt = |id: &str| id == "t1";
+        let (mut messages, mut state) = conversation(5, 1_000);
+        // t2 small, t3 replaced by the budget when it was fresh.
+        messages[6] = result("t2", 100);
+        let mut state2 = ReplacementState::default();
+        for (id, d, r) in state.decisions() {
+            if &**id != "t3" {
+                state2.commit_decisions([(id.clone(), d, r.cloned())]);
+            }
+        }
+        let d3 = super::super::original_digest(
+            &crate::format::anthropic::Anthropic,
+            &messages[8],
+            0,
+            Digest::NEW,
+        );
+        state2.commit_decisions([(
+            crate::state::keep_id("t3"),
+            d3,
+            Some(crate::state::Replacement::new("r")),
+        )]);
+        state = state2;
+        let chosen = plan(&messages, &state, &cx(clearing, &exempt, None));
+        assert_eq!(ids(&chosen), ["t0"]);
+    }
+
+    #[test]
+    fn nothing_before_a_compaction() {
+        let clearing = Clearing {
+            keep_recent: 1,
+            min_chars: 1,
+            trigger_chars: 1,
+            ..Clearing::default()
+        };
+        let (mut messages, state) = conversation(6, 1_000);
+        // A compaction block in the assistant message calling t2.
+        messages[5]["content"]
+            .as_array_mut()
+            .unwrap()
+            .insert(0, json!({"type": "compaction", "content": "summary"}));
+        let chosen = plan(&messages, &state, &cx(clearing, NONE_EXEMPT, None));
+        assert_eq!(ids(&chosen), ["t2", "t3", "t4"]);
+    }
+
+    #[test]
+    fn cold_waits_for_the_idle_gap_or_four_triggers() {
+        let clearing = Clearing {
+            mode: ClearingMode::Cold,
+            keep_recent: 1,
+            min_chars: 1,
+            trigger_chars: 2_000,
+            cold_after_seconds: 300,
+            ..Clearing::default()
+        };
+        let (messages, state) = conversation(4, 1_000);
+        // 3000 old: over the trigger, under 4x.
+        for idle in [None, Some(10), Some(300)] {
+            assert!(plan(&messages, &state, &cx(clearing, NONE_EXEMPT, idle)).is_empty());
+        }
+        assert_eq!(
+            plan(&messages, &state, &cx(clearing, NONE_EXEMPT, Some(301))).len(),
+            3
+        );
+        // 8000 old: cleared warm too.
+        let (messages, state) = conversation(9, 1_000);
+        assert_eq!(
+            plan(&messages, &state, &cx(clearing, NONE_EXEMPT, Some(1))).len(),
+            8
+        );
+        // Off: never.
+        let off = Clearing {
+            mode: ClearingMode::Off,
+            ..clearing
+        };
+        assert!(plan(&messages, &state, &cx(off, NONE_EXEMPT, Some(10_000))).is_empty());
+    }
+
+    #[test]
+    fn the_idle_time_is_measured_between_applies_of_one_session() {
+        assert_eq!(touch("clearing-test-a", 1_000), None);
+        assert_eq!(touch("clearing-test-b", 1_100), None);
+        assert_eq!(touch("clearing-test-a", 1_400), Some(400));
+        assert_eq!(touch("clearing-test-a", 1_400), Some(0));
+    }
+
+    #[test]
+    fn overrides_apply_key_by_key() {
+        let over = ClearingOverride {
+            keep_recent: Some(7),
+            mode: Some(ClearingMode::Off),
+            ..ClearingOverride::default()
+        };
+        let c = Clearing::default().with(Some(&over));
+        assert_eq!(c.keep_recent, 7);
+        assert_eq!(c.mode, ClearingMode::Off);
+        assert_eq!(c.min_chars, Clearing::default().min_chars);
+    }
+}
