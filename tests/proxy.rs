@@ -141,7 +141,9 @@ fn conversation_len(r: &Received, key: &str) -> usize {
 /// resulting (maximal) hit rate. Returns what the provider received.
 async fn loop_through_proxy(provider: &str, key: &str, stream: bool) -> (Vec<Received>, Value) {
     let fake = FakeProvider::start().await;
-    let proxy = Proxy::start(&fake.url(), "").await;
+    // Budgeting alone: clearing breaks the prefix once per batch on
+    // purpose (that is tests/clearing.rs's to check).
+    let proxy = Proxy::start(&fake.url(), "[clearing]\nmode = \"off\"").await;
     let out = agent(provider, &proxy.url, "loop", stream).await;
     assert_eq!(out["turns"], 30);
     let received = fake.received();

@@ -175,6 +175,22 @@ pub fn is_compaction(message: &Value) -> bool {
 /// preview already, at least `minChars`, and was sent whole before (its
 /// fate frozen: a result still fresh is the budget's to decide first).
 pub fn plan(messages: &[Value], state: &ReplacementState, cx: &ClearContext) -> Vec<ToClear> {
+    plan_memo(messages, state, cx, &mut Memo::default())
+}
+
+/// Sizes and digests of results already measured, by (message, block): for
+/// a caller that plans again and again over a conversation that only grows
+/// (a simulation), so each result is measured once.
+pub type Memo = HashMap<(usize, usize), (u64, Digest)>;
+
+/// [`plan`] with a [`Memo`] kept between calls over the same, growing,
+/// messages.
+pub fn plan_memo(
+    messages: &[Value],
+    state: &ReplacementState,
+    cx: &ClearContext,
+    memo: &mut Memo,
+) -> Vec<ToClear> {
     if cx.clearing.mode == ClearingMode::Off {
         return Vec::new();
     }
@@ -211,11 +227,14 @@ pub fn plan(messages: &[Value], state: &ReplacementState, cx: &ClearContext) -> 
             {
                 continue;
             }
-            let size = content.size(cx.unit);
+            let (size, digest) = *memo.entry((i, block)).or_insert_with(|| {
+                let digest =
+                    super::original_digest(dialect, message, block, state.digest_kind(&id));
+                (content.size(cx.unit), digest)
+            });
             if size < cx.clearing.min_chars {
                 continue;
             }
-            let digest = super::original_digest(dialect, message, block, state.digest_kind(&id));
             if state.fate(&id, digest) != Fate::Frozen {
                 continue;
             }
@@ -253,11 +272,20 @@ pub fn preview(
     super::preview::head_under(&first, text, preview_size, unit)
 }
 
-/// The saved output's file name of a cleared result: named by id and
-/// original together, since a result sent whole was never saved under its
-/// id alone, which a reused id's other original may hold.
-pub fn artifact_name(id: &str, digest: Digest, kind: crate::artifact::ArtifactKind) -> String {
-    crate::artifact::file_name(&format!("{id}#{}", digest.hex().unwrap_or_default()), kind)
+/// The saved output's file name of a cleared result: its id's, as for any
+/// saved output, unless the id was reused for another original, whose
+/// output may hold that name; then named by id and original together.
+pub fn artifact_name(
+    state: &ReplacementState,
+    id: &str,
+    digest: Digest,
+    kind: crate::artifact::ArtifactKind,
+) -> String {
+    if state.first_binds(id, digest) {
+        crate::artifact::file_name(id, kind)
+    } else {
+        crate::artifact::file_name(&format!("{id}#{}", digest.hex().unwrap_or_default()), kind)
+    }
 }
 
 /// Environment variable naming a file that holds the current time in
@@ -265,9 +293,23 @@ pub fn artifact_name(id: &str, digest: Digest, kind: crate::artifact::ArtifactKi
 /// without waiting. Unset in production.
 pub const CLOCK_FILE_ENV: &str = "TOOLWIRE_CLOCK_FILE";
 
-/// The apply time, in seconds since the epoch: [`CLOCK_FILE_ENV`]'s file
-/// when set and readable, else the system clock.
+/// The time set by [`set_test_clock`] (0: none).
+static TEST_CLOCK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A test hook: make [`now_secs`] say `secs` (`None`: the real clock
+/// again), for tests that run the server in their own process.
+pub fn set_test_clock(secs: Option<u64>) {
+    TEST_CLOCK.store(secs.unwrap_or(0), std::sync::atomic::Ordering::SeqCst);
+}
+
+/// The apply time, in seconds since the epoch: the test clock when set,
+/// else [`CLOCK_FILE_ENV`]'s file when set and readable, else the system
+/// clock.
 pub fn now_secs() -> u64 {
+    let test = TEST_CLOCK.load(std::sync::atomic::Ordering::SeqCst);
+    if test > 0 {
+        return test;
+    }
     if let Some(path) = std::env::var_os(CLOCK_FILE_ENV)
         && let Ok(text) = std::fs::read_to_string(path)
         && let Ok(secs) = text.trim().parse::<f64>()

@@ -348,7 +348,6 @@ pub fn message_total(dialect: &dyn Dialect, messages: &[&Value], unit: SizeUnit)
 mod tests {
     use super::*;
     use crate::config::PreviewMode;
-    use crate::state::Replacement;
     use proptest::prelude::*;
     use serde_json::json;
     use std::collections::HashMap;

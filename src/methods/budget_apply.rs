@@ -250,7 +250,7 @@ pub async fn apply(
         let chosen: Vec<Chosen> = to_clear
             .iter()
             .enumerate()
-            .map(|(i, c)| cleared_choice(dialect, &pcx, &clearing, refs[i], i, c))
+            .map(|(i, c)| cleared_choice(&state, dialect, &pcx, &clearing, refs[i], i, c))
             .collect();
         let outcomes = persist_all(dialect, &store, &refs, &chosen, fsync).await?;
         let mut clear = Vec::new();
@@ -570,6 +570,7 @@ fn saved(
 
 /// The saved output and preview of a result being cleared.
 fn cleared_choice(
+    state: &crate::state::ReplacementState,
     dialect: &dyn Dialect,
     pcx: &PlanContext,
     clearing: &clearing::Clearing,
@@ -583,9 +584,12 @@ fn cleared_choice(
     } else {
         ArtifactKind::Json
     };
-    let path = pcx
-        .artifact_dir
-        .join(clearing::artifact_name(&c.tool_use_id, c.digest, kind));
+    let path = pcx.artifact_dir.join(clearing::artifact_name(
+        state,
+        &c.tool_use_id,
+        c.digest,
+        kind,
+    ));
     let replacement = clearing::preview(
         &content.preview_text(),
         c.size,

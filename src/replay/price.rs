@@ -54,7 +54,7 @@ impl Provider {
 }
 
 /// What the simulated toolwire runs with.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Settings {
     pub limits: Limits,
     pub unit: SizeUnit,
@@ -62,19 +62,6 @@ pub struct Settings {
     pub tools: Tools,
     pub exempt_tools: Vec<String>,
     pub clearing: Clearing,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            limits: Limits::default(),
-            unit: SizeUnit::default(),
-            preview_mode: PreviewMode::default(),
-            tools: Tools::default(),
-            exempt_tools: Vec::new(),
-            clearing: Clearing::default(),
-        }
-    }
 }
 
 /// One way of sending the session, priced.
@@ -146,6 +133,7 @@ struct Sim {
     way: Way,
     cleared: u64,
     batches: u64,
+    memo: clearing::Memo,
 }
 
 impl Sim {
@@ -161,6 +149,7 @@ impl Sim {
             },
             cleared: 0,
             batches: 0,
+            memo: clearing::Memo::default(),
         }
     }
 
@@ -355,7 +344,7 @@ fn advance(sim: &mut Sim, originals: &[Value], pcx: &PlanContext, settings: &Set
         // Recordings carry no reliable times: `cold` clears at 4× only.
         idle: None,
     };
-    let to_clear = clearing::plan(originals, &sim.state, &ccx);
+    let to_clear = clearing::plan_memo(originals, &sim.state, &ccx, &mut sim.memo);
     if to_clear.is_empty() {
         return;
     }
@@ -369,7 +358,7 @@ fn advance(sim: &mut Sim, originals: &[Value], pcx: &PlanContext, settings: &Set
             } else {
                 crate::artifact::ArtifactKind::Json
             };
-            let name = clearing::artifact_name(&c.tool_use_id, c.digest, kind);
+            let name = clearing::artifact_name(&sim.state, &c.tool_use_id, c.digest, kind);
             let path = format!("{ARTIFACT_DIR}/{name}");
             let text = clearing::preview(
                 &content.preview_text(),
@@ -528,14 +517,8 @@ mod tests {
         assert_eq!(c.cleared_results, 1);
         assert_eq!(c.clearing_batches, 1);
         assert_eq!(c.clearing.cache_breaks, 1);
-        let digest = budget::original_digest(
-            &crate::format::anthropic::Anthropic,
-            &r1,
-            0,
-            format::Digest::NEW,
-        );
-        let name = clearing::artifact_name("t1", digest, crate::artifact::ArtifactKind::Text);
-        let path = format!("{ARTIFACT_DIR}/{name}");
+        // Saved under its id, as any saved output.
+        let path = format!("{ARTIFACT_DIR}/t1.txt");
         let preview = clearing::preview(&"a".repeat(100), 100, &path, 10, SizeUnit::Chars);
         let mut r1c = r1.clone();
         r1c["content"][0]["content"] = Value::String(preview);

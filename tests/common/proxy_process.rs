@@ -24,11 +24,23 @@ pub async fn start(
     log: &str,
     tag: &str,
 ) -> (Child, String, Lines<BufReader<ChildStderr>>) {
+    start_env(dir, args, log, tag, &[]).await
+}
+
+/// [`start`] with more environment variables for the proxy.
+pub async fn start_env(
+    dir: &Path,
+    args: &[&str],
+    log: &str,
+    tag: &str,
+    envs: &[(&str, &str)],
+) -> (Child, String, Lines<BufReader<ChildStderr>>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_toolwire"))
         .arg("proxy")
         .args(args)
         .current_dir(dir)
         .env("RUST_LOG", log)
+        .envs(envs.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

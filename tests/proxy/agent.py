@@ -10,6 +10,7 @@ MODE:
           followed by a user message; prints the outcome instead of failing.
   markers (anthropic) the loop as Claude Code sends it: results as text
           blocks, the cache breakpoint moved to the last block every turn.
+  resend  one request with the conversation in --messages (anthropic).
 Prints one JSON object on stdout.
 """
 
@@ -51,7 +52,17 @@ def anthropic_loop(base, turns, stream):
                    for b in content if b["type"] == "tool_use"]
         assert results, "the fake provider always answers with a tool call"
         messages.append({"role": "user", "content": results})
-    return {"turns": turns}
+    return {"turns": turns, "messages": messages}
+
+
+def anthropic_resend(base, messages):
+    """One more request with a conversation as it stands (read from a file
+    an earlier loop dumped), as an agent resuming it would send."""
+    import anthropic
+    client = anthropic.Anthropic(api_key="sk-ant-test", base_url=base, max_retries=0)
+    client.messages.create(model="claude-sonnet-4-5", max_tokens=1024, system="You are a coding agent.",
+                           tools=TOOLS_ANTHROPIC, messages=messages)
+    return {"turns": 1}
 
 
 def anthropic_markers(base, turns, stream):
@@ -198,15 +209,24 @@ def main():
     p.add_argument("mode")
     p.add_argument("--turns", type=int, default=30)
     p.add_argument("--stream", action="store_true")
+    p.add_argument("--dump", help="loop: write the final conversation there (anthropic)")
+    p.add_argument("--messages", help="resend: the conversation to send (anthropic)")
     a = p.parse_args()
     if a.mode == "orphan":
         out = orphan(a.provider, a.base)
     elif a.mode == "markers":
         out = anthropic_markers(a.base, a.turns, a.stream)
+    elif a.mode == "resend":
+        with open(a.messages) as f:
+            out = anthropic_resend(a.base, json.load(f))
     else:
         loop = {"anthropic": anthropic_loop, "openai-chat": chat_loop,
                 "openai-responses": responses_loop, "gemini": gemini_loop}[a.provider]
         out = loop(a.base, a.turns, a.stream)
+        messages = out.pop("messages", None)
+        if a.dump:
+            with open(a.dump, "w") as f:
+                json.dump(messages, f)
     json.dump(out, sys.stdout)
 
 
