@@ -294,7 +294,9 @@ async fn anthropic_sdk_30_turns_budgeted_and_byte_stable() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn anthropic_sdk_moving_cache_markers_keep_previews_and_the_cache() {
     let fake = FakeProvider::start().await;
-    let proxy = Proxy::start(&fake.url(), "").await;
+    // Budgeting's previews alone: clearing changes old results on purpose
+    // (tests/clearing.rs).
+    let proxy = Proxy::start(&fake.url(), "[clearing]\nmode = \"off\"").await;
     let out = agent("anthropic", &proxy.url, "markers", false).await;
     assert_eq!(out["turns"], 30);
     let received = fake.received();
