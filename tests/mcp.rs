@@ -446,7 +446,8 @@ fn a_quiet_front_hands_back_what_a_large_result_freed() {
 /// `resource_link` and read back whole (resources/read and
 /// read_saved_output), the server's declared `maxResultSizeChars`
 /// honoured, its caching hints unchanged, "resource not found" in the
-/// client's revision's numbering, `limit: 0` refused with a reason.
+/// client's revision's numbering, `limit: 0` refused with a reason, and
+/// (for a 2025-11-25 client) the server's question to the user answered.
 fn pairing(client: &str, server: &str) {
     let data = tempfile::tempdir().unwrap();
     let summary = client_checks_with("pairing", data.path(), &[client, server]);
@@ -476,6 +477,11 @@ fn pairing(client: &str, server: &str) {
             .contains("must be at least 1"),
         "{summary}"
     );
+    if !modern {
+        // A 2026-07-28 server's input round reaches a 2025-11-25 client as
+        // the `elicitation/create` request of its revision.
+        assert_eq!(summary["greeting"], json!("Hello, Ada!"), "{summary}");
+    }
 }
 
 #[test]

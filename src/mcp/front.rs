@@ -61,6 +61,9 @@ struct Waiting {
     /// The client cancelled it (`notifications/cancelled`): the server may
     /// never answer, and the client expects nothing.
     cancelled: bool,
+    /// A legacy client's request to a modern server, as sent: retried with
+    /// the client's answers when the server needs more input.
+    retry: Option<Map<String, Value>>,
 }
 
 /// What the front learned about its two peers.
@@ -107,6 +110,9 @@ pub(super) struct Front {
     /// Requests whose response the front awaits (its own probes, and a
     /// client's `initialize` while the server's era is being found out).
     answers: Mutex<HashMap<String, oneshot::Sender<Answer>>>,
+    /// Requests the front made of the client (a modern server's input
+    /// requests, for a legacy client), awaiting its answer.
+    client_answers: Mutex<HashMap<String, oneshot::Sender<Value>>>,
     own_ids: AtomicU64,
 }
 
@@ -202,6 +208,7 @@ impl Front {
             waiting: Mutex::new(HashMap::new()),
             peers: Mutex::new(Peers::default()),
             answers: Mutex::new(HashMap::new()),
+            client_answers: Mutex::new(HashMap::new()),
             own_ids: AtomicU64::new(1),
         }
     }
@@ -295,6 +302,14 @@ impl Front {
         match value {
             Value::Object(obj) if is_request(&obj) => self.on_client_request(obj, line).await,
             Value::Object(obj) => {
+                if is_response(&obj)
+                    && let Some(tx) = obj
+                        .get("id")
+                        .and_then(|id| lock(&self.client_answers).remove(&key(id)))
+                {
+                    let _ = tx.send(Value::Object(obj));
+                    return;
+                }
                 if obj.get("method").and_then(Value::as_str) == Some("notifications/initialized")
                     && self.server_era() == Some(Era::Modern)
                 {
@@ -380,6 +395,9 @@ impl Front {
                         self.record(&obj, version, false);
                         if let Some(stamp) = stamp {
                             era::stamp_request(&mut obj, &stamp);
+                        }
+                        if let Some(w) = lock(&self.waiting).get_mut(&key(&id)) {
+                            w.retry = Some(obj.clone());
                         }
                         self.to_server(encode(&Value::Object(obj))).await;
                     }
@@ -585,6 +603,7 @@ impl Front {
             version,
             to_modern,
             cancelled: false,
+            retry: None,
         };
         lock(&self.waiting).insert(key(id), waiting);
     }
@@ -666,7 +685,7 @@ impl Front {
 
     /// One line from the server: forwarded exactly, unless it answers a
     /// request whose result the front amends or awaits itself.
-    pub(super) async fn on_server_line(&self, line: Bytes) {
+    pub(super) async fn on_server_line(self: &Arc<Self>, line: Bytes) {
         // A large tool result is parsed and budgeted here: once the front
         // has been without such lines for a moment, what that freed goes
         // back to the system.
@@ -709,11 +728,15 @@ impl Front {
             }
         }
         let changed = match &mut value {
-            Value::Object(_) => self.on_server_message(&mut value).await,
+            Value::Object(_) => match self.on_server_message(&mut value).await {
+                Some(changed) => changed,
+                // Taken over by the front (an input round for the client).
+                None => return,
+            },
             Value::Array(items) => {
                 let mut changed = false;
                 for item in items.iter_mut() {
-                    changed |= self.on_server_message(item).await;
+                    changed |= self.on_server_message(item).await.unwrap_or(false);
                 }
                 changed
             }
@@ -756,20 +779,32 @@ impl Front {
         true
     }
 
-    /// Returns whether `msg` was changed.
-    async fn on_server_message(&self, msg: &mut Value) -> bool {
+    /// Returns whether `msg` was changed, or `None` when the front took it
+    /// over and nothing goes to the client now.
+    async fn on_server_message(self: &Arc<Self>, msg: &mut Value) -> Option<bool> {
         let Some(obj) = msg.as_object_mut() else {
-            return false;
+            return Some(false);
         };
         if !is_response(obj) {
-            return false;
+            return Some(false);
         }
         let Some(id) = obj.get("id") else {
-            return false;
+            return Some(false);
         };
-        let Some(waiting) = lock(&self.waiting).remove(&key(id)) else {
-            return false;
+        let Some(mut waiting) = lock(&self.waiting).remove(&key(id)) else {
+            return Some(false);
         };
+        if let Some(Value::Object(result)) = obj.get("result")
+            && result.get("resultType").and_then(Value::as_str) == Some("input_required")
+            && let Some(request) = waiting.retry.take()
+        {
+            // A legacy client knows no input rounds: it is asked the
+            // server's questions as the server requests of its revision.
+            let front = self.clone();
+            let result = result.clone();
+            tokio::spawn(async move { front.input_round(waiting, request, result).await });
+            return None;
+        }
         let mut changed = false;
         if let Some(Value::Object(result)) = obj.get_mut("result") {
             changed = match waiting.kind {
@@ -795,7 +830,83 @@ impl Front {
         if waiting.to_modern {
             changed |= era::modernize_response(&waiting.method, obj);
         }
-        changed
+        if obj.get("id") != Some(&waiting.id) {
+            // The answer to a retry the front made (`input_round`).
+            obj.insert("id".into(), waiting.id.clone());
+            changed = true;
+        }
+        Some(changed)
+    }
+
+    /// A modern server needs more input for a legacy client's request
+    /// (`resultType: "input_required"`, the multi round-trip pattern): each
+    /// of its `inputRequests` goes to the client as the request the client's
+    /// revision knows (`elicitation/create`, `sampling/createMessage`,
+    /// `roots/list`), and the original request is retried, under its own
+    /// id, with the answers as `inputResponses` and the server's
+    /// `requestState`. The client sees one request and one result.
+    async fn input_round(
+        self: Arc<Self>,
+        waiting: Waiting,
+        mut request: Map<String, Value>,
+        result: Map<String, Value>,
+    ) {
+        let mut responses = Map::new();
+        let asked = result
+            .get("inputRequests")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        for (name, ask) in asked {
+            let n = self.own_ids.fetch_add(1, Ordering::Relaxed);
+            let own = json!(format!("toolwire-mcp-front-{n}"));
+            let (tx, rx) = oneshot::channel();
+            lock(&self.client_answers).insert(key(&own), tx);
+            let method = ask.get("method").cloned().unwrap_or(Value::Null);
+            let params = ask.get("params").cloned().unwrap_or_else(|| json!({}));
+            self.to_client.send_value(
+                &json!({"jsonrpc": "2.0", "id": own, "method": method, "params": params}),
+            );
+            // No time limit: a person may be answering.
+            let Ok(answer) = rx.await else {
+                return;
+            };
+            match answer.get("result") {
+                Some(result) => {
+                    responses.insert(name, result.clone());
+                }
+                None => {
+                    let error = answer.get("error").cloned().unwrap_or(Value::Null);
+                    let why =
+                        format!("the client answered the server's {method} with an error: {error}");
+                    return self.reply(
+                        &waiting.id,
+                        waiting.version.as_deref(),
+                        Err(Error::Internal(why)),
+                    );
+                }
+            }
+        }
+        if let Some(Value::Object(params)) = request.get_mut("params") {
+            params.insert("inputResponses".into(), Value::Object(responses));
+            match result.get("requestState") {
+                Some(state) => params.insert("requestState".into(), state.clone()),
+                None => params.remove("requestState"),
+            };
+        }
+        // A retry is a new request (the server has answered the first):
+        // its own id, mapped back to the client's when the answer comes.
+        let n = self.own_ids.fetch_add(1, Ordering::Relaxed);
+        let retry_id = json!(format!("toolwire-mcp-front-{n}"));
+        request.insert("id".into(), retry_id.clone());
+        lock(&self.waiting).insert(
+            key(&retry_id),
+            Waiting {
+                retry: Some(request.clone()),
+                ..waiting
+            },
+        );
+        self.to_server(encode(&Value::Object(request))).await;
     }
 
     /// An `initialize` or `server/discover` result: the front's links must
@@ -882,5 +993,10 @@ impl Front {
     /// will not come.
     pub(super) fn server_gone(&self) {
         lock(&self.answers).clear();
+    }
+
+    /// The front is ending: questions put to the client will not be answered.
+    pub(super) fn client_gone(&self) {
+        lock(&self.client_answers).clear();
     }
 }

@@ -223,6 +223,7 @@ where
         }
         0
     };
+    front.client_gone();
     drop(front);
     registry.close_all().await;
     let _ = tokio::task::spawn_blocking(crate::transcript::wal::close_all).await;

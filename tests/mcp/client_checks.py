@@ -279,8 +279,12 @@ async def pairing(toolwire, data_dir, client_era, server_era):
     server = [sys.executable, os.path.join(HERE, "sized_server.py"), "--era", server_era]
     session = f"pair-{client_era}-{server_era}"
     summary = {}
+    async def named(context, params):
+        """The client side of `elicitation/create`: the user says who they are."""
+        return types.ElicitResult(action="accept", content={"name": "Ada"})
+
     async with stdio_client(front(toolwire, data_dir, server, session)) as (r, w):
-        async with ClientSession(r, w) as s:
+        async with ClientSession(r, w, elicitation_callback=named) as s:
             with anyio.fail_after(STEP):
                 if modern_client:
                     found = await s.discover()
@@ -296,7 +300,7 @@ async def pairing(toolwire, data_dir, client_era, server_era):
 
             listed = await s.list_tools()
             names = [t.name for t in listed.tools]
-            check(names == ["text", "text_and_image", "report", "crash", "noise", "roomy", "numbers", "read_saved_output"],
+            check(names == ["text", "text_and_image", "report", "crash", "noise", "roomy", "numbers", "greet", "read_saved_output"],
                   f"tools in the server's order, ours last: {names}")
             roomy = next(t for t in listed.tools if t.name == "roomy")
             check((roomy.meta or {}).get("anthropic/maxResultSizeChars") == ROOMY_MAX, f"roomy's _meta: {roomy.meta}")
@@ -338,6 +342,14 @@ async def pairing(toolwire, data_dir, client_era, server_era):
             if modern_client and server_era == "modern":
                 nums = await s.call_tool("numbers", {"count": 5})
                 check(nums.structured_content == [0, 1, 2, 3, 4], f"structuredContent of any JSON value: {nums.structured_content}")
+
+            if not modern_client:
+                # Asked mid-call (2025-11-25 server) or in an input round
+                # the front turns into that request (2026-07-28 server).
+                with anyio.fail_after(STEP):
+                    greeting = await s.call_tool("greet", {})
+                check(text_of(greeting) == ["Hello, Ada!"], f"elicitation round trip: {text_of(greeting)}")
+                summary["greeting"] = text_of(greeting)[0]
 
             note = await s.read_resource("sized://notes/a")
             check(note.contents[0].text == f"note a: {make_text(50)}", "the server's own resources")

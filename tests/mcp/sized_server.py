@@ -17,13 +17,14 @@ opening the way the pinned SDK does.
 import base64
 import os
 import sys
-from typing import TypedDict
+from typing import Annotated, TypedDict
 
 import anyio
 import mcp_types as types
 from mcp.server import MCPServer
 from mcp.server.caching import CacheHint
-from mcp.server.mcpserver import Image
+from mcp.server.mcpserver import Elicit, Image, Resolve
+from pydantic import BaseModel
 
 # Caching hints for the 2026-07-28 results that carry them, distinct per
 # method so a test can tell they came through unchanged.
@@ -113,6 +114,21 @@ def numbers(count: int) -> types.CallToolResult:
         content=[types.TextContent(type="text", text=" ".join(map(str, values)))],
         structured_content=values,
     )
+
+
+class Name(BaseModel):
+    name: str
+
+
+def ask_name() -> Elicit[Name]:
+    return Elicit("What is your name?", Name)
+
+
+@mcp.tool(structured_output=False)
+def greet(who: Annotated[Name, Resolve(ask_name)]) -> str:
+    """Greet whoever the client says it is: asked by `elicitation/create`
+    mid-call under 2025-11-25, by an input round under 2026-07-28."""
+    return f"Hello, {who.name}!"
 
 
 @mcp.resource("sized://notes/{name}")
