@@ -44,9 +44,7 @@ pub fn run(
             let verb = if dry_run { "would keep" } else { "kept" };
             super::say!("{}: {verb} {} lines", path.display(), report.kept);
             for id in &report.dropped_tool_uses {
-                super::say!(
-                    "  dropped tool_use {id} (no result in the next turn, or an exact repeat of an earlier call and result)"
-                );
+                super::say!("  dropped tool_use {id} (no result in the next turn)");
             }
             for id in &report.dropped_tool_results {
                 super::say!(
