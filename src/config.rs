@@ -392,6 +392,17 @@ pub struct ProxyConfig {
     /// Largest request body accepted, in bytes; a larger one is answered
     /// 413 with an error in the provider's shape.
     pub max_request_bytes: u64,
+    /// Seconds a client has to send a request's head (method, path,
+    /// headers) once the proxy waits for it; a connection that takes
+    /// longer is closed. HTTP/1.1 waits for the next head as soon as a
+    /// response is sent, so this also closes an idle HTTP/1.1 connection.
+    pub header_timeout_seconds: u64,
+    /// Seconds a client has to send a request's whole body once its head
+    /// has arrived; a slower body is answered 408.
+    pub body_timeout_seconds: u64,
+    /// Seconds a connection may stay open with no request in progress and
+    /// no byte moving either way before the proxy closes it.
+    pub idle_timeout_seconds: u64,
 }
 
 /// `[proxy.upstreams]`: the only hosts the proxy ever forwards to.
@@ -425,6 +436,15 @@ impl Default for ProxyConfig {
             // The Messages API's own request limit (32 MB); the other
             // providers' documented limits are no larger.
             max_request_bytes: 32 * 1024 * 1024,
+            // hyper's own default for a head, and long enough for any
+            // client on a working network.
+            header_timeout_seconds: 30,
+            // A 32 MiB body at 1 Mbit/s takes about 270 s.
+            body_timeout_seconds: 300,
+            // The agents keep a connection between turns; a turn's tool
+            // calls rarely take this long, and a closed connection only
+            // costs the next request a new one.
+            idle_timeout_seconds: 120,
         }
     }
 }

@@ -40,9 +40,15 @@ impl Proxy {
     }
 
     async fn start_with(toml: &str, args: &[&str], log: &str) -> Proxy {
+        Proxy::start_limited(toml, args, log, None).await
+    }
+
+    /// [`Proxy::start_with`], with at most `open_files` descriptors.
+    async fn start_limited(toml: &str, args: &[&str], log: &str, open_files: Option<u64>) -> Proxy {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("toolwire.toml"), toml).unwrap();
-        let (child, url, mut lines) = proxy_process::start(dir.path(), args, log, "proxy").await;
+        let (child, url, mut lines) =
+            proxy_process::start_limited(dir.path(), args, log, "proxy", &[], open_files).await;
         // Keep draining stderr (the log) so the proxy never blocks on it.
         let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
         let sink = stderr.clone();
@@ -1139,5 +1145,137 @@ async fn provider_id_rules_and_compaction_through_the_proxy() {
         original[..end],
         "the compacted part passes byte for byte"
     );
+    proxy.stop().await;
+}
+
+/// #32 item 10: with 64 descriptors and 300 idle connections held open
+/// (the report: 256 and 300, and the proxy exited with "Too many open
+/// files"), the proxy keeps running; a request made meanwhile waits in the
+/// listen backlog and is answered once the idle connections close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_descriptors_it_waits_for_connections_to_close() {
+    let upstream = Recorder::start().await;
+    let toml = format!(
+        "durability = \"none\"\n[proxy]\nheader_timeout_seconds = 0\nidle_timeout_seconds = 0\n[proxy.upstreams]\nanthropic = \"{0}\"\nopenai = \"{0}\"\ngemini = \"{0}\"\n",
+        upstream.url
+    );
+    let mut proxy = Proxy::start_limited(
+        &toml,
+        &["--listen", "127.0.0.1:0"],
+        "toolwire=warn",
+        Some(64),
+    )
+    .await;
+    let addr = proxy.url.strip_prefix("http://").unwrap().to_owned();
+    let mut idle = Vec::new();
+    for _ in 0..300 {
+        idle.push(tokio::net::TcpStream::connect(&addr).await.unwrap());
+    }
+    let url = proxy.url.clone();
+    let waiting = tokio::spawn(async move {
+        reqwest::Client::new()
+            .post(format!("{url}/v1/chat/completions"))
+            .body(r#"{"messages":[{"role":"user","content":"hi"}]}"#)
+            .send()
+            .await
+            .map(|r| r.status().as_u16())
+    });
+    assert!(
+        proxy.child.try_wait().unwrap().is_none(),
+        "the proxy is still running"
+    );
+    drop(idle);
+    let status = tokio::time::timeout(LIMIT, waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(status, 200);
+    assert!(proxy.child.try_wait().unwrap().is_none());
+    let log = proxy.stop().await;
+    assert!(!log.contains("Too many open files"), "{log}");
+}
+
+/// Read from `stream` until the proxy closes it; what it sent.
+async fn until_closed(stream: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut answer = Vec::new();
+    tokio::time::timeout(LIMIT, stream.read_to_end(&mut answer))
+        .await
+        .expect("the proxy closed the connection")
+        .unwrap();
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// #32 item 10: a partial head, a partial body and a silent connection
+/// (HTTP/1.1 and HTTP/2) are each cut off by their timeout (1 s here),
+/// while a request whose answer takes longer than the idle timeout is
+/// not: it is in progress. Each waits on the proxy's own act (a closed
+/// connection), never on a sleep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_and_silent_clients_are_cut_off_and_slow_answers_are_not() {
+    use tokio::io::AsyncWriteExt;
+    let release = std::sync::Arc::new(tokio::sync::Notify::new());
+    let gate = release.clone();
+    let url = upstream(move |_req: hyper::Request<hyper::body::Incoming>| {
+        let gate = gate.clone();
+        async move {
+            gate.notified().await;
+            hyper::Response::new(http_body_util::Full::new(bytes::Bytes::from_static(b"{}")))
+        }
+    })
+    .await;
+    let toml = format!(
+        "durability = \"none\"\n[proxy]\nheader_timeout_seconds = 1\nbody_timeout_seconds = 1\nidle_timeout_seconds = 1\n[proxy.upstreams]\nanthropic = \"{url}\"\nopenai = \"{url}\"\ngemini = \"{url}\"\n"
+    );
+    let proxy = Proxy::start_with(&toml, &["--listen", "127.0.0.1:0"], "toolwire=warn").await;
+    let addr = proxy.url.strip_prefix("http://").unwrap().to_owned();
+
+    // A request whose answer is held back by the upstream.
+    let slow_url = proxy.url.clone();
+    let slow = tokio::spawn(async move {
+        let r = reqwest::Client::new()
+            .post(format!("{slow_url}/v1/chat/completions"))
+            .body(r#"{"messages":[{"role":"user","content":"hi"}]}"#)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    });
+
+    // A partial head.
+    let mut head = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    head.write_all(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .unwrap();
+    until_closed(&mut head).await;
+
+    // A partial body: the proxy answers 408 in the provider's shape.
+    let mut body = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    body.write_all(
+        b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{\"messages\":",
+    )
+    .await
+    .unwrap();
+    let answer = until_closed(&mut body).await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("bodyTimeoutSeconds"), "{answer}");
+
+    // Silent connections, HTTP/1.1 (nothing sent) and HTTP/2 (the
+    // preface and settings, then nothing).
+    let mut silent = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    until_closed(&mut silent).await;
+    let mut h2 = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    h2.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .await
+        .unwrap();
+    until_closed(&mut h2).await;
+
+    // Idle connections were closed while the slow request waited, longer
+    // than the idle timeout: it is answered all the same.
+    assert!(!slow.is_finished());
+    release.notify_one();
+    let (status, text) = tokio::time::timeout(LIMIT, slow).await.unwrap().unwrap();
+    assert_eq!((status, text.as_str()), (200, "{}"));
     proxy.stop().await;
 }

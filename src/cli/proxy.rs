@@ -20,6 +20,8 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> ExitCode {
+    let prepared = toolwire::process::prepare();
+    tracing::debug!(open_files = prepared.open_files, "process prepared");
     let outcome = runtime()
         .map_err(|err| format!("cannot start the runtime: {err}"))
         .and_then(|rt| rt.block_on(serve(args)));
@@ -54,9 +56,7 @@ async fn serve(args: Args) -> Result<(), String> {
         .map_err(|err| err.to_string())?;
     let registry = Registry::new(storage, session_idle());
     let proxy = Proxy::new(registry, config)?;
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|err| format!("cannot listen on {addr}: {err}"))?;
+    let listener = bind(addr).map_err(|err| format!("cannot listen on {addr}: {err}"))?;
     let local = listener.local_addr().map_err(|err| err.to_string())?;
     // SIGINT or SIGTERM: sessions closed, the commit log removed. Installed
     // before the line below, so a launcher may signal as soon as it reads it.
@@ -71,4 +71,20 @@ async fn serve(args: Args) -> Result<(), String> {
             Ok(())
         }
     }
+}
+
+/// Clients the kernel holds, handshake done, while the proxy is at its
+/// connection cap (`Proxy::serve`); beyond them new clients' connection
+/// attempts wait unanswered and are retried by their TCP stack.
+const BACKLOG: u32 = 1024;
+
+fn bind(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(BACKLOG)
 }

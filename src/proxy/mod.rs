@@ -14,18 +14,20 @@ pub mod conversation;
 pub mod route;
 pub mod splice;
 pub mod stats;
+mod timeouts;
 pub mod upstream;
 pub mod usage;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use serde_json::Value;
 use tokio::net::TcpListener;
 
@@ -73,24 +75,96 @@ impl Proxy {
 
     /// Accept connections until the listener fails; each connection speaks
     /// HTTP/1.1 or HTTP/2 (prior knowledge), as the client chooses.
+    ///
+    /// Running out of descriptors never ends the proxy. It holds at most
+    /// [`connection_cap`] connections, leaving the other half of its
+    /// descriptors to the upstream connections and the store; beyond that,
+    /// and whenever accepting fails for want of descriptors or memory,
+    /// clients wait in the listen backlog until a connection closes.
     pub async fn serve(self: Arc<Self>, listener: TcpListener) -> std::io::Result<()> {
+        let cap = connection_cap(crate::process::raise_open_files());
+        let slots = Arc::new(tokio::sync::Semaphore::new(cap));
+        let closed = Arc::new(tokio::sync::Notify::new());
+        tracing::debug!(connections = cap, "accepting connections");
         loop {
-            let (stream, peer) = listener.accept().await?;
+            let Ok(slot) = slots.clone().acquire_owned().await else {
+                return Ok(());
+            };
+            let (stream, peer) = match listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(err) if out_of_resources(&err) => {
+                    tracing::warn!(%err, "cannot accept a connection now; waiting for one to close");
+                    drop(slot);
+                    // A connection that closes gives its descriptor back;
+                    // other descriptors (the store's, upstream's) have no
+                    // such signal, so a second at most.
+                    let _ = tokio::time::timeout(Duration::from_secs(1), closed.notified()).await;
+                    continue;
+                }
+                Err(err) if transient(&err) => continue,
+                Err(err) => return Err(err),
+            };
             let _ = stream.set_nodelay(true);
             let proxy = self.clone();
+            let closed = closed.clone();
             tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req| {
-                    let proxy = proxy.clone();
-                    async move { Ok::<_, Infallible>(proxy.handle(req, peer).await) }
-                });
-                let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-                if let Err(err) = builder
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await
-                {
-                    tracing::debug!(%peer, %err, "connection ended with an error");
-                }
+                proxy.connection(stream, peer).await;
+                drop(slot);
+                closed.notify_one();
             });
+        }
+    }
+
+    /// Serve one connection until it ends, is idle too long, or its client
+    /// is too slow with a request's head.
+    async fn connection(self: Arc<Self>, stream: tokio::net::TcpStream, peer: SocketAddr) {
+        let activity = Arc::new(timeouts::Activity::default());
+        let proxy = self.clone();
+        let requests = activity.clone();
+        let service = hyper::service::service_fn(move |req| {
+            let proxy = proxy.clone();
+            let busy = requests.begin();
+            async move {
+                let response = proxy.handle(req, peer).await;
+                // In progress until the response body is sent or dropped.
+                Ok::<_, Infallible>(response.map(|body| busy.hold(body)))
+            }
+        });
+        let timeouts = &self.config.proxy;
+        let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(seconds(timeouts.header_timeout_seconds));
+        builder.http2().timer(TokioTimer::new());
+        let io = TokioIo::new(timeouts::Watched::new(stream, activity.clone()));
+        let conn = builder.serve_connection(io, service);
+        tokio::pin!(conn);
+        let idle = seconds(timeouts.idle_timeout_seconds);
+        let watching = idle.is_some();
+        let idle = idle.unwrap_or(Duration::MAX);
+        // Set once a graceful close has begun: an HTTP/2 client that
+        // neither finishes nor answers the GOAWAY is dropped after one
+        // more idle spell.
+        let mut closing: Option<tokio::time::Instant> = None;
+        let ended = loop {
+            let deadline = closing.unwrap_or_else(|| activity.idle_deadline(idle));
+            tokio::select! {
+                ended = conn.as_mut() => break ended,
+                () = tokio::time::sleep_until(deadline), if watching => {
+                    if closing.is_some() {
+                        break Ok(());
+                    }
+                    if activity.idle_for(idle) {
+                        tracing::debug!(%peer, "closing an idle connection");
+                        conn.as_mut().graceful_shutdown();
+                        closing = Some(tokio::time::Instant::now() + idle);
+                    }
+                }
+            }
+        };
+        if let Err(err) = ended {
+            tracing::debug!(%peer, %err, "connection ended with an error");
         }
     }
 
@@ -121,10 +195,22 @@ impl Proxy {
         if declared.is_some_and(|n| n > limit) {
             return too_large(provider, limit);
         }
-        let body = match Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX))
-            .collect()
-            .await
-        {
+        let body_timeout = self.config.proxy.body_timeout_seconds;
+        let collected = tokio::time::timeout(
+            seconds(body_timeout).unwrap_or(Duration::MAX),
+            Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX)).collect(),
+        )
+        .await;
+        let Ok(collected) = collected else {
+            return error(
+                provider,
+                StatusCode::REQUEST_TIMEOUT,
+                &format!(
+                    "toolwire proxy: the request body did not arrive within {body_timeout} s (proxy.bodyTimeoutSeconds in toolwire.toml)"
+                ),
+            );
+        };
+        let body = match collected {
             Ok(collected) => collected.to_bytes(),
             Err(err) if err.is::<http_body_util::LengthLimitError>() => {
                 return too_large(provider, limit);
@@ -359,6 +445,40 @@ impl Provider {
             Provider::OpenAi
         }
     }
+}
+
+/// A timeout setting: 0 is none.
+fn seconds(setting: u64) -> Option<Duration> {
+    (setting > 0).then(|| Duration::from_secs(setting))
+}
+
+/// How many connections the proxy holds at once with `open_files`
+/// descriptors: half of them, less a few for the listener, logs and
+/// store, so that every connection can still open one upstream.
+pub fn connection_cap(open_files: u64) -> usize {
+    let cap = open_files.saturating_sub(16) / 2;
+    usize::try_from(cap)
+        .unwrap_or(usize::MAX)
+        .clamp(1, tokio::sync::Semaphore::MAX_PERMITS)
+}
+
+/// Accepting failed for want of descriptors or memory: it will work once
+/// something closes.
+fn out_of_resources(err: &std::io::Error) -> bool {
+    matches!(
+        err.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
+}
+
+/// Accepting failed for this one connection only (it was reset or aborted
+/// before it was taken).
+fn transient(err: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        err.kind(),
+        ConnectionAborted | ConnectionReset | ConnectionRefused | Interrupted
+    ) || matches!(err.raw_os_error(), Some(libc::EPROTO | libc::EPERM))
 }
 
 /// An error answered by the proxy itself, in the provider's error shape.

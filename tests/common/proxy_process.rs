@@ -35,7 +35,37 @@ pub async fn start_env(
     tag: &str,
     envs: &[(&str, &str)],
 ) -> (Child, String, Lines<BufReader<ChildStderr>>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_toolwire"))
+    start_limited(dir, args, log, tag, envs, None).await
+}
+
+/// [`start_env`], with the proxy's open-file limit (soft and hard, so it
+/// cannot raise it) set to `open_files` when given.
+pub async fn start_limited(
+    dir: &Path,
+    args: &[&str],
+    log: &str,
+    tag: &str,
+    envs: &[(&str, &str)],
+    open_files: Option<u64>,
+) -> (Child, String, Lines<BufReader<ChildStderr>>) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolwire"));
+    if let Some(n) = open_files {
+        let limit = libc::rlimit {
+            rlim_cur: n,
+            rlim_max: n,
+        };
+        // SAFETY: only setrlimit, async-signal-safe, runs in the child
+        // between fork and exec.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let mut child = command
         .arg("proxy")
         .args(args)
         .current_dir(dir)
