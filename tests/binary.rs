@@ -564,3 +564,127 @@ async fn session_state_lives_in_its_own_heap_or_without_one() {
     decide_and_reapply(&mut c).await;
     assert_eq!(separate_heap_rss_kb(child.id().unwrap()), None);
 }
+
+/// Issue 32, item 13. A data directory this process may only read (owned
+/// by another user, or without write permission) still serves reads:
+/// `state/get` and `artifact/read` of a session a writer left, and
+/// `state/reconstruct` from its transcript. The commit log directory the
+/// writer left there is not needed to read. Root ignores file modes, so
+/// under root the reader runs as `nobody` (through `setpriv`).
+#[tokio::test]
+async fn a_read_only_data_directory_still_serves_reads() {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let base = if root {
+        std::path::PathBuf::from("/var/tmp")
+    } else {
+        std::env::temp_dir()
+    };
+    let dir = tempfile::tempdir_in(base).unwrap();
+    let ws = dir.path();
+    let data = ws.join(".toolwire");
+    let big = "line of output\n".repeat(4000);
+    {
+        let (mut w, mut child) = spawn_binary(ws);
+        w.initialize(ws, json!({"limits": {"maxResultChars": 100}}))
+            .await;
+        let reply = w
+            .call(
+                "budget/apply",
+                json!({"sessionId": "t", "messages": [
+                    assistant_calls(&["a"]), results(&[("a", &big)])]}),
+            )
+            .await;
+        assert_eq!(
+            reply["persisted"].as_array().map(Vec::len),
+            Some(1),
+            "{reply}"
+        );
+        w.call(
+            "pair/append",
+            json!({"sessionId": "t", "message": assistant_calls(&["a"])}),
+        )
+        .await;
+        w.call(
+            "pair/append",
+            json!({"sessionId": "t", "message": results(&[("a", &big)])}),
+        )
+        .await;
+        w.call("shutdown", Value::Null).await;
+        w.notify("exit", Value::Null).await;
+        child.wait().await.unwrap();
+    }
+    assert!(
+        data.join("wal").is_dir(),
+        "the writer left its log directory"
+    );
+    // Readable by everyone, writable by no one but root.
+    set_tree_modes(ws, 0o555, Some(0o444));
+
+    let mut cmd = if root {
+        let mut cmd = tokio::process::Command::new("setpriv");
+        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
+        cmd.arg(env!("CARGO_BIN_EXE_toolwire"));
+        cmd
+    } else {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_toolwire"))
+    };
+    let mut child = cmd
+        .arg("serve")
+        .current_dir(ws)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut r = Client::new(child.stdout.take().unwrap(), child.stdin.take().unwrap());
+    r.initialize(ws, json!({"limits": {"maxResultChars": 100}}))
+        .await;
+    let state = r.call("state/get", json!({"sessionId": "t"})).await;
+    assert_eq!(state["seenIds"], json!(["a"]), "{state}");
+    let page = r
+        .call(
+            "artifact/read",
+            json!({"sessionId": "t", "toolUseId": "a", "limit": 4000}),
+        )
+        .await;
+    assert_eq!(page["text"], json!(big), "{page}");
+    let transcript = data.join("sessions/t.jsonl");
+    let rebuilt = r
+        .call(
+            "state/reconstruct",
+            json!({"sessionId": "r", "transcript": transcript.display().to_string()}),
+        )
+        .await;
+    assert_eq!(rebuilt["seenCount"], json!(1), "{rebuilt}");
+    assert_eq!(rebuilt["replacementCount"], json!(1), "{rebuilt}");
+    // A write is refused by the file system, by name, and changes nothing.
+    r.fails(
+        "pair/append",
+        json!({"sessionId": "t", "message": user_text("more")}),
+        -32014,
+    )
+    .await;
+    drop(r);
+    let _ = child.kill().await;
+    set_tree_modes(ws, 0o755, None);
+}
+
+/// Set the mode of every directory under `root` (itself included) to
+/// `dirs`, and of every other file to `files` when given.
+fn set_tree_modes(root: &std::path::Path, dirs: u32, files: Option<u32>) {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |path: &std::path::Path, m: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(m)).unwrap()
+    };
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        if path.is_dir() {
+            mode(&path, dirs);
+            stack.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+        } else if let Some(files) = files {
+            mode(&path, files);
+        }
+    }
+}

@@ -353,7 +353,7 @@ fn load_from_disk(key: &SessionKey, files: &dyn LogFileFactory) -> Result<Loaded
         }
         Ok(_) => {}
     }
-    let file = writer::open_locked(&path, false)?;
+    let file = writer::open_locked_existing(&path)?;
     let storage = |err: std::io::Error| Error::storage(&path, &err);
     let meta = file.metadata().map_err(storage)?;
     let actual = meta.len();

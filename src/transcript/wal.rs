@@ -489,6 +489,15 @@ pub fn recover_beside(transcript: &Path) -> io::Result<()> {
     }
 }
 
+/// Whether `err` says the file system refuses writes here (read-only, or
+/// not ours to write), rather than that something is broken.
+pub fn is_read_only(err: &io::Error) -> bool {
+    matches!(
+        err.kind(),
+        io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem
+    )
+}
+
 /// The named log files of `data_dir` (live or orphaned), for inspection.
 pub fn log_files(data_dir: &Path) -> io::Result<Vec<PathBuf>> {
     let mut logs = Vec::new();
@@ -530,11 +539,27 @@ pub fn recover(dir: &Path) -> io::Result<Recovered> {
     };
     // One recovery at a time: a second process waits for the first to
     // finish rather than read transcripts it is still mending.
-    let guard = OpenOptions::new()
+    let guard = match OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
-        .open(dir.join("recover.lock"))?;
+        .open(dir.join("recover.lock"))
+    {
+        Ok(guard) => guard,
+        // A data directory this process may only read (mounted read-only,
+        // another user's): it can mend nothing there, and reads must not
+        // need the log. A log a dead process left stays for a process
+        // that can write to replay; until then reads see the transcripts
+        // as they are on disk, without the commits only that log holds.
+        Err(err) if is_read_only(&err) => {
+            let left = log_files(dir.parent().unwrap_or(dir)).map_or(0, |logs| logs.len());
+            if left > 0 {
+                tracing::warn!(dir = %dir.display(), logs = left, "read-only data directory: commit logs left by a dead process cannot be replayed; reading the transcripts as they are");
+            }
+            return Ok(done);
+        }
+        Err(err) => return Err(err),
+    };
     guard.lock()?;
     let mut orphans = Vec::new();
     for entry in entries {

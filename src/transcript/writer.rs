@@ -158,6 +158,22 @@ pub fn open_locked(path: &Path, create: bool) -> Result<File> {
     Ok(file)
 }
 
+/// As [`open_locked`] an existing transcript, or, where this process may
+/// only read it (a read-only data directory), opened for reading: the
+/// session then serves reads, and a commit to it fails with the file
+/// system's refusal.
+pub fn open_locked_existing(path: &Path) -> Result<File> {
+    let file = match OpenOptions::new().read(true).append(true).open(path) {
+        Ok(file) => file,
+        Err(err) if super::wal::is_read_only(&err) => {
+            File::open(path).map_err(|err| Error::storage(path, &err))?
+        }
+        Err(err) => return Err(Error::storage(path, &err)),
+    };
+    lock(&file, path)?;
+    Ok(file)
+}
+
 /// How long a lock held by someone else may be waited for before the
 /// transcript counts as held: `toolwire gc` (in this process or another)
 /// probes a transcript's lock for an instant to learn whether a server has
