@@ -1126,6 +1126,24 @@ async fn provider_id_rules_and_compaction_through_the_proxy() {
         body["messages"][4]["content"][0]["tool_use_id"],
         json!("functions_bash_0_dup1")
     );
+    // Decisions follow the mapped id: a large result of the renamed call is
+    // saved under the new id, and the next turn sends the same bytes.
+    // (A conversation of its own: another first message.)
+    let mut big = kimi.clone();
+    big["messages"][0]["content"] = json!("build it, all of it");
+    big["messages"][4]["content"][0]["content"] = json!("m3: warning\n".repeat(6000));
+    let mut sent = Vec::new();
+    for _ in 0..2 {
+        let (status, answer) = raw_request(&proxy.url, "/v1/messages", &big.to_string()).await;
+        assert_eq!(status, 200, "{answer}");
+        sent.push(fake.received().last().unwrap().body.clone());
+    }
+    assert_eq!(sent[0], sent[1]);
+    let text = result_texts("anthropic", &serde_json::from_slice(&sent[0]).unwrap())[1].clone();
+    assert!(
+        text.contains("/tool-results/functions_bash_0_dup1.txt"),
+        "{text}"
+    );
     // Compaction: a call before the block, its result after it.
     let compacted = json!({"model": "claude-opus-4-6", "max_tokens": 64, "messages": [
         {"role": "user", "content": "refactor the parser"},
