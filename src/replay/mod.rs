@@ -551,12 +551,21 @@ pub fn render(summary: &Summary, kept: bool) -> String {
 /// is at most `proxy.maxRequestBytes` (32 MiB by default).
 pub const MAX_RECORDING_LINE: usize = 64 << 20;
 
+/// Largest file that is one JSON document spread over many lines (a Gemini
+/// CLI session file is pretty-printed): such a file has no line structure
+/// to check as it comes, so the whole of it is what is bounded.
+pub const MAX_RECORDING_DOCUMENT: usize = 256 << 20;
+
 /// Read a recording from a file (gzip when it ends in `.gz`).
 ///
 /// Read line by line, each line checked as it comes: a file that is not a
 /// recording (a gzip bomb inflating to a GiB of anything) is refused at
 /// its first line that does not open a JSON object, or that runs past
-/// [`MAX_RECORDING_LINE`], having held at most that much.
+/// [`MAX_RECORDING_LINE`], having held at most that much. A file whose
+/// first line does not close the object it opens is one pretty-printed
+/// document (another agent's session file): its later lines are not
+/// objects of their own, and it is refused once it passes
+/// [`MAX_RECORDING_DOCUMENT`].
 pub fn read_recording(path: &Path) -> Result<String, String> {
     use std::io::BufReader;
     let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
@@ -573,16 +582,19 @@ fn read_lines(mut reader: impl std::io::BufRead) -> Result<String, String> {
     use std::io::{BufRead, Read};
     let mut text = String::new();
     let mut line = Vec::new();
+    // Set by the first line: JSON Lines, or one document over many lines.
+    let mut document = false;
     for line_no in 1.. {
         // What the line starts with is known from the first bytes.
         let head = reader.fill_buf().map_err(|e| e.to_string())?;
         if head.is_empty() {
             break;
         }
-        if let Some(&first) = head
-            .iter()
-            .take_while(|&&b| b != b'\n')
-            .find(|b| !b.is_ascii_whitespace())
+        if !document
+            && let Some(&first) = head
+                .iter()
+                .take_while(|&&b| b != b'\n')
+                .find(|b| !b.is_ascii_whitespace())
             && first != b'{'
         {
             return Err(format!(
@@ -598,6 +610,15 @@ fn read_lines(mut reader: impl std::io::BufRead) -> Result<String, String> {
             return Err(format!(
                 "line {line_no}: longer than {} MiB, not a recording",
                 MAX_RECORDING_LINE >> 20
+            ));
+        }
+        if line_no == 1 {
+            document = !line.trim_ascii_end().ends_with(b"}");
+        }
+        if document && text.len() + line.len() > MAX_RECORDING_DOCUMENT {
+            return Err(format!(
+                "larger than {} MiB as one JSON document, not a recording",
+                MAX_RECORDING_DOCUMENT >> 20
             ));
         }
         let text_line =
