@@ -463,7 +463,7 @@ fn converted_anthropic_transcripts_report_their_unanswered_calls_in_repair() {
         assert_eq!(
             dropped,
             [format!(
-                "  dropped tool_use {unanswered} (no result in the next turn, or an exact repeat of an earlier call and result)"
+                "  dropped tool_use {unanswered} (no result in the next turn)"
             )],
             "{report}"
         );
