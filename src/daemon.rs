@@ -150,10 +150,21 @@ pub async fn run_daemon(workspace: &Path, idle: Duration) -> io::Result<()> {
         .mode(0o600)
         .open(&paths.lock)
         .map_err(lock_error)?;
-    match lock.try_lock() {
-        Ok(()) => {}
-        Err(fs::TryLockError::WouldBlock) => return Ok(()),
-        Err(fs::TryLockError::Error(err)) => return Err(lock_error(err)),
+    // Another daemon holds the lock: while its socket answers it serves
+    // the workspace and this one is not needed. With its socket gone it is
+    // exiting for idleness (or still starting): wait for whichever comes
+    // first, its socket or its lock, so the client that started this one
+    // is served by one of the two.
+    loop {
+        match lock.try_lock() {
+            Ok(()) => break,
+            Err(fs::TryLockError::WouldBlock) => {}
+            Err(fs::TryLockError::Error(err)) => return Err(lock_error(err)),
+        }
+        if std::os::unix::net::UnixStream::connect(&paths.socket).is_ok() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     lock.set_len(0).map_err(lock_error)?;
     writeln!(lock, "{}", std::process::id()).map_err(lock_error)?;
@@ -175,8 +186,7 @@ pub async fn run_daemon(workspace: &Path, idle: Duration) -> io::Result<()> {
         Err(err) if err.kind() == io::ErrorKind::NotFound => {}
         Err(err) => return Err(socket_error(err)),
     }
-    let listener = UnixListener::bind(&paths.socket).map_err(socket_error)?;
-    fs::set_permissions(&paths.socket, fs::Permissions::from_mode(0o600)).map_err(socket_error)?;
+    let mut listener = listen(&paths.socket)?;
     tracing::info!(socket = %paths.socket.display(), "daemon listening");
 
     let server = Server::new(storage);
@@ -191,30 +201,48 @@ pub async fn run_daemon(workspace: &Path, idle: Duration) -> io::Result<()> {
                 std::future::pending().await
             }
         };
+        let serve = |stream: UnixStream| {
+            match stream.peer_cred() {
+                Ok(cred) if cred.uid() == uid() => {}
+                _ => {
+                    tracing::warn!("refused a peer of another user");
+                    return;
+                }
+            }
+            active.fetch_add(1, Ordering::SeqCst);
+            let (server, active, ended) = (server.clone(), active.clone(), ended.clone());
+            tokio::spawn(async move {
+                if let Err(err) = serve_peer(server, stream).await {
+                    tracing::warn!(%err, "client connection failed");
+                }
+                active.fetch_sub(1, Ordering::SeqCst);
+                ended.notify_one();
+            });
+        };
         tokio::select! {
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
-                match stream.peer_cred() {
-                    Ok(cred) if cred.uid() == uid() => {}
-                    _ => {
-                        tracing::warn!("refused a peer of another user");
-                        continue;
-                    }
-                }
-                active.fetch_add(1, Ordering::SeqCst);
-                let (server, active, ended) = (server.clone(), active.clone(), ended.clone());
-                tokio::spawn(async move {
-                    if let Err(err) = serve_peer(server, stream).await {
-                        tracing::warn!(%err, "client connection failed");
-                    }
-                    active.fetch_sub(1, Ordering::SeqCst);
-                    ended.notify_one();
-                });
+                serve(stream);
             }
             _ = ended.notified() => continue,
             _ = idle_wait => {
-                tracing::info!("idle; daemon exiting");
-                break;
+                idle_exit_hook().await;
+                // A client connecting from now on finds no socket and
+                // starts a fresh daemon (which waits for this one's lock);
+                // one that connected before is in the listener's backlog
+                // and is served here, never reset by the exit (PROTOCOL.md
+                // 11.1).
+                let _ = fs::remove_file(&paths.socket);
+                let waiting = drain_backlog(&listener);
+                if waiting.is_empty() {
+                    tracing::info!("idle; daemon exiting");
+                    break;
+                }
+                tracing::info!(clients = waiting.len(), "a client connected as the daemon went idle; staying");
+                listener = listen(&paths.socket)?;
+                for stream in waiting {
+                    serve(stream);
+                }
             }
             () = stop.recv() => {
                 tracing::info!("asked to stop; daemon exiting");
@@ -227,6 +255,67 @@ pub async fn run_daemon(workspace: &Path, idle: Duration) -> io::Result<()> {
     let _ = tokio::task::spawn_blocking(crate::transcript::wal::close_all).await;
     drop(lock);
     Ok(())
+}
+
+/// Listen at `socket` (a path no one else may replace: the caller holds
+/// the lock), for this user only.
+fn listen(socket: &Path) -> io::Result<UnixListener> {
+    let socket_error = |err| naming(socket, err);
+    let listener = UnixListener::bind(socket).map_err(socket_error)?;
+    fs::set_permissions(socket, fs::Permissions::from_mode(0o600)).map_err(socket_error)?;
+    Ok(listener)
+}
+
+/// The connections waiting in `listener`'s backlog, taken without waiting.
+/// Asked of the kernel directly rather than through the runtime's record
+/// of readiness, which may not have seen the last connection yet: once the
+/// socket's path is gone no connection can join the backlog, so what this
+/// returns is every client that connected before.
+fn drain_backlog(listener: &UnixListener) -> Vec<UnixStream> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let mut waiting = Vec::new();
+    loop {
+        // SAFETY: accepting on a listening socket we own; a descriptor
+        // returned is new and owned by the stream made from it.
+        let fd = unsafe {
+            libc::accept4(
+                listener.as_raw_fd(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            // Empty (EAGAIN) or broken: either way nothing more waits.
+            return waiting;
+        }
+        // SAFETY: `fd` was just returned by accept4 and is owned by no one.
+        let std_stream = unsafe { std::os::unix::net::UnixStream::from_raw_fd(fd) };
+        match UnixStream::from_std(std_stream) {
+            Ok(stream) => waiting.push(stream),
+            Err(err) => tracing::warn!(%err, "could not take a waiting client"),
+        }
+    }
+}
+
+/// Test hook (`TOOLWIRE_TEST_IDLE_EXIT_HOOK=<path>`): when the daemon has
+/// decided to exit for idleness, it creates `<path>.reached` and waits
+/// until `<path>` exists, so a test can connect at exactly that moment.
+async fn idle_exit_hook() {
+    let Some(path) = std::env::var_os("TOOLWIRE_TEST_IDLE_EXIT_HOOK") else {
+        return;
+    };
+    let path = PathBuf::from(path);
+    let mut reached = path.clone().into_os_string();
+    reached.push(".reached");
+    let _ = fs::write(&reached, b"");
+    while !path.exists() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// The scheduled run, when due: through the server's store, so a daemon on

@@ -487,3 +487,58 @@ async fn a_daemon_stopped_by_sigterm_or_sigint_removes_its_commit_log() {
         let _ = child.wait().await;
     }
 }
+
+/// Issue 32, item 4. A client that connects at the moment the daemon has
+/// decided to exit for idleness is served, not reset: pinned by the
+/// daemon's test hook, which holds it at that decision until the client is
+/// in the socket's backlog. The daemon then stays for it, and leaves once
+/// idle again.
+#[tokio::test]
+async fn a_client_connecting_as_the_daemon_goes_idle_is_served() {
+    let rig = Rig::new();
+    let paths = rig.paths();
+    let hook = rig.run.path().join("idle-exit");
+    let reached = rig.run.path().join("idle-exit.reached");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolwire"))
+        .args(["serve", "--shared", "--idle-timeout", "1"])
+        .current_dir(rig.ws())
+        .env("XDG_RUNTIME_DIR", rig.run.path())
+        .env("TOOLWIRE_TEST_IDLE_EXIT_HOOK", &hook)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut c = Client::new(child.stdout.take().unwrap(), child.stdin.take().unwrap());
+    c.initialize(rig.ws(), json!({})).await;
+    let pid = daemon::daemon_pid(&paths).unwrap();
+    c.close().await;
+    child.wait().await.unwrap();
+    eventually("the daemon decides to exit", || reached.exists()).await;
+
+    // Connected while the daemon is exiting: in the listener's backlog.
+    let stream = tokio::net::UnixStream::connect(&paths.socket)
+        .await
+        .unwrap();
+    std::fs::write(&hook, b"").unwrap();
+    let (read, mut write) = stream.into_split();
+    let mut read = tokio::io::BufReader::new(read);
+    write
+        .write_all(format!("toolwire/{}\n", env!("CARGO_PKG_VERSION")).as_bytes())
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    read.read_line(&mut answer).await.unwrap();
+    assert_eq!(answer, "ok\n", "the connecting client was dropped");
+    let mut late = Client::new(read, write);
+    let init = late.initialize(rig.ws(), json!({})).await;
+    assert_eq!(init["serverInfo"]["name"], "toolwire", "{init}");
+    assert_eq!(
+        daemon::daemon_pid(&paths),
+        Some(pid),
+        "served by the same daemon"
+    );
+    late.close().await;
+    eventually("the daemon exits once idle again", || !alive(pid)).await;
+    assert!(!paths.socket.exists());
+}
