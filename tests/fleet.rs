@@ -147,23 +147,6 @@ async fn send(http: &reqwest::Client, replica: &str, session: &str, messages: &[
     budget
 }
 
-/// The tool_result contents the provider received in one request, by id.
-fn results_sent(body: &Value) -> Vec<(String, String)> {
-    body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
-        .filter(|b| b["type"] == "tool_result")
-        .map(|b| {
-            (
-                b["tool_use_id"].as_str().unwrap().to_owned(),
-                b["content"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect()
-}
-
 /// Every replacement record and `seen` id the shared store holds for
 /// `session`, in commit order.
 async fn journal(store: &toolwire::store::postgres::Postgres, session: &str) -> Vec<Value> {
@@ -295,7 +278,7 @@ async fn three_replicas_on_one_database_and_one_bucket_decide_once_and_replay_th
     // replica served it, sent the very same bytes for it, naming its object.
     let mut first_seen: std::collections::HashMap<String, String> = Default::default();
     for r in &received {
-        for (id, content) in results_sent(&r.json()) {
+        for (id, content) in common::results_sent(&r.json()) {
             assert!(
                 content.starts_with("<persisted-output>"),
                 "{id}: {content:.80}"
@@ -338,7 +321,7 @@ async fn three_replicas_on_one_database_and_one_bucket_decide_once_and_replay_th
     let bodies: Vec<Vec<(String, String)>> = provider
         .received()
         .iter()
-        .map(|r| results_sent(&r.json()))
+        .map(|r| common::results_sent(&r.json()))
         .collect();
     assert_eq!(bodies.len(), 3);
     assert!(
@@ -406,7 +389,7 @@ async fn three_replicas_on_one_database_and_one_bucket_decide_once_and_replay_th
     let bodies: Vec<Vec<(String, String)>> = provider
         .received()
         .iter()
-        .map(|r| results_sent(&r.json()))
+        .map(|r| common::results_sent(&r.json()))
         .collect();
     let survivors = &bodies[bodies.len() - 2..];
     assert_eq!(survivors[0], survivors[1]);

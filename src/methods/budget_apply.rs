@@ -82,6 +82,66 @@ pub async fn apply_queued(
     .await
 }
 
+/// When budgeting failed (the store cannot be reached): `params.messages`
+/// with every decision the session already holds in memory put back, byte
+/// for byte, and everything else as sent; nothing is decided, persisted or
+/// journaled. `None` when this process holds nothing of the session. The
+/// proxy forwards this instead of the request as sent, so results it
+/// replaced on earlier turns keep their previews and the provider's cache
+/// holds (PROTOCOL.md 11.1: degrade without forgetting).
+pub async fn reapply_known_queued(
+    registry: &Registry,
+    config: Arc<Effective>,
+    params: BudgetApplyParams,
+) -> Result<Option<Vec<Message>>> {
+    let slot = registry.slot(&config.data_dir, &params.session_id);
+    slot.run(move |session| {
+        Box::pin(async move {
+            let Some(loaded) = session.loaded_mut() else {
+                return Ok(None);
+            };
+            let state = loaded.state.clone();
+            let format = loaded
+                .format
+                .or(params.format)
+                .or(config.format)
+                .unwrap_or_default();
+            let dialect = format.dialect();
+            let limits = config.limits.with(params.limits.as_ref());
+            let artifact_dir = session.key().artifact_dir();
+            // Only what is decided is rendered: which results would be
+            // chosen fresh does not matter here.
+            let is_exempt = |_: &str| false;
+            let policy =
+                |_: &str| ToolPolicy::resolve(&config.tools, None, &limits, config.preview_mode);
+            let pcx = PlanContext {
+                dialect,
+                limits,
+                unit: config.size_unit,
+                artifact_dir: &artifact_dir,
+                is_exempt: &is_exempt,
+                policy: &policy,
+            };
+            let mut messages: Vec<Value> = params.messages.into_iter().map(|m| m.0).collect();
+            for unit_messages in budget::units(dialect, &messages) {
+                let plan = {
+                    let refs: Vec<&Value> = unit_messages.iter().map(|&i| &messages[i]).collect();
+                    budget::plan_message(&refs, &state, &pcx)
+                };
+                let mut digests: Vec<Vec<(usize, Digest)>> = vec![Vec::new(); unit_messages.len()];
+                for &(m, block, digest) in &plan.digests {
+                    digests[m].push((block, digest));
+                }
+                for (m, &i) in unit_messages.iter().enumerate() {
+                    budget::render_message_known(&mut messages[i], &state, &pcx, &digests[m]);
+                }
+            }
+            Ok(Some(messages.into_iter().map(Message).collect()))
+        })
+    })
+    .await
+}
+
 /// Budget `params.messages` on `session` (the session's queue must be the
 /// caller). The one implementation of budgeting: `budget/apply` and every
 /// other face (the MCP front) call it through the session's queue.

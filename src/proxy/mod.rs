@@ -42,6 +42,9 @@ use upstream::{ProxyBody, Upstream};
 /// Response header: what budgeting did (`applied; persisted=N`), or why it
 /// did not run (`failed; …`, `none; …`).
 pub const BUDGET_HEADER: &str = "x-toolwire-budget";
+/// Response header, present only when budgeting failed (the store cannot
+/// be reached): what the proxy forwarded instead (PROTOCOL.md 11.1).
+pub const DEGRADED_HEADER: &str = "x-toolwire-degraded";
 /// Response header, present only when the pairing was repaired:
 /// `droppedToolUses=<ids>; droppedToolResults=<ids>; movedToolResults=<ids>`
 /// (ids comma-separated, percent-encoded): every change repair made, so a
@@ -345,7 +348,7 @@ impl Proxy {
             record.repaired = true;
             messages = repaired;
         }
-        let params = BudgetApplyParams {
+        let params_of = |messages: Vec<Value>| BudgetApplyParams {
             session_id: session.clone(),
             messages: messages.into_iter().map(Message).collect(),
             limits: None,
@@ -354,6 +357,7 @@ impl Proxy {
             format: Some(format),
             clearing: None,
         };
+        let params = params_of(messages);
         match crate::methods::budget_apply_queued(&self.registry, self.config.clone(), params).await
         {
             Ok(result) => {
@@ -382,11 +386,47 @@ impl Proxy {
             }
             Err(err) => {
                 // Never stand between the agent and its provider: a
-                // conversation toolwire cannot budget goes as sent, and the
-                // provider has its say.
-                tracing::warn!(session = %session, %err, "budgeting failed; forwarding the request as sent");
+                // conversation toolwire cannot budget goes on, and the
+                // provider has its say. Degraded, never forgetting: every
+                // decision this process already holds for the session is
+                // put back, so only fresh results go whole (the repair is
+                // a pure function of the conversation: the same again).
                 notes.insert(BUDGET_HEADER, note(&format!("failed; {err}")));
-                Ok((Some(session), body))
+                let messages = crate::transcript::repair::repair_messages(format, original)
+                    .map_or_else(|| original.clone(), |(repaired, _)| repaired);
+                let known = crate::methods::reapply_known_queued(
+                    &self.registry,
+                    self.config.clone(),
+                    params_of(messages),
+                )
+                .await;
+                let spliced = match known {
+                    Ok(Some(messages)) => {
+                        let messages: Vec<Value> = messages.into_iter().map(|m| m.0).collect();
+                        parsed.with_conversation(original, &messages).ok()
+                    }
+                    _ => None,
+                };
+                match spliced {
+                    Some(text) => {
+                        tracing::warn!(session = %session, %err, "budgeting failed; forwarding with the decisions already known put back");
+                        notes.insert(
+                            DEGRADED_HEADER,
+                            note(&format!(
+                                "known decisions put back, fresh results whole; {err}"
+                            )),
+                        );
+                        Ok((Some(session), Bytes::from(text)))
+                    }
+                    None => {
+                        tracing::warn!(session = %session, %err, "budgeting failed; forwarding the request as sent");
+                        notes.insert(
+                            DEGRADED_HEADER,
+                            note(&format!("no decisions known here, sent as is; {err}")),
+                        );
+                        Ok((Some(session), body))
+                    }
+                }
             }
         }
     }

@@ -464,3 +464,20 @@ pub fn output_ok(cmd: &mut std::process::Command) -> Vec<u8> {
     );
     out.stdout
 }
+
+/// The tool_result contents the provider received in one request, by id.
+pub fn results_sent(body: &Value) -> Vec<(String, String)> {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| {
+            (
+                b["tool_use_id"].as_str().unwrap().to_owned(),
+                b["content"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}

@@ -259,3 +259,10 @@ pub async fn unload(server: &toolwire::server::Server, db: &str) {
     server.registry.close_all().await;
     wait_for_locks(&sql(db).await, HELD_ADVISORY, true).await;
 }
+
+/// Stop this process's cluster now (fast shutdown), as a database that
+/// goes away under running replicas. Only for a test binary of its own:
+/// every database of the process goes with it.
+pub fn stop_cluster() {
+    stop_at_exit();
+}
