@@ -52,12 +52,13 @@ def dumps(message):
 
 
 def load(path):
-    """Plain Anthropic messages: as they are, or through `toolwire import`."""
+    """Plain Anthropic messages: as they are, or (a pi session) through
+    `toolwire import --from openclaw`."""
     lines = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
     if lines and all("role" in m for m in lines):
         return lines
     exe = os.environ.get("TOOLWIRE", str(HERE.parent.parent / "target/debug/toolwire"))
-    out = subprocess.run([exe, "import", str(path), "--out", "-"], check=True, capture_output=True, text=True).stdout
+    out = subprocess.run([exe, "import", "--from", "openclaw", str(path)], check=True, capture_output=True, text=True).stdout
     return [json.loads(line)["message"] for line in out.splitlines()
             if line.strip() and json.loads(line).get("type") == "message"]
 
