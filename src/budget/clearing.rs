@@ -150,22 +150,6 @@ pub struct ClearContext<'a> {
     pub idle: Option<u64>,
 }
 
-/// Whether `message` holds a provider compaction (PROTOCOL.md 11.2): an
-/// Anthropic `compaction` content block, a Responses `compaction` item.
-/// What stands before one is never sent to the model, so never cleared.
-pub fn is_compaction(message: &Value) -> bool {
-    let is = |v: &Value| v.get("type").and_then(Value::as_str) == Some("compaction");
-    match message {
-        Value::Array(items) => items.iter().any(is),
-        Value::Object(_) if is(message) => true,
-        Value::Object(_) => message
-            .get("content")
-            .and_then(Value::as_array)
-            .is_some_and(|blocks| blocks.iter().any(is)),
-        _ => false,
-    }
-}
-
 /// The results of `messages` to clear now, in order: none unless the old
 /// ones still sent whole reach the trigger, then all of them.
 ///
@@ -195,10 +179,10 @@ pub fn plan_memo(
         return Vec::new();
     }
     let dialect = cx.dialect;
-    let start = messages
-        .iter()
-        .rposition(is_compaction)
-        .map_or(0, |i| i + 1);
+    // What stands before the newest compaction is never sent (PROTOCOL.md
+    // 11.2): nothing there is cleared.
+    let cut = format::compaction_cut(dialect, messages.iter());
+    let start = cut.map_or(0, |(m, _)| m);
     // Where the kept turns begin: the keepRecent-th newest assistant
     // message with tool calls (with fewer of them, nothing is old).
     let keep = usize::try_from(cx.clearing.keep_recent).unwrap_or(usize::MAX);
@@ -220,6 +204,9 @@ pub fn plan_memo(
             continue;
         }
         for (block, id) in format::results(dialect, message) {
+            if format::before_cut(cut, i, block) {
+                continue;
+            }
             let content = dialect.result_content(message, block);
             if content.has_non_text()
                 || (cx.is_exempt)(&id)
