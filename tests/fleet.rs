@@ -939,3 +939,97 @@ async fn gc_on_the_shared_store_sweeps_unreferenced_outputs_and_respects_holds()
         assert!(outputs("ghost").is_empty());
     }
 }
+
+/// Clearing on the shared store (PROTOCOL.md 11.3: a clearing is replayed
+/// byte for byte on every later turn, retry and replica). Replica A applies
+/// a conversation turn by turn until `batch` clearing fires; a retry of that
+/// request on A gives the same bytes; replica B, a separate server on the
+/// same database (and, with no bucket, the same data directory, as
+/// docs/operations.md requires) that never loaded the session, applies the
+/// same conversation plus one more turn: everything before that turn is A's
+/// reply byte for byte, nothing A cleared is cleared again, and B reads a
+/// cleared result back whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clearing_is_replayed_byte_for_byte_on_another_replica() {
+    let (db, _store) = common::pg::migrated_database();
+    let data = tempfile::tempdir().unwrap();
+    // Results of about 1 KB stay whole when fresh (no budget decision);
+    // three old ones pass the trigger.
+    let options = json!({"dataDir": data.path(), "durability": "none",
+                         "clearing": {"mode": "batch", "keepRecent": 2,
+                                      "minChars": 100, "triggerChars": 2500}});
+    let text = |t: usize| format!("line {t} of the build log\n").repeat(40);
+    let mut messages = vec![json!({"role": "user", "content": "fix the build"})];
+    let turn = |messages: &mut Vec<Value>, t: usize| {
+        let id = format!("call-{t}");
+        messages.push(tool_use(&id));
+        messages.push(tool_result(&id, &text(t)));
+    };
+    let apply = |messages: &[Value]| json!({"sessionId": "s", "messages": messages});
+
+    let ws_a = tempfile::tempdir().unwrap();
+    let (mut a, _task_a) = common::connect(shared_server(&db));
+    a.initialize(ws_a.path(), options.clone()).await;
+    let mut fired = None;
+    for t in 0..8 {
+        turn(&mut messages, t);
+        let reply = a.call("budget/apply", apply(&messages)).await;
+        if reply["cleared"] != json!([]) {
+            fired = Some(reply);
+            break;
+        }
+    }
+    let first = fired.expect("batch clearing never fired on replica A");
+    let cleared: Vec<String> = first["cleared"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.as_str().unwrap().to_owned())
+        .collect();
+    // Turn 4: calls 0-2 are old, 3 x 960 chars over the trigger.
+    assert_eq!(cleared, ["call-0", "call-1", "call-2"]);
+    let sent = first["messages"].as_array().unwrap().clone();
+    let bytes = |m: &[Value]| m.iter().map(Value::to_string).collect::<Vec<_>>();
+    for id in &cleared {
+        let n: usize = id.trim_start_matches("call-").parse().unwrap();
+        let preview = sent[2 + 2 * n]["content"][0]["content"].as_str().unwrap();
+        assert!(preview.starts_with("<persisted-output>"), "{id}: {preview}");
+    }
+
+    // A retry of the same request on A: the same bytes, nothing cleared anew.
+    let retry = a.call("budget/apply", apply(&messages)).await;
+    assert_eq!(bytes(retry["messages"].as_array().unwrap()), bytes(&sent));
+    assert_eq!(retry["cleared"], json!([]));
+    assert_eq!(retry["records"], json!([]), "a retry decides nothing anew");
+
+    // Replica B has never loaded the session; it gets one more turn.
+    let ws_b = tempfile::tempdir().unwrap();
+    let (mut b, _task_b) = common::connect(shared_server(&db));
+    b.initialize(ws_b.path(), options).await;
+    let before = messages.len();
+    turn(&mut messages, before / 2);
+    let on_b = b.call("budget/apply", apply(&messages)).await;
+    let on_b_messages = on_b["messages"].as_array().unwrap();
+    assert_eq!(bytes(&on_b_messages[..before]), bytes(&sent));
+    assert_eq!(on_b_messages.len(), before + 2);
+    for id in on_b["cleared"].as_array().unwrap() {
+        assert!(
+            !cleared.iter().any(|c| c == id),
+            "B cleared {id} again: A already had"
+        );
+    }
+    // Only call 3 became old (960 chars, under the trigger): B clears
+    // nothing and journals no decision; its new turn stays whole.
+    assert_eq!(on_b["cleared"], json!([]));
+    assert_eq!(on_b["records"], json!([]), "{on_b}");
+    assert_eq!(on_b_messages[before + 1], messages[before + 1]);
+    // Every cleared result reads back whole on B.
+    for id in &cleared {
+        let n: usize = id.trim_start_matches("call-").parse().unwrap();
+        let read = b
+            .call("artifact/read", json!({"sessionId": "s", "toolUseId": id}))
+            .await;
+        assert_eq!(read["text"], text(n), "{id}");
+        assert_eq!(read["totalChars"], text(n).len(), "{id}");
+    }
+}
