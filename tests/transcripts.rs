@@ -910,3 +910,29 @@ proptest! {
         prop_assert_eq!(serde_json::to_string(&again.unwrap_or_else(|| input.clone())).unwrap(), serde_json::to_string(&repaired).unwrap());
     }
 }
+
+/// Found by the `dialects` fuzz target: OpenAI Chat reads `tool_calls` on a
+/// message of any role (a misplaced call) but repair only removed them from
+/// assistant messages, so it reported a drop it never made, sixteen times,
+/// and a repaired conversation was "repaired" again forever. Now the call
+/// goes, the message stays, and a second repair finds nothing to do.
+#[test]
+fn misplaced_chat_calls_are_dropped_and_repair_reaches_its_fixed_point() {
+    use toolwire::transcript::repair::repair_messages;
+    let messages = [
+        json!({"role": "user", "content": "go"}),
+        json!({"role": "assisvant", "tool_calls": [
+            {"kd": "c0", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        ]}),
+    ];
+    let (repaired, report) = repair_messages(Format::OpenaiChat, &messages).unwrap();
+    assert_eq!(report.dropped_tool_uses, [""]);
+    assert_eq!(
+        repaired,
+        [
+            json!({"role": "user", "content": "go"}),
+            json!({"role": "assisvant"})
+        ]
+    );
+    assert!(repair_messages(Format::OpenaiChat, &repaired).is_none());
+}

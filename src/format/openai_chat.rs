@@ -176,11 +176,16 @@ impl Dialect for OpenaiChat {
     }
 
     fn without_items(&self, message: &Value, drop: &[usize]) -> Option<Value> {
-        if role(message) != "assistant" {
-            return (!drop.contains(&0)).then(|| message.clone());
+        let assistant = role(message) == "assistant";
+        if !assistant && drop.contains(&0) {
+            return None;
         }
         let mut out: Map<String, Value> = message.as_object()?.clone();
-        if drop.contains(&0) {
+        // `items` reports `tool_calls` on any role (misplaced outside an
+        // assistant message), so the calls it names are dropped from any
+        // role too: otherwise repair would report a drop it never made and
+        // never reach its fixed point.
+        if assistant && drop.contains(&0) {
             for k in ["content", "refusal", "audio"] {
                 if out.contains_key(k) {
                     out.insert(k.into(), Value::Null);
@@ -199,6 +204,9 @@ impl Dialect for OpenaiChat {
             }
         }
         let out = Value::Object(out);
+        if !assistant {
+            return Some(out);
+        }
         (has_content(&out) || !tool_calls(&out).is_empty()).then_some(out)
     }
 
