@@ -265,6 +265,26 @@ class Format(StrEnum):
     gemini = 'gemini'
 
 
+class ClearingMode(StrEnum):
+    """
+    When old results are cleared.
+    """
+
+    off = 'off'
+    """
+    Never.
+    """
+    batch = 'batch'
+    """
+    As soon as the old results sent whole reach `triggerChars`.
+    """
+    cold = 'cold'
+    """
+    Only when the provider's cache has gone cold (the session idle for
+    `coldAfterSeconds`), or at four times `triggerChars`.
+    """
+
+
 class StateForkParams(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
@@ -304,6 +324,11 @@ class ReplacementRecord(BaseModel):
     that original.
     Absent in version-1 transcripts: then it applies to any original
     with this id.
+    """
+    cleared: bool | None = None
+    """
+    The replacement clears an old result that was sent whole before
+    (PROTOCOL.md 11.3): it takes the place of that earlier decision.
     """
 
 
@@ -597,6 +622,42 @@ class OptionValue(RootModel[str | bool | conint(ge=0)]):
     root: str | bool | conint(ge=0)
     """
     An option's value: TOML and JSON may spell `true` or `9000` bare.
+    """
+
+
+class Clearing(BaseModel):
+    """
+    `clearing` in the configuration (file, `initializationOptions`). The
+    defaults are the ones measured in docs/clearing.md.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    mode: ClearingMode | None = ClearingMode.batch
+    keep_recent: conint(ge=0) | None = Field(3, alias='keepRecent')
+    """
+    Results of this many most recent assistant tool turns are never
+    cleared.
+    """
+    min_chars: conint(ge=0) | None = Field(1000, alias='minChars')
+    """
+    Results smaller than this (in `sizeUnit`) are never cleared.
+    """
+    trigger_chars: conint(ge=0) | None = Field(40000, alias='triggerChars')
+    """
+    The old results still sent whole must add up to this before a batch
+    is cleared.
+    """
+    cold_after_seconds: conint(ge=0) | None = Field(300, alias='coldAfterSeconds')
+    """
+    `cold`: how long a session must have been idle for its provider
+    cache to count as expired.
+    """
+    preview_chars: conint(ge=0) | None = Field(200, alias='previewChars')
+    """
+    Size of the preview a cleared result keeps.
     """
 
 
@@ -946,37 +1007,28 @@ class InitializeParams(BaseModel):
     """
 
 
-class BudgetApplyParams(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-        populate_by_name=True,
-    )
-    session_id: SessionId = Field(..., alias='sessionId')
-    messages: list[Message]
-    """
-    The conversation, or its tail, about to be sent.
-    """
-    limits: LimitsOverride | None = None
-    preview_mode: PreviewMode | None = Field(None, alias='previewMode')
-    """
-    How this request's fresh previews are cut (decided ones keep theirs).
-    """
-    tools: dict[str, Any] | None = None
-    """
-    Per-tool settings for this request, over the configuration's.
-    """
-    format: Format | None = None
-    """
-    The provider format of the messages (PROTOCOL.md 10.3); default: the
-    configuration's `format`, else the session's, else `anthropic`.
-    """
-
-
 class MaxOrNever(RootModel[conint(ge=0) | Never]):
     root: conint(ge=0) | Never
     """
     A tool's `maxResultChars`: a number, or `null` / `"never"`.
     """
+
+
+class ClearingOverride(BaseModel):
+    """
+    Per-request overrides of [`Clearing`], key by key.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    mode: ClearingMode | None = None
+    keep_recent: conint(ge=0) | None = Field(None, alias='keepRecent')
+    min_chars: conint(ge=0) | None = Field(None, alias='minChars')
+    trigger_chars: conint(ge=0) | None = Field(None, alias='triggerChars')
+    cold_after_seconds: conint(ge=0) | None = Field(None, alias='coldAfterSeconds')
+    preview_chars: conint(ge=0) | None = Field(None, alias='previewChars')
 
 
 class StateReconstructParams(BaseModel):
@@ -1068,6 +1120,25 @@ class ProxyConfig(BaseModel):
     """
     Largest request body accepted, in bytes; a larger one is answered
     413 with an error in the provider's shape.
+    """
+    header_timeout_seconds: conint(ge=0) | None = Field(
+        30, alias='headerTimeoutSeconds'
+    )
+    """
+    Seconds a client has to send a request's head (method, path,
+    headers) once the proxy waits for it; a connection that takes
+    longer is closed. HTTP/1.1 waits for the next head as soon as a
+    response is sent, so this also closes an idle HTTP/1.1 connection.
+    """
+    body_timeout_seconds: conint(ge=0) | None = Field(300, alias='bodyTimeoutSeconds')
+    """
+    Seconds a client has to send a request's whole body once its head
+    has arrived; a slower body is answered 408.
+    """
+    idle_timeout_seconds: conint(ge=0) | None = Field(120, alias='idleTimeoutSeconds')
+    """
+    Seconds a connection may stay open with no request in progress and
+    no byte moving either way before the proxy closes it.
     """
 
 
@@ -1223,6 +1294,37 @@ class TranscriptCheckResult(BaseModel):
     violations: list[Violation]
 
 
+class BudgetApplyParams(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    session_id: SessionId = Field(..., alias='sessionId')
+    messages: list[Message]
+    """
+    The conversation, or its tail, about to be sent.
+    """
+    limits: LimitsOverride | None = None
+    preview_mode: PreviewMode | None = Field(None, alias='previewMode')
+    """
+    How this request's fresh previews are cut (decided ones keep theirs).
+    """
+    tools: dict[str, Any] | None = None
+    """
+    Per-tool settings for this request, over the configuration's.
+    """
+    format: Format | None = None
+    """
+    The provider format of the messages (PROTOCOL.md 10.3); default: the
+    configuration's `format`, else the session's, else `anthropic`.
+    """
+    clearing: ClearingOverride | None = None
+    """
+    Clearing of old results for this request, over the configuration's
+    (PROTOCOL.md 11.3).
+    """
+
+
 class ToolSettings(BaseModel):
     """
     Settings of one tool (`tools.<name>`), overriding the general ones for
@@ -1291,6 +1393,11 @@ class BudgetApplyResult(BaseModel):
     """
     Indexes of messages still above `maxMessageChars`.
     """
+    cleared: list[str]
+    """
+    Old results this apply cleared (PROTOCOL.md 11.3), in order; their
+    records are in `records` too.
+    """
 
 
 class Config(BaseModel):
@@ -1354,6 +1461,20 @@ class Config(BaseModel):
     `toolwire.toml`, when the process starts (`toolwire proxy`,
     `serve`, `migrate`, `gc`); every session of the process uses it.
     `[storage.objects]`: where saved outputs go.
+    """
+    clearing: Clearing | None = Field(
+        {
+            'mode': 'batch',
+            'keepRecent': 3,
+            'minChars': 1000,
+            'triggerChars': 40000,
+            'coldAfterSeconds': 300,
+            'previewChars': 200,
+        },
+        validate_default=True,
+    )
+    """
+    Clearing old results (PROTOCOL.md 11.3).
     """
 
 

@@ -48,6 +48,13 @@ export type Never = "never"
  */
 export type Format = ("anthropic" | "openai-chat" | "openai-responses" | "gemini")
 /**
+ * When old results are cleared.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "ClearingMode".
+ */
+export type ClearingMode = ("off" | "batch" | "cold")
+/**
  * An LSP progress token (`workDoneToken`): `$/progress` notifications for
  * long work carry it.
  * 
@@ -231,6 +238,11 @@ tools?: ({
  * configuration's `format`, else the session's, else `anthropic`.
  */
 format?: (Format | null)
+/**
+ * Clearing of old results for this request, over the configuration's
+ * (PROTOCOL.md 11.3).
+ */
+clearing?: (ClearingOverride | null)
 }
 /**
  * format `anthropic`: a Messages API message; calls are `tool_use` blocks, results `tool_result` blocks.
@@ -319,6 +331,20 @@ maxResultChars?: (MaxOrNever | null)
 previewMode?: (PreviewMode | null)
 }
 /**
+ * Per-request overrides of [`Clearing`], key by key.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "ClearingOverride".
+ */
+export interface ClearingOverride {
+mode?: (ClearingMode | null)
+keepRecent?: (number | null)
+minChars?: (number | null)
+triggerChars?: (number | null)
+coldAfterSeconds?: (number | null)
+previewChars?: (number | null)
+}
+/**
  * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
  * via the `definition` "StateForkParams".
  */
@@ -381,6 +407,11 @@ replacement: string
  * with this id.
  */
 digest?: (string | null)
+/**
+ * The replacement clears an old result that was sent whole before
+ * (PROTOCOL.md 11.3): it takes the place of that earlier decision.
+ */
+cleared?: boolean
 }
 /**
  * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
@@ -543,6 +574,7 @@ proxy?: ProxyConfig
  */
 format?: (Format | null)
 storage?: StorageConfig
+clearing?: Clearing
 }
 /**
  * Size limits, all counted in `sizeUnit`.
@@ -601,6 +633,23 @@ upstreams?: Upstreams
  * 413 with an error in the provider's shape.
  */
 maxRequestBytes?: number
+/**
+ * Seconds a client has to send a request's head (method, path,
+ * headers) once the proxy waits for it; a connection that takes
+ * longer is closed. HTTP/1.1 waits for the next head as soon as a
+ * response is sent, so this also closes an idle HTTP/1.1 connection.
+ */
+headerTimeoutSeconds?: number
+/**
+ * Seconds a client has to send a request's whole body once its head
+ * has arrived; a slower body is answered 408.
+ */
+bodyTimeoutSeconds?: number
+/**
+ * Seconds a connection may stay open with no request in progress and
+ * no byte moving either way before the proxy closes it.
+ */
+idleTimeoutSeconds?: number
 }
 /**
  * Base URL per provider; the request's path is appended to it.
@@ -683,6 +732,38 @@ options?: {
 }
 }
 /**
+ * Clearing old results (PROTOCOL.md 11.3).
+ */
+export interface Clearing {
+/**
+ * When old results are cleared.
+ */
+mode?: ("off" | "batch" | "cold")
+/**
+ * Results of this many most recent assistant tool turns are never
+ * cleared.
+ */
+keepRecent?: number
+/**
+ * Results smaller than this (in `sizeUnit`) are never cleared.
+ */
+minChars?: number
+/**
+ * The old results still sent whole must add up to this before a batch
+ * is cleared.
+ */
+triggerChars?: number
+/**
+ * `cold`: how long a session must have been idle for its provider
+ * cache to count as expired.
+ */
+coldAfterSeconds?: number
+/**
+ * Size of the preview a cleared result keeps.
+ */
+previewChars?: number
+}
+/**
  * Size limits, all counted in `sizeUnit`.
  * 
  * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
@@ -748,6 +829,23 @@ upstreams?: Upstreams
  * 413 with an error in the provider's shape.
  */
 maxRequestBytes?: number
+/**
+ * Seconds a client has to send a request's head (method, path,
+ * headers) once the proxy waits for it; a connection that takes
+ * longer is closed. HTTP/1.1 waits for the next head as soon as a
+ * response is sent, so this also closes an idle HTTP/1.1 connection.
+ */
+headerTimeoutSeconds?: number
+/**
+ * Seconds a client has to send a request's whole body once its head
+ * has arrived; a slower body is answered 408.
+ */
+bodyTimeoutSeconds?: number
+/**
+ * Seconds a connection may stay open with no request in progress and
+ * no byte moving either way before the proxy closes it.
+ */
+idleTimeoutSeconds?: number
 }
 /**
  * `[proxy.upstreams]`: the only hosts the proxy ever forwards to.
@@ -791,6 +889,42 @@ postgres?: (PostgresConfig | null)
  * directory through the same interface) instead of under `dataDir`.
  */
 objects?: (ObjectsConfig | null)
+}
+/**
+ * `clearing` in the configuration (file, `initializationOptions`). The
+ * defaults are the ones measured in docs/clearing.md.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "Clearing".
+ */
+export interface Clearing1 {
+/**
+ * When old results are cleared.
+ */
+mode?: ("off" | "batch" | "cold")
+/**
+ * Results of this many most recent assistant tool turns are never
+ * cleared.
+ */
+keepRecent?: number
+/**
+ * Results smaller than this (in `sizeUnit`) are never cleared.
+ */
+minChars?: number
+/**
+ * The old results still sent whole must add up to this before a batch
+ * is cleared.
+ */
+triggerChars?: number
+/**
+ * `cold`: how long a session must have been idle for its provider
+ * cache to count as expired.
+ */
+coldAfterSeconds?: number
+/**
+ * Size of the preview a cleared result keeps.
+ */
+previewChars?: number
 }
 /**
  * One byte range of another transcript.
@@ -869,6 +1003,11 @@ failures: PersistFailure[]
  * Indexes of messages still above `maxMessageChars`.
  */
 overLimit: number[]
+/**
+ * Old results this apply cleared (PROTOCOL.md 11.3), in order; their
+ * records are in `records` too.
+ */
+cleared: string[]
 }
 /**
  * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
