@@ -36,7 +36,7 @@ stop_daemons() {
   done
 }
 trap 'stop_daemons; rm -rf "$tmp"' EXIT
-mkdir -p "$tmp/pack/toolwire/opt" "$tmp/run" "$tmp/xdg"
+mkdir -p "$tmp/pack/toolwire/opt" "$tmp/run" "$tmp/xdg" "$tmp/tmp"
 chmod 700 "$tmp/run"
 # README's install, with the data dir as packpath: `cp -r editors/nvim ...`.
 cp -r "$here" "$tmp/pack/toolwire/opt/toolwire"
@@ -51,7 +51,9 @@ for nvim in nvim "$nvim011"; do
   mkdir -p "$tmp/root/empty" "$tmp/xdg"
   (
     cd "$tmp/root"
-    TW_ROOT="$tmp/root" TOOLWIRE_BIN="$binary" XDG_RUNTIME_DIR="$tmp/run" \
+    # Neovim keeps its temporary files in $TMPDIR/nvim.<user>, which it
+    # never removes: this test's own TMPDIR goes with the rest of $tmp.
+    TMPDIR="$tmp/tmp" TW_ROOT="$tmp/root" TOOLWIRE_BIN="$binary" XDG_RUNTIME_DIR="$tmp/run" \
       XDG_CONFIG_HOME="$tmp/xdg" XDG_DATA_HOME="$tmp/xdg" XDG_STATE_HOME="$tmp/xdg" XDG_CACHE_HOME="$tmp/xdg" \
       timeout 300 "$nvim" --headless -u "$tmp/init.lua" -i NONE -n \
       -c "luafile $tmp/pack/toolwire/opt/toolwire/test/run.lua"
