@@ -310,17 +310,10 @@ async fn sixty_sdk_turns_break_the_cache_once_per_batch() {
     assert_eq!(cleared_total as usize, cleared_ids.len());
 
     // Each cleared result's saved output is its original, whole.
-    let originals: std::collections::HashMap<String, String> = original
-        .iter()
-        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
-        .filter(|b| b["type"] == "tool_result")
-        .map(|b| {
-            (
-                b["tool_use_id"].as_str().unwrap().to_owned(),
-                b["content"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
+    let originals: std::collections::HashMap<String, String> =
+        results_sent(&json!({ "messages": original }))
+            .into_iter()
+            .collect();
     let last = results(received.last().unwrap());
     for (id, text) in &last {
         if cleared_ids.contains(id) {
