@@ -204,24 +204,13 @@ async fn main() {
         persist(dir, &mut report).await;
     }
 
-    let out = target_dir().join("bench-report.json");
+    let out = support::target_dir().join("bench-report.json");
     std::fs::write(
         &out,
         serde_json::to_string_pretty(&json!({"large": large, "figures": report.0})).unwrap(),
     )
     .unwrap();
     println!("\nreport: {}", out.display());
-}
-
-/// The target directory this bench was built into: the report goes next
-/// to the build, wherever `CARGO_TARGET_DIR` put it (the bench runs as
-/// `<target>/<profile>/deps/e2e-<hash>`), not into a `target/` of the
-/// source tree that may not exist.
-fn target_dir() -> std::path::PathBuf {
-    std::env::current_exe()
-        .ok()
-        .and_then(|exe| Some(exe.parent()?.parent()?.parent()?.to_path_buf()))
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
 }
 
 /// Reapply-only `budget/apply` over a 20 MB conversation vs parsing and

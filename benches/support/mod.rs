@@ -62,3 +62,19 @@ impl Parts {
         self.0.is_empty() || self.0.iter().any(|o| o == name)
     }
 }
+
+/// The directory the bench binaries were built into (they run as
+/// `<target>/<profile>/deps/<name>-<hash>`): results and reports go next to
+/// the build, wherever `CARGO_TARGET_DIR` put it, not into a `target/` of
+/// the source tree that may not exist.
+pub fn target_dir() -> std::path::PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.parent()?.parent()?.to_path_buf()))
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
+}
+
+pub mod results;
+// Every target compiles this module; not every one records rows.
+#[allow(unused_imports)]
+pub use results::{Row, begin, record, x};
