@@ -115,15 +115,37 @@ fn line(message: &Value) -> String {
     json!({"type": "message", "message": message}).to_string()
 }
 
-fn report(name: &str, value: String, baseline: String, ratio: f64, target: &str, met: bool) {
+/// Print a figure and record it as a row of the run's results.
+fn report(
+    name: &str,
+    value: String,
+    baseline: String,
+    ratio: f64,
+    target: &str,
+    holds: Option<bool>,
+) {
     println!(
         "{name:<52} {value:>16}  baseline {baseline:>26}  ratio {ratio:>5.2}x  target {target} {}",
-        if met { "met" } else { "MISSED" }
+        match holds {
+            Some(true) => "met",
+            Some(false) => "MISSED",
+            None => "",
+        }
     );
+    support::record(support::Row {
+        bench: "storage",
+        figure: name.into(),
+        toolwire: value,
+        baseline,
+        ratio: support::x(ratio),
+        target: target.into(),
+        holds,
+    });
 }
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
+    support::begin("storage");
     let root = support::bench_root();
     let parts = support::Parts::from_args();
     let want = |name: &str| parts.want(name);
@@ -200,8 +222,8 @@ async fn fork(root: &Path) {
         format!("{:.0} us", big.as_secs_f64() * 1e6),
         format!("{:.0} us: fork of 100 pairs", small.as_secs_f64() * 1e6),
         ratio,
-        "<= 2x",
-        ratio <= 2.0,
+        "≤ 2×",
+        Some(ratio <= 2.0),
     );
 }
 
@@ -390,15 +412,15 @@ async fn pairs(root: &Path) {
         format!("{base:.0} /s: 16 write+fdatasync loops"),
         hand / base,
         "report",
-        true,
+        None,
     );
     report(
         &format!("pair commits, 16 sessions ({})", durability()),
         format!("{own:.0} /s"),
         format!("{base:.0} /s: 16 write+fdatasync loops"),
         ratio,
-        ">= 0.8x",
-        ratio >= 0.8,
+        "≥ 0.8×",
+        Some(ratio >= 0.8),
     );
 }
 
@@ -519,8 +541,8 @@ async fn reconstruct(root: &Path) {
         format!("{speed:.0} MB/s"),
         format!("{base_speed:.0} MB/s: wc -l"),
         ratio,
-        ">= 0.6x",
-        ratio >= 0.6,
+        "≥ 0.6×",
+        Some(ratio >= 0.6),
     );
     report(
         "serde_json reading every line into IgnoredAny",
@@ -528,6 +550,6 @@ async fn reconstruct(root: &Path) {
         format!("{base_speed:.0} MB/s: wc -l"),
         scan_speed / base_speed,
         "report",
-        true,
+        None,
     );
 }
