@@ -143,11 +143,26 @@ impl Report {
             f.note
         );
         self.0.push(json!({"name": f.name, "value": f.value, "unit": f.unit, "baseline": f.baseline, "ratio": f.ratio, "target": f.target, "met": f.met, "note": f.note}));
+        support::record(
+            support::Noted {
+                bench: "e2e",
+                name: &f.name,
+                value: f.value,
+                baseline: f.baseline,
+                unit: f.unit,
+                ratio: f.ratio,
+                target: f.target,
+                met: f.met,
+                note: &f.note,
+            }
+            .into(),
+        );
     }
 }
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
+    support::begin("e2e");
     let large = std::env::args().any(|a| a == "--large");
     let root = support::bench_root();
     let mut report = Report(Vec::new());
@@ -257,7 +272,7 @@ async fn reapply_20mb(root: &Path, report: &mut Report, format: &str) {
         unit: "ms",
         baseline: ms(b),
         ratio,
-        target: "<= 1.3x",
+        target: "≤ 1.3×",
         met: ratio <= 1.3,
         note: format!("{mb:.1} MB request; baseline: serde_json parse + serialize"),
     });
@@ -478,7 +493,7 @@ async fn reconstruct(root: &Path, report: &mut Report, size: u64) {
         unit: "MB/s",
         baseline: base_speed,
         ratio,
-        target: ">= 0.3x",
+        target: "≥ 0.3×",
         met: ratio >= 0.3,
         note: format!("{lines} lines; baseline: BufReader line count"),
     });
@@ -517,7 +532,7 @@ async fn fork(root: &Path, report: &mut Report) {
         unit: "us",
         baseline: ms(small) * 1000.0,
         ratio,
-        target: "<= 2x",
+        target: "≤ 2×",
         met: ratio <= 2.0,
         note: "baseline: fork of a 100-id state".into(),
     });
@@ -588,7 +603,7 @@ async fn pair_commits(root: &Path, report: &mut Report, durability: &'static str
         baseline: base,
         ratio,
         target: if durability == "fsync" {
-            ">= 2x"
+            "≥ 2×"
         } else {
             "report"
         },
@@ -669,7 +684,7 @@ async fn resident_memory(root: &Path, report: &mut Report) {
         unit: "MB",
         baseline: idle as f64 / 1024.0,
         ratio: loaded as f64 / idle.max(1) as f64,
-        target: "<= 30MB",
+        target: "≤ 30 MB",
         met: mb <= 30.0,
         note: "baseline: the idle server after initialize".into(),
     });
@@ -746,7 +761,7 @@ async fn persist(root: &Path, report: &mut Report) {
         unit: "files/s",
         baseline: base_speed,
         ratio,
-        target: ">= 0.8x",
+        target: "≥ 0.8×",
         met: ratio >= 0.8,
         note: "both fsync data + directory; baseline: std::fs::copy + fsync".into(),
     });

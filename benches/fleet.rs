@@ -18,6 +18,7 @@
 
 #[path = "../tests/common/pg.rs"]
 mod pg;
+mod support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -147,6 +148,7 @@ fn ms(d: Duration) -> String {
 }
 
 fn main() {
+    support::begin("fleet");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -196,6 +198,37 @@ fn main() {
             ms(raced),
             raced.as_secs_f64() / alone.as_secs_f64()
         );
+        let rate = |f: &Figures| {
+            format!(
+                "{:.0} /s (p99 {})",
+                f.decisions_per_sec,
+                ms(f.p99)
+            )
+        };
+        support::record(support::Row {
+            bench: "fleet",
+            figure: format!(
+                "`budget/apply` decisions/s, {CONVERSATIONS} conversations × {CALLS} calls of 60 KB: postgres 1 replica / 3 replicas"
+            ),
+            toolwire: format!("{} / {}", rate(&one_f), rate(&three_f)),
+            baseline: format!("{}: local files", rate(&local_f)),
+            ratio: format!(
+                "{:.2} / {:.2}×",
+                one_f.decisions_per_sec / local_f.decisions_per_sec,
+                three_f.decisions_per_sec / local_f.decisions_per_sec
+            ),
+            target: "report".into(),
+            holds: None,
+        });
+        support::record(support::Row {
+            bench: "fleet",
+            figure: format!("a decision raced by three replicas ({RACES} trials)"),
+            toolwire: ms(raced),
+            baseline: format!("{}: one replica alone", ms(alone)),
+            ratio: support::x(raced.as_secs_f64() / alone.as_secs_f64()),
+            target: "report".into(),
+            holds: None,
+        });
     });
     rt.shutdown_timeout(Duration::from_secs(5));
 }

@@ -31,6 +31,8 @@ use tokio_util::codec::FramedRead;
 use toolwire::transport::codec::{Frame, LspCodec};
 use toolwire::transport::{self, stdio};
 
+mod support;
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if let Some(i) = args.iter().position(|a| a == "--echo-server") {
@@ -38,6 +40,7 @@ fn main() {
         echo_server(blocking);
         return;
     }
+    support::begin("latency");
     let option = |name: &str, default: usize| {
         args.iter()
             .position(|a| a == name)
@@ -207,6 +210,43 @@ fn bench(calls: usize, rounds: usize) {
         "  blocking-pool / epoll stdio (Rust echo) {:>5.2}×",
         blocking / rust
     );
+    let us = |ns: f64| format!("{:.1} µs", ns / 1000.0);
+    let (to_node, to_rust) = (serve / node, serve / rust);
+    support::record(support::Row {
+        bench: "latency",
+        figure: "null round trip (`state/get`), vscode-jsonrpc client, `serve`".into(),
+        toolwire: us(serve),
+        baseline: format!(
+            "{}: node echo; {}: Rust echo on toolwire's stack",
+            us(node),
+            us(rust)
+        ),
+        ratio: format!(
+            "{} node, {} Rust echo",
+            support::x(to_node),
+            support::x(to_rust)
+        ),
+        target: "≤ 0.9× node, ≤ 1.1× Rust echo".into(),
+        holds: Some(to_node <= 0.9 && to_rust <= 1.1),
+    });
+    support::record(support::Row {
+        bench: "latency",
+        figure: "the same through `serve --shared`".into(),
+        toolwire: us(shared),
+        baseline: format!("{}: node echo", us(node)),
+        ratio: support::x(shared / node),
+        target: "≤ 1.2×".into(),
+        holds: Some(shared / node <= 1.2),
+    });
+    support::record(support::Row {
+        bench: "latency",
+        figure: "Rust echo on tokio's blocking-pool stdio (toolwire before issue 17)".into(),
+        toolwire: us(blocking),
+        baseline: format!("{}: the same echo on epoll stdio", us(rust)),
+        ratio: support::x(blocking / rust),
+        target: "—".into(),
+        holds: None,
+    });
 }
 
 /// One run of the node client against `target`; nanoseconds per call.

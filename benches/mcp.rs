@@ -10,6 +10,7 @@
 
 #[path = "../tests/mcp_peer/mod.rs"]
 mod mcp_peer;
+mod support;
 
 use std::time::{Duration, Instant};
 
@@ -26,6 +27,7 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .and_then(|n| n.parse().ok())
         .unwrap_or(1000);
+    support::begin("mcp");
     let data = tempfile::tempdir().expect("temp dir");
 
     println!("toolwire mcp: added latency per tools/call ({calls} calls x {ROUNDS} rounds each)");
@@ -67,6 +69,23 @@ fn main() {
             f50.as_secs_f64() / d50.as_secs_f64(),
             f99.as_secs_f64() / d99.as_secs_f64()
         );
+        support::record(support::Row {
+            bench: "mcp",
+            figure: format!("added latency of `toolwire mcp` per `tools/call`, {label}: p50 / p99"),
+            toolwire: format!(
+                "+{:.3} / +{:.3} ms",
+                ms(f50.saturating_sub(d50)),
+                ms(f99.saturating_sub(d99))
+            ),
+            baseline: format!("{:.3} / {:.3} ms: direct", ms(d50), ms(d99)),
+            ratio: format!(
+                "{:.2} / {}",
+                f50.as_secs_f64() / d50.as_secs_f64(),
+                support::x(f99.as_secs_f64() / d99.as_secs_f64())
+            ),
+            target: "report".into(),
+            holds: None,
+        });
     }
 }
 

@@ -24,6 +24,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+mod support;
+
 /// A `toolwire serve` process and a blocking LSP-framed client of it.
 struct Served {
     child: Child,
@@ -185,7 +187,10 @@ struct Row {
     rss: f64,
     hwm: f64,
     baseline: f64,
+    /// At most this many MB resident.
     target: Option<f64>,
+    /// At most this ratio to the baseline (no growth).
+    growth: Option<f64>,
 }
 
 fn print(rows: &[Row]) {
@@ -207,6 +212,21 @@ fn print(rows: &[Row]) {
             r.baseline,
             r.rss / r.baseline
         );
+        let ratio = r.rss / r.baseline;
+        let (target, holds) = match (r.target, r.growth) {
+            (Some(t), _) => (format!("≤ {t} MB"), Some(r.rss <= t)),
+            (None, Some(g)) => (format!("no growth (≤ {g}×)"), Some(ratio <= g)),
+            (None, None) => ("report".into(), None),
+        };
+        support::record(support::Row {
+            bench: "memory",
+            figure: r.name.trim().into(),
+            toolwire: format!("{:.1} MB (peak {:.1})", r.rss, r.hwm),
+            baseline: format!("{:.1} MB", r.baseline),
+            ratio: support::x(ratio),
+            target,
+            holds,
+        });
     }
 }
 
@@ -224,6 +244,7 @@ fn after_path_and_get(server: &mut Served, path: &str, baseline: f64, rows: &mut
         hwm,
         baseline,
         target: Some(30.0),
+        growth: None,
     });
     server.send("state/get", json!({"sessionId": "m"}));
     server.flush();
@@ -249,6 +270,7 @@ fn after_path_and_get(server: &mut Served, path: &str, baseline: f64, rows: &mut
         hwm,
         baseline,
         target: Some(30.0),
+        growth: None,
     });
 }
 
@@ -387,6 +409,7 @@ fn many_ids(root: &Path, rows: &mut Vec<Row>) {
         hwm: server.memory().1,
         baseline: idle,
         target: None,
+        growth: None,
     });
     // A quarter of a million first: what the ids still live leave behind
     // once idle (allocator fragmentation at the peak of live sessions) is
@@ -400,6 +423,7 @@ fn many_ids(root: &Path, rows: &mut Vec<Row>) {
         hwm: hwm_quarter,
         baseline: after_1k,
         target: None,
+        growth: None,
     });
     let start = Instant::now();
     let more = touch(
@@ -418,6 +442,7 @@ fn many_ids(root: &Path, rows: &mut Vec<Row>) {
         hwm,
         baseline: after_quarter,
         target: None,
+        growth: Some(1.1),
     });
     println!(
         "  {total} ids vs {}: {:.2}x the RSS (target: no growth, <= 1.1x); vs 1,000: {:.2}x; peak {hwm:.1} MB while {idle_ms} ms of sessions were live",
@@ -428,6 +453,7 @@ fn many_ids(root: &Path, rows: &mut Vec<Row>) {
 }
 
 fn main() {
+    support::begin("memory");
     let args: Vec<String> = std::env::args().skip(1).collect();
     let parts = ["reconstruct", "resume", "apply", "ids"];
     let chosen: Vec<&str> = parts

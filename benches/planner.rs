@@ -5,13 +5,15 @@
 
 use std::path::PathBuf;
 
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group};
 use serde_json::{Value, json};
 use toolwire::budget::planner::{Candidate, choose};
 use toolwire::budget::{PlanContext, plan_message};
 use toolwire::config::{Limits, PreviewMode, SizeUnit, ToolPolicy};
 use toolwire::format::Digest;
 use toolwire::state::{Id, Replacement, ReplacementState};
+
+mod support;
 
 fn message(results: usize, size: usize) -> Value {
     let mut rng = fastrand::Rng::with_seed(9);
@@ -99,4 +101,64 @@ fn bench(c: &mut Criterion) {
 }
 
 criterion_group!(benches, bench);
-criterion_main!(benches);
+
+/// `criterion_main!`, then each benchmark this process ran recorded as a
+/// row: criterion keeps its figures in files of its own, not in ours.
+fn main() {
+    support::begin("planner");
+    let started = std::time::SystemTime::now();
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    record_rows(started);
+}
+
+/// Criterion's estimates (`<criterion home>/<id>/new/estimates.json`)
+/// written by this process, as rows: the median time per iteration. Older
+/// files are from runs that named other benchmarks.
+fn record_rows(started: std::time::SystemTime) {
+    let home = std::env::var_os("CRITERION_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| support::target_dir().join("criterion"));
+    let mut found = Vec::new();
+    let mut dirs = vec![home];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.ends_with("new/estimates.json")
+                && entry
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|m| m >= started)
+            {
+                found.push(path);
+            }
+        }
+    }
+    let read = |path: &std::path::Path| -> Option<Value> {
+        serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+    };
+    let mut rows: Vec<(String, f64)> = found
+        .iter()
+        .filter_map(|estimates| {
+            let id = read(&estimates.with_file_name("benchmark.json"))?["full_id"]
+                .as_str()?
+                .to_owned();
+            let ns = read(estimates)?["median"]["point_estimate"].as_f64()?;
+            Some((id, ns))
+        })
+        .collect();
+    rows.sort_by(|a, b| a.0.cmp(&b.0));
+    for (id, ns) in rows {
+        support::record(support::Row {
+            bench: "planner",
+            figure: format!("`{id}` (criterion, median)"),
+            toolwire: format!("{:.1} µs", ns / 1000.0),
+            baseline: "—".into(),
+            ratio: "—".into(),
+            target: "report".into(),
+            holds: None,
+        });
+    }
+}

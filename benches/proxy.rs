@@ -15,6 +15,7 @@
 
 #[path = "../tests/fake_provider/mod.rs"]
 mod fake_provider;
+mod support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -180,6 +181,28 @@ async fn latency(fake: &FakeProvider, proxy: &str) {
         }
     }
     println!();
+    let p50 = |v: &[Duration]| ms(percentile(v, 0.5));
+    let added = p50(&proxy_first) - p50(&direct_first);
+    support::record(support::Row {
+        bench: "proxy",
+        figure: format!(
+            "streamed response through the proxy, {} KB conversation: first byte p50 / total p50",
+            body.len() / 1024
+        ),
+        toolwire: format!("{:.3} / {:.3} ms", p50(&proxy_first), p50(&proxy_total)),
+        baseline: format!(
+            "{:.3} / {:.3} ms: direct",
+            p50(&direct_first),
+            p50(&direct_total)
+        ),
+        ratio: format!(
+            "{:.2} / {}",
+            p50(&proxy_first) / p50(&direct_first),
+            support::x(p50(&proxy_total) / p50(&direct_total))
+        ),
+        target: format!("< 0.5 ms added at first byte (+{added:.3} ms)"),
+        holds: Some(added < 0.5),
+    });
 }
 
 async fn throughput(fake: &FakeProvider, proxy: &str) {
@@ -224,6 +247,18 @@ async fn throughput(fake: &FakeProvider, proxy: &str) {
         "| {proxied:.0} req/s | {direct:.0} req/s | {:.2}× |\n",
         proxied / direct
     );
+    support::record(support::Row {
+        bench: "proxy",
+        figure: format!(
+            "throughput, {CONCURRENCY} concurrent clients, {} KB each",
+            body.len() / 1024
+        ),
+        toolwire: format!("{proxied:.0} req/s"),
+        baseline: format!("{direct:.0} req/s: direct"),
+        ratio: support::x(proxied / direct),
+        target: "≥ 0.8×".into(),
+        holds: Some(proxied / direct >= 0.8),
+    });
 }
 
 /// A compressing proxy that truncates every large result to its share of a
@@ -314,10 +349,20 @@ async fn cache_rate(dir: &std::path::Path) {
         TURNS - 1,
         rates[1].2
     );
+    support::record(support::Row {
+        bench: "proxy",
+        figure: format!("prompt-cache hit rate over {TURNS} turns (tokens = bytes)"),
+        toolwire: format!("{:.1} %", rates[0].0 * 100.0),
+        baseline: format!("{:.1} %: truncating afresh each turn", rates[1].0 * 100.0),
+        ratio: "—".into(),
+        target: "—".into(),
+        holds: None,
+    });
 }
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
+    support::begin("proxy");
     let only: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with("--"))

@@ -30,6 +30,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 #[path = "../tests/common/s3.rs"]
 mod s3;
+mod support;
 
 use toolwire::artifact::read::{ReadRequest, read_artifact};
 use toolwire::config::SizeUnit;
@@ -39,6 +40,7 @@ const SESSIONS: usize = 10_000;
 const PER_SESSION: usize = 10;
 
 fn main() {
+    support::begin("saved_outputs");
     let args: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with("--"))
@@ -148,6 +150,13 @@ fn gc() {
         ms(find_all),
         ratio(scan, find_all)
     );
+    gc_row(
+        "nothing expired",
+        scan,
+        scan_rss,
+        "find -type f -printf %s",
+        find_all,
+    );
 
     // Everything expired, next to `find -delete` of an identical store.
     let a = root.path().join("a");
@@ -182,6 +191,13 @@ fn gc() {
         remove_rss,
         ms(find_delete),
         ratio(remove, find_delete)
+    );
+    gc_row(
+        "all expired",
+        remove,
+        remove_rss,
+        "find -delete",
+        find_delete,
     );
 }
 
@@ -236,6 +252,21 @@ fn read() {
         ms(sed),
         ratio(show, sed)
     );
+    support::record(support::Row {
+        bench: "saved_outputs",
+        figure:
+            "2000-line page from the middle of a 1 GiB artifact, fresh process (`toolwire show`)"
+                .into(),
+        toolwire: format!(
+            "{:.1} ms (peak RSS {:.1} MB)",
+            ms(show),
+            show_rss as f64 / 1024.0
+        ),
+        baseline: format!("{:.1} ms: `sed -n A,Bp;Bq`", ms(sed)),
+        ratio: support::x(ratio(show, sed)),
+        target: "≤ 1.2×".into(),
+        holds: Some(ratio(show, sed) <= 1.2),
+    });
     // In process: the first read indexes, later ones use the index.
     let data_dir = ws.join(".toolwire");
     let session = SessionId::try_from("big".to_owned()).unwrap();
@@ -277,6 +308,15 @@ fn read() {
         ms(sed),
         ratio(warm, sed)
     );
+    support::record(support::Row {
+        bench: "saved_outputs",
+        figure: "the same page in process after the first read (first read, then a page)".into(),
+        toolwire: format!("{:.1} / {:.2} ms", ms(cold), ms(warm)),
+        baseline: format!("{:.1} ms: `sed -n A,Bp;Bq`", ms(sed)),
+        ratio: format!("{:.2} / {:.4}×", ratio(cold, sed), ratio(warm, sed)),
+        target: "report".into(),
+        holds: None,
+    });
     // A grep over the whole gigabyte, next to grep -n.
     let request = ReadRequest {
         grep: Some("^line 0 of block 10(22|23) ".into()),
@@ -297,10 +337,37 @@ fn read() {
         ms(grep),
         ratio(grep_took, grep)
     );
+    support::record(support::Row {
+        bench: "saved_outputs",
+        figure: "grep over the whole 1 GiB artifact (`artifact/read`)".into(),
+        toolwire: format!("{:.1} ms", ms(grep_took)),
+        baseline: format!("{:.1} ms: `grep -n -E`", ms(grep)),
+        ratio: support::x(ratio(grep_took, grep)),
+        target: "report".into(),
+        holds: None,
+    });
 }
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
+}
+
+/// Record a `toolwire gc` figure: its time next to `find`'s on an identical
+/// store, held to issue 39's bound on its peak resident memory.
+fn gc_row(case: &str, took: Duration, rss_kib: i64, find: &str, find_took: Duration) {
+    let mb = rss_kib as f64 / 1024.0;
+    support::record(support::Row {
+        bench: "saved_outputs",
+        figure: format!(
+            "`toolwire gc`, {SESSIONS} sessions / {} artifacts, {case}",
+            SESSIONS * PER_SESSION
+        ),
+        toolwire: format!("{:.0} ms (peak RSS {mb:.1} MB)", ms(took)),
+        baseline: format!("{:.0} ms: `{find}`", ms(find_took)),
+        ratio: support::x(ratio(took, find_took)),
+        target: "peak RSS < 16 MB".into(),
+        holds: Some(mb < 16.0),
+    });
 }
 
 fn ratio(a: Duration, b: Duration) -> f64 {
@@ -352,6 +419,15 @@ fn objects() {
         ms(local_write),
         ratio(object_write, local_write)
     );
+    support::record(support::Row {
+        bench: "saved_outputs",
+        figure: "object store (moto): a 1 MB artifact written create-only".into(),
+        toolwire: format!("{:.2} ms", ms(object_write)),
+        baseline: format!("{:.2} ms: the local store's fsync write", ms(local_write)),
+        ratio: support::x(ratio(object_write, local_write)),
+        target: "report".into(),
+        holds: None,
+    });
 
     // A page of 2000 lines from the middle of a 64 MB artifact.
     let lines = 1_400_000u64;
@@ -420,4 +496,21 @@ fn objects() {
         ms(whole),
         ratio(object_read, whole)
     );
+    support::record(support::Row {
+        bench: "saved_outputs",
+        figure: "object store (moto): a 2000-line page of a 64 MB artifact by ranged reads".into(),
+        toolwire: format!("{:.2} ms", ms(object_read)),
+        baseline: format!(
+            "{:.2} ms: the local store's page; {:.2} ms: `GET` of the whole object",
+            ms(local_read),
+            ms(whole)
+        ),
+        ratio: format!(
+            "{} local, {} whole",
+            support::x(ratio(object_read, local_read)),
+            support::x(ratio(object_read, whole))
+        ),
+        target: "report".into(),
+        holds: None,
+    });
 }

@@ -160,16 +160,32 @@ fn threads(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count())
 }
 
+/// Print a figure and record it as a row of the run's results.
 fn row(name: &str, value: f64, unit: &str, baseline: f64, target: &str, met: bool, note: &str) {
     println!(
         "{name:<50} {value:>10.2} {unit:<6} baseline {baseline:>10.2}  ratio {:>6.2}  target {target:<8} {}  {note}",
         value / baseline,
         if met { "met" } else { "MISSED" },
     );
+    support::record(
+        support::Noted {
+            bench: "throughput",
+            name,
+            value,
+            baseline,
+            unit,
+            ratio: value / baseline,
+            target,
+            met,
+            note,
+        }
+        .into(),
+    );
 }
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
+    support::begin("throughput");
     let root = support::bench_root();
     let parts = support::Parts::from_args();
     let want = |name: &str| parts.want(name);
@@ -267,7 +283,7 @@ async fn reapply_over_stdio(root: &Path, format: &str) {
         ms(o),
         "ms",
         ms(b),
-        "<= 0.8x",
+        "≤ 0.8×",
         ratio <= 0.8,
         &format!(
             "{mb:.1} MB request; baseline: serde_json parse + serialize in process; of it, parse alone {:.1} ms ({:.2}x) + digests {:.1} ms ({:.2}x)",
@@ -344,10 +360,26 @@ async fn pair_scaling(root: &Path) {
             v[v.len() / 2]
         };
         let (ours, base, ratio) = (median(big), median(small), median(ratios));
+        let name = format!("pair of {n} calls, per call");
+        let note =
+            "baseline: the same calls in pairs of 1,000, alternating; ratio: median of 3 rounds";
         println!(
-            "{:<50} {ours:>10.2} us     baseline {base:>10.2}  ratio {ratio:>6.2}  target <= 2x    {}  baseline: the same calls in pairs of 1,000, alternating; ratio: median of 3 rounds",
-            format!("pair of {n} calls, per call"),
+            "{name:<50} {ours:>10.2} us     baseline {base:>10.2}  ratio {ratio:>6.2}  target <= 2x    {}  {note}",
             if ratio <= 2.0 { "met" } else { "MISSED" },
+        );
+        support::record(
+            support::Noted {
+                bench: "throughput",
+                name: &name,
+                value: ours,
+                baseline: base,
+                unit: "µs",
+                ratio,
+                target: "≤ 2×",
+                met: ratio <= 2.0,
+                note,
+            }
+            .into(),
         );
     }
 }
@@ -429,7 +461,7 @@ async fn stall(root: &Path) {
         ms(ours),
         "ms",
         ms(base),
-        "<= 10ms",
+        "≤ 10 ms",
         ms(ours) <= 10.0,
         &format!(
             "{} gets during A's {:.1} s; baseline: p99 with A idle",
@@ -442,7 +474,7 @@ async fn stall(root: &Path) {
         most_threads as f64,
         "threads",
         idle_threads as f64,
-        "<= 32",
+        "≤ 32",
         // Tokio's blocking pool alone may grow to 512 threads; what stays
         // is the runtime's workers, stdio and the few artifact writers.
         most_threads <= 32,

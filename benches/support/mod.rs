@@ -77,4 +77,4 @@ pub fn target_dir() -> std::path::PathBuf {
 pub mod results;
 // Every target compiles this module; not every one records rows.
 #[allow(unused_imports)]
-pub use results::{Row, begin, record, x};
+pub use results::{Noted, Row, begin, record, x};

@@ -51,6 +51,49 @@ pub struct Row {
     pub holds: Option<bool>,
 }
 
+/// A figure in the shape the e2e and throughput benches print it: a value
+/// and its baseline in one unit, and a note that names the baseline after
+/// `baseline: ` (what comes before that qualifies the figure).
+pub struct Noted<'a> {
+    pub bench: &'static str,
+    pub name: &'a str,
+    pub value: f64,
+    pub baseline: f64,
+    pub unit: &'a str,
+    pub ratio: f64,
+    /// `report` where there is no goal.
+    pub target: &'a str,
+    pub met: bool,
+    pub note: &'a str,
+}
+
+impl From<Noted<'_>> for Row {
+    fn from(f: Noted<'_>) -> Row {
+        let (context, what) = match f.note.split_once("baseline: ") {
+            Some((context, what)) => (context.trim_end_matches([';', ' ']), what),
+            None => (f.note, ""),
+        };
+        let figure = f.name.trim();
+        Row {
+            bench: f.bench,
+            figure: if context.is_empty() {
+                figure.into()
+            } else {
+                format!("{figure} ({context})")
+            },
+            toolwire: format!("{:.2} {}", f.value, f.unit),
+            baseline: if what.is_empty() {
+                format!("{:.2} {}", f.baseline, f.unit)
+            } else {
+                format!("{:.2} {}: {what}", f.baseline, f.unit)
+            },
+            ratio: x(f.ratio),
+            target: f.target.into(),
+            holds: (f.target != "report").then_some(f.met),
+        }
+    }
+}
+
 /// A ratio as the table writes it: `1.20×`.
 pub fn x(ratio: f64) -> String {
     format!("{ratio:.2}×")
