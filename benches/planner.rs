@@ -9,7 +9,8 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group};
 use serde_json::{Value, json};
 use toolwire::budget::planner::{Candidate, choose};
 use toolwire::budget::{PlanContext, plan_message};
-use toolwire::config::{Limits, PreviewMode, SizeUnit, ToolPolicy};
+use toolwire::budget::{Limits, PreviewMode, ToolPolicy};
+use toolwire::format::SizeUnit;
 use toolwire::format::Digest;
 use toolwire::state::{Id, Replacement, ReplacementState};
 

@@ -33,7 +33,7 @@ mod s3;
 mod support;
 
 use toolwire::artifact::read::{ReadRequest, read_artifact};
-use toolwire::config::SizeUnit;
+use toolwire::format::SizeUnit;
 use toolwire::protocol::SessionId;
 
 const SESSIONS: usize = 10_000;
@@ -381,7 +381,7 @@ fn objects() {
     use toolwire::artifact::{ArtifactStore, FsArtifactStore};
     let s3 = s3::S3Server::start();
     s3.create_bucket("bench");
-    let config: toolwire::config::ObjectsConfig =
+    let config: toolwire::artifact::objects::ObjectsConfig =
         serde_json::from_value(s3.objects_config("bench", "b")).unwrap();
     let store = ObjectArtifacts::open(&config).unwrap();
     let ws = tempfile::tempdir().unwrap();
@@ -448,7 +448,7 @@ fn objects() {
         .write_once(Path::new(&url), big.as_bytes(), false)
         .unwrap();
     let runs = 20u64;
-    let page = |objects: Option<&toolwire::config::ObjectsConfig>, i: u64| {
+    let page = |objects: Option<&toolwire::artifact::objects::ObjectsConfig>, i: u64| {
         let request = ReadRequest {
             offset: lines / 2 + i * 7919,
             limit: Some(2000),

@@ -7,155 +7,17 @@
 //! denied, so a typo or a bad value is an error that names its key instead of
 //! a silent default.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::budget::{Limits, PreviewMode, Tools};
 use crate::error::{Error, Result};
-
-/// Size limits, all counted in `sizeUnit`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct Limits {
-    /// A single fresh tool result larger than this is persisted.
-    pub max_result_chars: u64,
-    /// Aggregate tool_result size allowed in one outbound user message.
-    pub max_message_chars: u64,
-    /// Size of the preview kept in place of a persisted result.
-    pub preview_chars: u64,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            max_result_chars: 50_000,
-            max_message_chars: 200_000,
-            preview_chars: 2_000,
-        }
-    }
-}
-
-/// Per-request overrides of [`Limits`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct LimitsOverride {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_result_chars: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_message_chars: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub preview_chars: Option<u64>,
-}
-
-impl Limits {
-    pub fn with(self, over: Option<&LimitsOverride>) -> Limits {
-        let Some(over) = over else { return self };
-        Limits {
-            max_result_chars: over.max_result_chars.unwrap_or(self.max_result_chars),
-            max_message_chars: over.max_message_chars.unwrap_or(self.max_message_chars),
-            preview_chars: over.preview_chars.unwrap_or(self.preview_chars),
-        }
-    }
-}
-
-/// How the preview of a persisted result is cut.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum PreviewMode {
-    /// The first `previewChars` of the original (PROTOCOL.md section 4).
-    #[default]
-    Head,
-    /// The first and the last part of the original, with a line saying how
-    /// much was left out between them (build logs fail at their end).
-    HeadTail,
-}
-
-/// Settings of one tool (`tools.<name>`), overriding the general ones for
-/// its results.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ToolSettings {
-    /// Persist this tool's results above this size; `null` (in TOML, which
-    /// has no null: `"never"`) never persists them, as `exemptTools`.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "max_or_never"
-    )]
-    #[schemars(with = "Option<MaxOrNever>")]
-    pub max_result_chars: Option<Option<u64>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub preview_mode: Option<PreviewMode>,
-}
-
-/// A tool's `maxResultChars`: a number, or `null` / `"never"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(untagged)]
-enum MaxOrNever {
-    Chars(u64),
-    Never(Never),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-enum Never {
-    Never,
-}
-
-/// Present-but-null is `Some(None)`: never persist; absent is `None`.
-fn max_or_never<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<u64>>, D::Error> {
-    Ok(Some(match Option::<MaxOrNever>::deserialize(d)? {
-        Some(MaxOrNever::Chars(n)) => Some(n),
-        Some(MaxOrNever::Never(_)) | None => None,
-    }))
-}
-
-/// Per-tool settings by tool name.
-pub type Tools = BTreeMap<String, ToolSettings>;
-
-/// Overlay `top` onto `base`, tool by tool and key by key.
-pub fn merge_tools(base: &Tools, top: Option<&Tools>) -> Tools {
-    let mut out = base.clone();
-    for (name, settings) in top.into_iter().flatten() {
-        let slot = out.entry(name.clone()).or_default();
-        if settings.max_result_chars.is_some() {
-            slot.max_result_chars = settings.max_result_chars;
-        }
-        if settings.preview_mode.is_some() {
-            slot.preview_mode = settings.preview_mode;
-        }
-    }
-    out
-}
-
-/// How one tool's fresh results are budgeted: its own settings where it
-/// has them, else the general ones.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ToolPolicy {
-    /// `None`: never persisted.
-    pub max_result_chars: Option<u64>,
-    pub preview_mode: PreviewMode,
-}
-
-impl ToolPolicy {
-    pub fn resolve(
-        tools: &Tools,
-        name: Option<&str>,
-        limits: &Limits,
-        preview_mode: PreviewMode,
-    ) -> ToolPolicy {
-        let own = name.and_then(|n| tools.get(n));
-        ToolPolicy {
-            max_result_chars: own
-                .and_then(|t| t.max_result_chars)
-                .unwrap_or(Some(limits.max_result_chars)),
-            preview_mode: own.and_then(|t| t.preview_mode).unwrap_or(preview_mode),
-        }
-    }
-}
+use crate::format::SizeUnit;
+use crate::store::StorageConfig;
+use crate::transcript::guard::AbortMode;
 
 /// When saved outputs are removed (`toolwire gc`, `storage/gc`, and the
 /// shared daemon's schedule).
@@ -223,17 +85,6 @@ impl Retention {
     }
 }
 
-/// What an interrupted tool pair becomes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum AbortMode {
-    /// The buffered pair is dropped unwritten.
-    #[default]
-    Discard,
-    /// The pair is committed with an `is_error` result for each unanswered call.
-    Synthetic,
-}
-
 /// Whether each commit reaches the disk before its reply.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -241,19 +92,6 @@ pub enum Durability {
     #[default]
     Fsync,
     None,
-}
-
-/// How sizes are counted.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum SizeUnit {
-    /// Unicode scalar values.
-    #[default]
-    Chars,
-    /// UTF-16 code units, as JavaScript's `length`.
-    Utf16,
-    /// UTF-8 bytes.
-    Bytes,
 }
 
 /// The whole configuration, as accepted in `toolwire.toml` and in
@@ -296,88 +134,6 @@ pub struct Config {
     pub storage: StorageConfig,
     /// Clearing old results (PROTOCOL.md 11.3).
     pub clearing: crate::budget::clearing::Clearing,
-}
-
-/// `[storage]` in `toolwire.toml`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct StorageConfig {
-    /// `local` (transcripts as files under the data directory, one process
-    /// per workspace) or `postgres` (shared by every replica).
-    pub backend: Backend,
-    /// `[storage.postgres]`, for `backend = "postgres"`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub postgres: Option<PostgresConfig>,
-    /// Saved outputs on object storage (S3, GCS, Azure, or a local
-    /// directory through the same interface) instead of under `dataDir`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub objects: Option<ObjectsConfig>,
-}
-
-impl StorageConfig {
-    fn is_default(&self) -> bool {
-        *self == StorageConfig::default()
-    }
-}
-
-/// `storage.backend`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum Backend {
-    #[default]
-    Local,
-    Postgres,
-}
-
-/// `[storage.postgres]`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct PostgresConfig {
-    /// Connection URL, e.g. `postgresql://toolwire@db.internal:5432/toolwire`
-    /// (or a `key=value` connection string).
-    pub url: String,
-    /// Connections this process keeps at most (default 16).
-    #[serde(default = "default_max_connections")]
-    pub max_connections: usize,
-}
-
-fn default_max_connections() -> usize {
-    16
-}
-
-/// `[storage.objects]`: the bucket saved outputs go to.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ObjectsConfig {
-    /// The bucket and prefix: `s3://bucket/prefix`, `gs://bucket/prefix`,
-    /// `az://container/prefix` or `file:///absolute/dir`. Saved outputs are
-    /// `<url>/sessions/<sessionId>/tool-results/<name>`.
-    pub url: String,
-    /// The `object_store` options of the URL's service, by their names
-    /// there (`endpoint`, `region`, `allow_http`, `access_key_id`, ...; in
-    /// snake_case or camelCase). Unset ones come from the environment
-    /// (`AWS_*`, `GOOGLE_*`, `AZURE_*`), as the services' own tools read it.
-    #[serde(default)]
-    pub options: std::collections::BTreeMap<String, OptionValue>,
-}
-
-/// An option's value: TOML and JSON may spell `true` or `9000` bare.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(untagged)]
-pub enum OptionValue {
-    Text(String),
-    Flag(bool),
-    Number(u64),
-}
-
-impl std::fmt::Display for OptionValue {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            OptionValue::Text(s) => f.write_str(s),
-            OptionValue::Flag(b) => write!(f, "{b}"),
-            OptionValue::Number(n) => write!(f, "{n}"),
-        }
-    }
 }
 
 /// `[proxy]` in `toolwire.toml`: the HTTP face (`toolwire proxy`).

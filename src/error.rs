@@ -95,25 +95,6 @@ impl Error {
         }
     }
 
-    /// The error as a person at a terminal reads it. A JSON-RPC client is
-    /// told "invalid params at `path`" because the path names a field of
-    /// its request; on the command line there is no request, and a bad
-    /// file, flag or configuration key is already named in the message
-    /// (a file's path, `toolwire.toml`'s file and line). So the framing is
-    /// left out, and a field's name is kept only where the message alone
-    /// would not say what it is about (`grep: regex parse error …`).
-    pub fn for_cli(&self) -> String {
-        match self {
-            Error::InvalidParams { path, message }
-                if path == "path" || path.starts_with(crate::config::CONFIG_FILE) =>
-            {
-                message.clone()
-            }
-            Error::InvalidParams { path, message } => format!("{path}: {message}"),
-            other => other.to_string(),
-        }
-    }
-
     pub fn code(&self) -> i64 {
         match self {
             Error::Parse(_) => code::PARSE_ERROR,

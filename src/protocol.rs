@@ -13,7 +13,8 @@ use serde_json::{Value, json};
 
 use crate::artifact::ArtifactKind;
 pub use crate::artifact::read::ReadResult;
-use crate::config::{AbortMode, LimitsOverride, PreviewMode, Tools};
+use crate::budget::{LimitsOverride, PreviewMode, Tools};
+use crate::transcript::guard::AbortMode;
 use crate::error::code;
 use crate::format::Format;
 pub use crate::retention::GcReport;

@@ -16,7 +16,7 @@
 
 use std::sync::Arc;
 
-use crate::config::SizeUnit;
+use crate::format::SizeUnit;
 use crate::format::{Digest, DigestKind};
 
 /// One replacement string, stored compactly: its sizes (in chars, UTF-16

@@ -351,7 +351,7 @@ async fn gc_removes_and_keeps_the_right_objects() {
     // Two hours on: past the grace period, what nothing points at goes;
     // the referenced artifact, its index and the foreign object stay.
     let data_dir = dir.path().canonicalize().unwrap().join(".toolwire");
-    let objects_config: toolwire::config::ObjectsConfig =
+    let objects_config: toolwire::artifact::objects::ObjectsConfig =
         serde_json::from_value(s3.objects_config(BUCKET, "gc")).unwrap();
     let objects = toolwire::artifact::objects::ObjectArtifacts::open(&objects_config).unwrap();
     let policy = Policy {

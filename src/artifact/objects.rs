@@ -39,10 +39,47 @@ use object_store::{
     ObjectMeta, ObjectStore, ObjectStoreExt, ObjectStoreScheme, PutMode, PutOptions, PutPayload,
 };
 
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
 use super::read::LineIndex;
 use super::{ArtifactStore, Written};
-use crate::config::ObjectsConfig;
 use crate::error::{Error, Result};
+
+/// `[storage.objects]`: the bucket saved outputs go to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ObjectsConfig {
+    /// The bucket and prefix: `s3://bucket/prefix`, `gs://bucket/prefix`,
+    /// `az://container/prefix` or `file:///absolute/dir`. Saved outputs are
+    /// `<url>/sessions/<sessionId>/tool-results/<name>`.
+    pub url: String,
+    /// The `object_store` options of the URL's service, by their names
+    /// there (`endpoint`, `region`, `allow_http`, `access_key_id`, ...; in
+    /// snake_case or camelCase). Unset ones come from the environment
+    /// (`AWS_*`, `GOOGLE_*`, `AZURE_*`), as the services' own tools read it.
+    #[serde(default)]
+    pub options: std::collections::BTreeMap<String, OptionValue>,
+}
+
+/// An option's value: TOML and JSON may spell `true` or `9000` bare.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum OptionValue {
+    Text(String),
+    Flag(bool),
+    Number(u64),
+}
+
+impl std::fmt::Display for OptionValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OptionValue::Text(s) => f.write_str(s),
+            OptionValue::Flag(b) => write!(f, "{b}"),
+            OptionValue::Number(n) => write!(f, "{n}"),
+        }
+    }
+}
 
 /// Suffix of a text artifact's line index.
 pub const INDEX_SUFFIX: &str = ".idx";

@@ -66,7 +66,8 @@ use serde::{Deserialize, Serialize};
 
 use super::objects::ObjectArtifacts;
 use super::{ArtifactKind, file_name, session_dir};
-use crate::config::{ObjectsConfig, SizeUnit};
+use super::objects::ObjectsConfig;
+use crate::format::SizeUnit;
 use crate::error::{Error, Result};
 use crate::protocol::SessionId;
 

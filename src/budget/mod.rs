@@ -9,7 +9,7 @@
 pub mod clearing;
 pub mod planner;
 pub mod preview;
-pub mod size;
+pub mod settings;
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -18,10 +18,13 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::artifact::{self, ArtifactKind};
-use crate::config::{Limits, SizeUnit, ToolPolicy};
+use crate::format::SizeUnit;
 use crate::format::{self, Dialect, Digest, DigestKind, ResultContent};
 use crate::state::{Fate, Id, ReplacementState};
 use planner::Candidate;
+pub use settings::{
+    Limits, LimitsOverride, PreviewMode, ToolPolicy, ToolSettings, Tools, merge_tools,
+};
 
 /// What budgeting needs to know besides the messages and the state.
 pub struct PlanContext<'a> {
@@ -347,7 +350,7 @@ pub fn message_total(dialect: &dyn Dialect, messages: &[&Value], unit: SizeUnit)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::PreviewMode;
+    use crate::budget::PreviewMode;
     use proptest::prelude::*;
     use serde_json::json;
     use std::collections::HashMap;

@@ -6,8 +6,9 @@
 //! same bytes on every turn, retry, resume and fork, which is what keeps
 //! provider prompt caches hitting.
 
-use crate::budget::size::format_size;
-use crate::config::{PreviewMode, SizeUnit};
+use crate::format::size::format_size;
+use super::PreviewMode;
+use crate::format::SizeUnit;
 
 /// Opening tag; text starting with it is never persisted again.
 pub const OPEN_TAG: &str = "<persisted-output>";

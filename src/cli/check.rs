@@ -1,6 +1,7 @@
 //! `toolwire check`: say whether the provider would accept a transcript's
 //! tool calls and results; exit 1 when it would not.
 
+use super::ForCli;
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -4,6 +4,7 @@
 //! a running server holds are left alone (their locks say so). A progress
 //! bar on stderr follows large stores when stderr is a terminal.
 
+use super::ForCli;
 use std::path::PathBuf;
 use std::process::ExitCode;
 

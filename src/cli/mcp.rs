@@ -2,6 +2,7 @@
 //! server on stdio in front of the MCP server COMMAND starts, whose large
 //! `tools/call` results are saved once and replaced by a preview and a link.
 
+use super::ForCli;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;

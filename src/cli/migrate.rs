@@ -3,6 +3,7 @@
 //! may run it at once (an advisory lock makes one apply, the others wait
 //! and find nothing left to do).
 
+use super::ForCli;
 use std::path::PathBuf;
 use std::process::ExitCode;
 

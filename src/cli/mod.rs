@@ -17,6 +17,33 @@ pub mod serve;
 pub mod show;
 pub mod stats;
 
+/// How a command names an error to a person at a terminal.
+pub trait ForCli {
+    fn for_cli(&self) -> String;
+}
+
+impl ForCli for toolwire::error::Error {
+    /// The error as a person at a terminal reads it. A JSON-RPC client is
+    /// told "invalid params at `path`" because the path names a field of
+    /// its request; on the command line there is no request, and a bad
+    /// file, flag or configuration key is already named in the message
+    /// (a file's path, `toolwire.toml`'s file and line). So the framing is
+    /// left out, and a field's name is kept only where the message alone
+    /// would not say what it is about (`grep: regex parse error …`).
+    fn for_cli(&self) -> String {
+        match self {
+            toolwire::error::Error::InvalidParams { path, message }
+                if path == "path" || path.starts_with(toolwire::config::CONFIG_FILE) =>
+            {
+                message.clone()
+            }
+            toolwire::error::Error::InvalidParams { path, message } => format!("{path}: {message}"),
+            other => other.to_string(),
+        }
+    }
+
+}
+
 /// The multi-threaded runtime every async command runs on.
 pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     toolwire::process::runtime()

@@ -1,5 +1,6 @@
 //! `toolwire proxy`: the HTTP face in front of the model providers.
 
+use super::ForCli;
 use std::process::ExitCode;
 
 use toolwire::proxy::Proxy;

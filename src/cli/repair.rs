@@ -1,6 +1,7 @@
 //! `toolwire repair`: rewrite a transcript so the provider accepts it,
 //! keeping every real result; a valid transcript is left untouched.
 
+use super::ForCli;
 use std::path::PathBuf;
 use std::process::ExitCode;
 

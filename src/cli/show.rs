@@ -3,6 +3,7 @@
 //! (numbered, as `grep -n`). The same reads as `artifact/read`, from the
 //! workspace's data directory.
 
+use super::ForCli;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;

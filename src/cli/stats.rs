@@ -1,5 +1,6 @@
 //! `toolwire stats`: what the proxy did, per session.
 
+use super::ForCli;
 use std::process::ExitCode;
 
 use toolwire::proxy::stats::{self, SessionStats};

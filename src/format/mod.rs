@@ -18,6 +18,7 @@
 pub mod anthropic;
 pub mod gemini;
 pub mod ids;
+pub mod size;
 pub mod openai_chat;
 pub mod openai_responses;
 mod pairing;
@@ -27,8 +28,9 @@ use std::borrow::Cow;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::config::SizeUnit;
 use crate::error::Result;
+pub use size::SizeUnit;
+use crate::json::strings::escape_len;
 
 pub use pairing::{Fault, Pairing, ToolVerdict, Turn, pair};
 
@@ -272,24 +274,6 @@ fn string_end(raw: &[u8], start: usize) -> Option<usize> {
             return Some(i);
         }
         i += escape_len(raw, i)?;
-    }
-}
-
-/// The length of the escape at `at` (a backslash), `None` when it is not
-/// one serde_json writes.
-pub(crate) fn escape_len(raw: &[u8], at: usize) -> Option<usize> {
-    match *raw.get(at + 1)? {
-        b'"' | b'\\' | b'n' | b'r' | b't' | b'b' | b'f' => Some(2),
-        b'u' => {
-            let hex = raw.get(at + 2..at + 6)?;
-            let low = |c: u8| matches!(c, b'0'..=b'9' | b'a'..=b'f');
-            let control =
-                hex[0] == b'0' && hex[1] == b'0' && matches!(hex[2], b'0' | b'1') && low(hex[3]);
-            // These five have a letter escape, which serde_json uses.
-            let lettered = hex[2] == b'0' && matches!(hex[3], b'8' | b'9' | b'a' | b'c' | b'd');
-            (control && !lettered).then_some(6)
-        }
-        _ => None,
     }
 }
 

@@ -263,7 +263,7 @@ fn escape(s: &[u8], at: usize, scanned: &mut Scanned) -> Option<usize> {
     scanned.surrogate |= hex[0].eq_ignore_ascii_case(&b'd')
         && matches!(hex[1].to_ascii_lowercase(), b'8'..=b'9' | b'a'..=b'f');
     scanned.nul |= hex == b"0000";
-    scanned.compact &= crate::format::escape_len(s, at).is_some();
+    scanned.compact &= escape_len(s, at).is_some();
     Some(6)
 }
 
@@ -372,6 +372,24 @@ fn specials(chunk: &[u8]) -> [u32; 4] {
 
 /// `text` repeated until it is longer than `len` bytes: a string past a
 /// scanner user's length threshold, for its tests.
+/// The length of the escape at `at` (a backslash), `None` when it is not
+/// one serde_json writes.
+pub(crate) fn escape_len(raw: &[u8], at: usize) -> Option<usize> {
+    match *raw.get(at + 1)? {
+        b'"' | b'\\' | b'n' | b'r' | b't' | b'b' | b'f' => Some(2),
+        b'u' => {
+            let hex = raw.get(at + 2..at + 6)?;
+            let low = |c: u8| matches!(c, b'0'..=b'9' | b'a'..=b'f');
+            let control =
+                hex[0] == b'0' && hex[1] == b'0' && matches!(hex[2], b'0' | b'1') && low(hex[3]);
+            // These five have a letter escape, which serde_json uses.
+            let lettered = hex[2] == b'0' && matches!(hex[3], b'8' | b'9' | b'a' | b'c' | b'd');
+            (control && !lettered).then_some(6)
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 pub(crate) fn repeated_past(text: &str, len: usize) -> String {
     text.repeat(len / text.len().max(1) + 2)
@@ -401,7 +419,7 @@ mod tests {
                             return None;
                         }
                         surrogate |= (0xd800..0xe000).contains(&code);
-                        compact &= crate::format::escape_len(s, i).is_some();
+                        compact &= escape_len(s, i).is_some();
                         i += 6;
                     }
                     _ => return None,

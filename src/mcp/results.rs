@@ -160,10 +160,10 @@ async fn apply(front: &Front, tool: &str, id: &str, content: Value) -> Result<Bu
         limits: None,
         preview_mode: None,
         tools: front.declared_max(tool).map(|max| {
-            let mut tools = crate::config::Tools::new();
+            let mut tools = crate::budget::Tools::new();
             tools.insert(
                 tool.to_owned(),
-                crate::config::ToolSettings {
+                crate::budget::ToolSettings {
                     max_result_chars: Some(Some(max)),
                     preview_mode: None,
                 },

@@ -22,7 +22,8 @@ use tokio_util::sync::CancellationToken;
 use super::{Reply, RequestCx, SessionMethod};
 use crate::artifact::ArtifactKind;
 use crate::budget::{self, Chosen, PlanContext, clearing};
-use crate::config::{self, Effective, ToolPolicy};
+use crate::budget::ToolPolicy;
+use crate::config::Effective;
 use crate::error::Result;
 use crate::format::{self, Dialect, Digest};
 use crate::protocol::{
@@ -188,7 +189,7 @@ pub async fn apply(
         }
     }
     // Per-tool settings: the request's over the connection's, key by key.
-    let tools = config::merge_tools(&config.tools, params.tools.as_ref());
+    let tools = budget::merge_tools(&config.tools, params.tools.as_ref());
     let preview_mode = params.preview_mode.unwrap_or(config.preview_mode);
     let policy = |id: &str| {
         let name = names.get(id).map(|name| &**name);

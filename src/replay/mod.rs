@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 
 use crate::budget;
 use crate::client::{ClientError, RpcClient};
-use crate::config::SizeUnit;
+use crate::format::SizeUnit;
 use crate::format::{self, Dialect, Format, Side};
 
 /// The bundled demo session (see `tests/data/make_demo_session.py`).

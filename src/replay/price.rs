@@ -30,7 +30,8 @@ use serde_json::Value;
 use super::Step;
 use crate::budget::clearing::{self, Clearing};
 use crate::budget::{self, PlanContext};
-use crate::config::{Limits, PreviewMode, SizeUnit, ToolPolicy, Tools};
+use crate::budget::{Limits, PreviewMode, ToolPolicy, Tools};
+use crate::format::SizeUnit;
 use crate::format::{self, Format, Side};
 use crate::state::{Id, Replacement, ReplacementState};
 

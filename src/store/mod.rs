@@ -14,11 +14,13 @@
 pub mod gc;
 pub mod local;
 pub mod postgres;
+pub mod settings;
 pub mod shared;
 
 use futures_util::future::BoxFuture;
 
 use crate::error::Result;
+pub use settings::{Backend, PostgresConfig, StorageConfig};
 
 /// One commit read back: its number and its complete transcript lines.
 #[derive(Debug, Clone)]
@@ -340,8 +342,8 @@ impl SessionStore for Store<'_> {
 
 /// The PostgreSQL store `config` names, if any (`storage.backend =
 /// "postgres"` without `[storage.postgres]` is an error naming the key).
-pub fn postgres_of(config: &crate::config::StorageConfig) -> Result<Option<postgres::Postgres>> {
-    use crate::config::Backend;
+pub fn postgres_of(config: &crate::store::StorageConfig) -> Result<Option<postgres::Postgres>> {
+    use crate::store::Backend;
     match (config.backend, &config.postgres) {
         (Backend::Local, _) => Ok(None),
         (Backend::Postgres, None) => Err(crate::error::Error::invalid_params(
@@ -356,7 +358,7 @@ pub fn postgres_of(config: &crate::config::StorageConfig) -> Result<Option<postg
 
 /// The [`crate::session::Storage`] of a process configured with `config`:
 /// files, or the shared store once its schema is checked to be current.
-pub async fn open(config: &crate::config::StorageConfig) -> Result<crate::session::Storage> {
+pub async fn open(config: &crate::store::StorageConfig) -> Result<crate::session::Storage> {
     let mut storage = crate::session::Storage::default();
     if let Some(pg) = postgres_of(config)? {
         pg.check_schema().await?;

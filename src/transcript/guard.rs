@@ -17,11 +17,24 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
 use super::Lines;
-use crate::config::AbortMode;
 use crate::error::{Error, Result};
 use crate::format::{self, Dialect, ItemKind, Side};
 use crate::protocol::{AppendStatus, FlushResult};
+
+/// What an interrupted tool pair becomes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum AbortMode {
+    /// The buffered pair is dropped unwritten.
+    #[default]
+    Discard,
+    /// The pair is committed with an `is_error` result for each unanswered call.
+    Synthetic,
+}
 
 /// Identifies the client connection that buffered a pair.
 pub type Owner = u64;

@@ -1,7 +1,21 @@
 //! Counting sizes in the configured unit, and formatting them the way the
 //! preview shows them.
 
-use crate::config::SizeUnit;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// How sizes are counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum SizeUnit {
+    /// Unicode scalar values.
+    #[default]
+    Chars,
+    /// UTF-16 code units, as JavaScript's `length`.
+    Utf16,
+    /// UTF-8 bytes.
+    Bytes,
+}
 
 impl SizeUnit {
     /// Length of `text` in this unit.
