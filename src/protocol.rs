@@ -18,6 +18,10 @@ use crate::transcript::guard::AbortMode;
 use crate::error::code;
 use crate::format::Format;
 pub use crate::retention::GcReport;
+pub use crate::transcript::check::{TranscriptCheckResult, Violation};
+pub use crate::transcript::guard::{AppendStatus, FlushResult};
+pub use crate::transcript::repair::{RenamedId, TranscriptRepairResult};
+pub use crate::transcript::{RECORD_KIND, ReplacementRecord, SeenLine, SessionId};
 
 /// A request method: its name, params and result.
 pub trait Method {
@@ -157,62 +161,6 @@ method!(
 
 // ---------------------------------------------------------------- shared --
 
-/// A session id: 1–128 characters of `[A-Za-z0-9._-]`, not starting with `.`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub struct SessionId(String);
-
-impl SessionId {
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl TryFrom<String> for SessionId {
-    type Error = String;
-    fn try_from(id: String) -> Result<Self, String> {
-        let ok = (1..=128).contains(&id.len())
-            && !id.starts_with('.')
-            && id
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-        if ok {
-            Ok(SessionId(id))
-        } else {
-            Err(format!(
-                "invalid session id {id:?}: use 1-128 characters of [A-Za-z0-9._-], not starting with '.'"
-            ))
-        }
-    }
-}
-
-impl From<SessionId> for String {
-    fn from(id: SessionId) -> String {
-        id.0
-    }
-}
-
-impl std::fmt::Display for SessionId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl JsonSchema for SessionId {
-    fn schema_name() -> Cow<'static, str> {
-        "SessionId".into()
-    }
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
-            "description": "1-128 characters of [A-Za-z0-9._-], not starting with '.'",
-            "type": "string",
-            "minLength": 1,
-            "maxLength": 128,
-            "pattern": "^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$"
-        })
-    }
-}
-
 /// A message in the shape of the session's provider format (PROTOCOL.md
 /// 10.3): an Anthropic message, an OpenAI Chat message, one OpenAI
 /// Responses input item, or one Gemini content. Every field, block, part
@@ -337,44 +285,6 @@ pub enum ProgressToken {
     Number(i64),
     String(String),
 }
-
-/// The exact string that was sent in place of an original tool result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ReplacementRecord {
-    /// `"tool-result"`; records of other kinds are ignored on read.
-    pub kind: String,
-    pub tool_use_id: String,
-    pub replacement: String,
-    /// Digest of the original the replacement was made from, a hash of
-    /// the result's content as compact JSON: `xxh3:` and 16 hex digits
-    /// (XXH3-64), or 16 hex digits (the first 8 bytes of SHA-256, written
-    /// before XXH3 and still read). The replacement is put back only on
-    /// that original.
-    /// Absent in version-1 transcripts: then it applies to any original
-    /// with this id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub digest: Option<String>,
-    /// The replacement clears an old result that was sent whole before
-    /// (PROTOCOL.md 11.3): it takes the place of that earlier decision.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub cleared: bool,
-}
-
-/// Results `budget/apply` decided to send whole, journaled before it
-/// replies (`{"type":"seen","toolUseIds":[...],"digests":[...]}`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct SeenLine {
-    pub tool_use_ids: Vec<String>,
-    /// The digest of each id's original, in the same order (see
-    /// `ReplacementRecord.digest`); may be shorter in hand-written files,
-    /// an id without a digest then applies to any original.
-    #[serde(default)]
-    pub digests: Vec<String>,
-}
-
-pub const RECORD_KIND: &str = "tool-result";
 
 // ------------------------------------------------------------- lifecycle --
 
@@ -610,15 +520,6 @@ pub struct PairAppendParams {
     pub format: Option<Format>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum AppendStatus {
-    /// Held back until every pending tool call has its result.
-    Buffered,
-    /// Written to the transcript.
-    Committed,
-}
-
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PairAppendResult {
@@ -644,17 +545,6 @@ pub struct PairFlushParams {
     pub reason: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct FlushResult {
-    pub mode: AbortMode,
-    /// Ids of calls dropped unwritten.
-    pub discarded: Vec<String>,
-    /// Ids closed with a synthetic error result.
-    pub synthesized: Vec<String>,
-    pub written: usize,
-}
-
 // ------------------------------------------------------------ transcript --
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -669,34 +559,6 @@ pub struct TranscriptRepairParams {
     pub dry_run: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub work_done_token: Option<ProgressToken>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct TranscriptRepairResult {
-    /// Whether the file was rewritten (with `dryRun`: would be). A valid
-    /// transcript is never rewritten and gets no `.bak`.
-    pub changed: bool,
-    /// Lines kept.
-    pub kept: usize,
-    pub dropped_tool_uses: Vec<String>,
-    pub dropped_tool_results: Vec<String>,
-    /// Ids of results moved ahead of the other content of their turn
-    /// (a result that came after text in the message answering its call).
-    #[serde(default)]
-    pub moved_tool_results: Vec<String>,
-    /// Calls given a new id to keep the provider's id rules (PROTOCOL.md
-    /// 11.2), their results with them.
-    #[serde(default)]
-    pub renamed_tool_uses: Vec<RenamedId>,
-    pub torn_lines: usize,
-}
-
-/// A call id repair changed, and what it became.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub struct RenamedId {
-    pub from: String,
-    pub to: String,
 }
 
 // -------------------------------------------------------------- artifact --
@@ -758,28 +620,6 @@ pub struct TranscriptCheckParams {
     /// Default `anthropic`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub format: Option<Format>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct TranscriptCheckResult {
-    pub ok: bool,
-    pub violations: Vec<Violation>,
-}
-
-/// One fault the provider would refuse.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Violation {
-    /// Index of the message the fault is in (0-based, counting messages
-    /// only), as the provider numbers `messages.N`.
-    pub index: usize,
-    /// `missingResult`, `unexpectedResult`, `duplicateResult`,
-    /// `resultAfterContent` or `wrongRole`.
-    pub kind: String,
-    pub ids: Vec<String>,
-    /// What the provider answers for this fault (HTTP 400).
-    pub provider_error: String,
 }
 
 /// One line of a session transcript.

@@ -49,7 +49,7 @@ use crate::artifact::objects::{INDEX_SUFFIX, ObjectArtifacts};
 use crate::artifact::{TEMP_PREFIX, is_artifact_name};
 
 use crate::error::{Error, Result};
-use crate::protocol::SessionId;
+use crate::transcript::SessionId;
 
 /// How old an unreferenced artifact or a temporary file must be before it
 /// is removed: long enough for any write in progress to have finished.

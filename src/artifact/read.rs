@@ -69,7 +69,7 @@ use super::{ArtifactKind, file_name, session_dir};
 use super::objects::ObjectsConfig;
 use crate::format::SizeUnit;
 use crate::error::{Error, Result};
-use crate::protocol::SessionId;
+use crate::transcript::SessionId;
 
 /// Lines returned when the request names no `limit`.
 pub const DEFAULT_LIMIT: u64 = 2000;

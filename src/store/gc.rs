@@ -438,7 +438,7 @@ fn dir_sessions(sessions_dir: &Path) -> Vec<String> {
         .flatten()
         .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|name| crate::protocol::SessionId::try_from(name.clone()).is_ok())
+        .filter(|name| crate::transcript::SessionId::try_from(name.clone()).is_ok())
         .collect()
 }
 

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use super::{ForkSource, Outcome, SessionStore};
 use crate::error::{Error, Result};
-use crate::protocol::{ReplacementRecord, SeenLine};
+use crate::transcript::{ReplacementRecord, SeenLine};
 use crate::session::{Loaded, SessionKey};
 use crate::transcript::Lines;
 use crate::transcript::fork;

@@ -147,7 +147,7 @@ impl Outcome {
 
 /// A session as `state/fork` found it in the source's queue.
 pub struct ForkSource {
-    pub parent: crate::protocol::SessionId,
+    pub parent: crate::transcript::SessionId,
     /// The source's committed transcript file and its length, when it is
     /// to be shared (local backend).
     pub transcript: Option<(std::path::PathBuf, u64)>,
@@ -226,8 +226,8 @@ pub trait SessionStore {
         &self,
         key: &crate::session::SessionKey,
         loaded: &mut crate::session::Loaded,
-        records: &[crate::protocol::ReplacementRecord],
-        seen: &crate::protocol::SeenLine,
+        records: &[crate::transcript::ReplacementRecord],
+        seen: &crate::transcript::SeenLine,
         fsync: bool,
     ) -> impl Future<Output = Result<Outcome>> + Send;
 
@@ -305,8 +305,8 @@ impl SessionStore for Store<'_> {
         &self,
         key: &crate::session::SessionKey,
         loaded: &mut crate::session::Loaded,
-        records: &[crate::protocol::ReplacementRecord],
-        seen: &crate::protocol::SeenLine,
+        records: &[crate::transcript::ReplacementRecord],
+        seen: &crate::transcript::SeenLine,
         fsync: bool,
     ) -> Result<Outcome> {
         dispatch!(self, s => s.journal(key, loaded, records, seen, fsync))

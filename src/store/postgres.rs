@@ -13,7 +13,7 @@ use tokio_postgres::NoTls;
 
 use super::{Append, Commit, SharedStore, WithPair};
 use crate::error::{Error, Result};
-use crate::protocol::{RECORD_KIND, ReplacementRecord, SeenLine};
+use crate::transcript::{RECORD_KIND, ReplacementRecord, SeenLine};
 use crate::transcript::Lines;
 
 /// The migrations, in the order they apply: (version, SQL).

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::{Append, Decision, ForkSource, Outcome, SessionStore, SharedStore, WithPair};
 use crate::error::{Error, Result};
-use crate::protocol::{ReplacementRecord, SeenLine};
+use crate::transcript::{ReplacementRecord, SeenLine};
 use crate::session::{Loaded, SessionKey};
 use crate::transcript::Lines;
 use crate::transcript::guard::{PairGuard, Pending, Transition};

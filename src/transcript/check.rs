@@ -6,10 +6,34 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
 use super::repair;
 use crate::error::Result;
 use crate::format::{self, Dialect, Fault, Format};
-use crate::protocol::{TranscriptCheckResult, Violation};
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TranscriptCheckResult {
+    pub ok: bool,
+    pub violations: Vec<Violation>,
+}
+
+/// One fault the provider would refuse.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Violation {
+    /// Index of the message the fault is in (0-based, counting messages
+    /// only), as the provider numbers `messages.N`.
+    pub index: usize,
+    /// `missingResult`, `unexpectedResult`, `duplicateResult`,
+    /// `resultAfterContent` or `wrongRole`.
+    pub kind: String,
+    pub ids: Vec<String>,
+    /// What the provider answers for this fault (HTTP 400).
+    pub provider_error: String,
+}
 
 /// Check messages in order.
 pub fn check_messages<'m>(

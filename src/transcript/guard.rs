@@ -23,7 +23,26 @@ use serde::{Deserialize, Serialize};
 use super::Lines;
 use crate::error::{Error, Result};
 use crate::format::{self, Dialect, ItemKind, Side};
-use crate::protocol::{AppendStatus, FlushResult};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum AppendStatus {
+    /// Held back until every pending tool call has its result.
+    Buffered,
+    /// Written to the transcript.
+    Committed,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FlushResult {
+    pub mode: AbortMode,
+    /// Ids of calls dropped unwritten.
+    pub discarded: Vec<String>,
+    /// Ids closed with a synthetic error result.
+    pub synthesized: Vec<String>,
+    pub written: usize,
+}
 
 /// What an interrupted tool pair becomes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -21,10 +21,105 @@ mod shadow;
 pub mod wal;
 pub mod writer;
 
-use serde::Serialize;
 use serde_json::Value;
 
-use crate::protocol::{ReplacementRecord, SeenLine};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+
+/// A session id: 1–128 characters of `[A-Za-z0-9._-]`, not starting with `.`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct SessionId(String);
+
+impl SessionId {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for SessionId {
+    type Error = String;
+    fn try_from(id: String) -> Result<Self, String> {
+        let ok = (1..=128).contains(&id.len())
+            && !id.starts_with('.')
+            && id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+        if ok {
+            Ok(SessionId(id))
+        } else {
+            Err(format!(
+                "invalid session id {id:?}: use 1-128 characters of [A-Za-z0-9._-], not starting with '.'"
+            ))
+        }
+    }
+}
+
+impl From<SessionId> for String {
+    fn from(id: SessionId) -> String {
+        id.0
+    }
+}
+
+impl std::fmt::Display for SessionId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl JsonSchema for SessionId {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "SessionId".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "1-128 characters of [A-Za-z0-9._-], not starting with '.'",
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 128,
+            "pattern": "^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$"
+        })
+    }
+}
+
+/// The exact string that was sent in place of an original tool result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplacementRecord {
+    /// `"tool-result"`; records of other kinds are ignored on read.
+    pub kind: String,
+    pub tool_use_id: String,
+    pub replacement: String,
+    /// Digest of the original the replacement was made from, a hash of
+    /// the result's content as compact JSON: `xxh3:` and 16 hex digits
+    /// (XXH3-64), or 16 hex digits (the first 8 bytes of SHA-256, written
+    /// before XXH3 and still read). The replacement is put back only on
+    /// that original.
+    /// Absent in version-1 transcripts: then it applies to any original
+    /// with this id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// The replacement clears an old result that was sent whole before
+    /// (PROTOCOL.md 11.3): it takes the place of that earlier decision.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cleared: bool,
+}
+
+/// Results `budget/apply` decided to send whole, journaled before it
+/// replies (`{"type":"seen","toolUseIds":[...],"digests":[...]}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SeenLine {
+    pub tool_use_ids: Vec<String>,
+    /// The digest of each id's original, in the same order (see
+    /// `ReplacementRecord.digest`); may be shorter in hand-written files,
+    /// an id without a digest then applies to any original.
+    #[serde(default)]
+    pub digests: Vec<String>,
+}
+
+pub const RECORD_KIND: &str = "tool-result";
 
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "camelCase")]

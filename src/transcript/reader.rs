@@ -18,7 +18,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::format::{Digest, DigestKind, Format, Side, Skim, anthropic};
-use crate::protocol::{RECORD_KIND, ReplacementRecord, SeenLine};
+use super::{RECORD_KIND, ReplacementRecord, SeenLine};
 use crate::state::{Id, Replacement};
 
 /// One parsed transcript line.

@@ -18,12 +18,42 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
 use super::Lines;
 use super::reader::{Entry, parse_line};
 use super::writer;
 use crate::error::{Error, Result};
 use crate::format::{self, Dialect, Fault, Format, ItemKind};
-use crate::protocol::TranscriptRepairResult;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TranscriptRepairResult {
+    /// Whether the file was rewritten (with `dryRun`: would be). A valid
+    /// transcript is never rewritten and gets no `.bak`.
+    pub changed: bool,
+    /// Lines kept.
+    pub kept: usize,
+    pub dropped_tool_uses: Vec<String>,
+    pub dropped_tool_results: Vec<String>,
+    /// Ids of results moved ahead of the other content of their turn
+    /// (a result that came after text in the message answering its call).
+    #[serde(default)]
+    pub moved_tool_results: Vec<String>,
+    /// Calls given a new id to keep the provider's id rules (PROTOCOL.md
+    /// 11.2), their results with them.
+    #[serde(default)]
+    pub renamed_tool_uses: Vec<RenamedId>,
+    pub torn_lines: usize,
+}
+
+/// A call id repair changed, and what it became.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RenamedId {
+    pub from: String,
+    pub to: String,
+}
 
 /// One line of the transcript being repaired.
 enum Line {
@@ -172,7 +202,7 @@ fn ids_round(
             *raw = None;
         }
         if rename.kind == ItemKind::Call {
-            report.renamed_tool_uses.push(crate::protocol::RenamedId {
+            report.renamed_tool_uses.push(RenamedId {
                 from: rename.from,
                 to: rename.to,
             });
