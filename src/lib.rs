@@ -22,7 +22,6 @@ mod docs;
 pub mod error;
 pub mod format;
 pub mod heap;
-pub mod import;
 pub mod json;
 pub mod logfile;
 pub mod mcp;

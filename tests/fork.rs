@@ -209,7 +209,7 @@ async fn check_repair_reconstruct_and_import_read_through_the_parent() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("toolu_orphan"));
     // `toolwire import` of a toolwire transcript reads it whole too (as
     // what it is, converting nothing).
-    let detect = toolwire::import::transcript_bytes(&fork_path).unwrap();
+    let detect = toolwire::transcript::import::transcript_bytes(&fork_path).unwrap();
     assert_eq!(detect.1, logical(&fork_path));
 
     // repair (the server lets go of it first): the fork is written out

@@ -10,7 +10,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
-use toolwire::import::{Agent, convert, detect};
+use toolwire::transcript::import::{Agent, convert, detect};
 
 fuzz_target!(|data: &[u8]| {
     let _ = detect(data);

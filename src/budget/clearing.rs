@@ -25,7 +25,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::preview::OPEN_TAG;
+use crate::format::OPEN_TAG;
 use crate::format::size::format_size;
 use crate::format::SizeUnit;
 use crate::format::{self, Dialect, Digest, Side};
@@ -266,12 +266,12 @@ pub fn artifact_name(
     state: &ReplacementState,
     id: &str,
     digest: Digest,
-    kind: crate::artifact::ArtifactKind,
+    kind: super::names::ArtifactKind,
 ) -> String {
     if state.first_binds(id, digest) {
-        crate::artifact::file_name(id, kind)
+        super::names::file_name(id, kind)
     } else {
-        crate::artifact::file_name(&format!("{id}#{}", digest.hex().unwrap_or_default()), kind)
+        super::names::file_name(&format!("{id}#{}", digest.hex().unwrap_or_default()), kind)
     }
 }
 

@@ -7,6 +7,7 @@
 //! the plan: it persists, commits the decisions, then renders the message.
 
 pub mod clearing;
+pub mod names;
 pub mod planner;
 pub mod preview;
 pub mod settings;
@@ -17,10 +18,10 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::artifact::{self, ArtifactKind};
 use crate::format::SizeUnit;
 use crate::format::{self, Dialect, Digest, DigestKind, ResultContent};
 use crate::state::{Fate, Id, ReplacementState};
+use names::ArtifactKind;
 use planner::Candidate;
 pub use settings::{
     Limits, LimitsOverride, PreviewMode, ToolPolicy, ToolSettings, Tools, merge_tools,
@@ -217,12 +218,12 @@ pub fn plan_message(unit: &[&Value], state: &ReplacementState, cx: &PlanContext)
             // gets an artifact of its own.
             let reused = state.is_decided(&row.id) || other_original_before[i];
             let name = if reused {
-                artifact::file_name(
+                names::file_name(
                     &format!("{}#{}", row.id, row.digest.hex().unwrap_or_default()),
                     kind,
                 )
             } else {
-                artifact::file_name(&row.id, kind)
+                names::file_name(&row.id, kind)
             };
             let path = cx.artifact_dir.join(name);
             let text = preview::replacement(
@@ -294,7 +295,7 @@ pub fn original_digest(
 fn is_eligible(content: &ResultContent, id: &str, cx: &PlanContext) -> bool {
     !content.has_non_text()
         && !(cx.is_exempt)(id)
-        && !content.first_text().starts_with(preview::OPEN_TAG)
+        && !content.first_text().starts_with(format::OPEN_TAG)
 }
 
 /// Put every stored replacement into the message, in place of the eligible

@@ -8,10 +8,8 @@
 
 use crate::format::size::format_size;
 use super::PreviewMode;
-use crate::format::SizeUnit;
+use crate::format::{OPEN_TAG, SizeUnit};
 
-/// Opening tag; text starting with it is never persisted again.
-pub const OPEN_TAG: &str = "<persisted-output>";
 
 /// Build the replacement for an original of `original_size` units whose text
 /// (for previewing) is `text`, saved at `path`, in preview `mode`.

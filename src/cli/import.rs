@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::builder::PossibleValuesParser;
-use toolwire::import::{self, Agent, Conversion};
+use toolwire::transcript::import::{self, Agent, Conversion};
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use super::{
     Dialect, Fault, Format, Item, ItemKind, Original, ResultContent, Side, Skim, SkimResult,
 };
-use crate::budget::preview::OPEN_TAG;
+use super::OPEN_TAG;
 use crate::error::{Error, Result};
 
 pub struct Anthropic;

@@ -32,6 +32,9 @@ use crate::error::Result;
 pub use size::SizeUnit;
 use crate::json::strings::escape_len;
 
+/// Opening tag of a preview; text starting with it is never persisted again.
+pub const OPEN_TAG: &str = "<persisted-output>";
+
 pub use pairing::{Fault, Pairing, ToolVerdict, Turn, pair};
 
 /// Which provider's message shapes a conversation uses.
@@ -936,7 +939,7 @@ pub fn skim_value<'a>(dialect: &dyn Dialect, message: &'a [u8]) -> Option<Skim<'
                 let replacement = dialect
                     .result_content(&value, item.index)
                     .first_text()
-                    .starts_with(crate::budget::preview::OPEN_TAG);
+                    .starts_with(OPEN_TAG);
                 let original = (!replacement).then(|| {
                     Original::Value(
                         dialect

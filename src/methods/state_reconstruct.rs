@@ -15,7 +15,7 @@ use serde_json::json;
 use super::{Reply, RequestCx, SessionMethod};
 use crate::error::{Error, Result};
 use crate::format::{Digest, Format};
-use crate::import;
+use crate::transcript::import;
 use crate::protocol::{
     RECORD_KIND, SessionId, StateReconstruct, StateReconstructParams, StateReconstructResult,
 };

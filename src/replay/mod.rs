@@ -45,10 +45,10 @@ pub enum Step {
 /// or another agent's session file (converted). An error names the
 /// offending line.
 pub fn parse_any(text: &str) -> Result<(Format, Vec<Step>), String> {
-    match crate::import::detect(text.as_bytes()) {
-        Ok(crate::import::Content::Agent(agent)) => {
+    match crate::transcript::import::detect(text.as_bytes()) {
+        Ok(crate::transcript::import::Content::Agent(agent)) => {
             let conversion =
-                crate::import::convert(agent, text.as_bytes()).map_err(|e| e.to_string())?;
+                crate::transcript::import::convert(agent, text.as_bytes()).map_err(|e| e.to_string())?;
             let steps = conversion.messages.into_iter().map(Step::Message).collect();
             Ok((conversion.format, group(conversion.format, steps)))
         }

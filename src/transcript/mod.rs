@@ -15,6 +15,7 @@
 pub mod check;
 pub mod fork;
 pub mod guard;
+pub mod import;
 pub mod reader;
 pub mod repair;
 mod shadow;

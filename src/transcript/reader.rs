@@ -60,10 +60,10 @@ pub fn parse_line(line: &[u8]) -> Option<Entry> {
 }
 
 /// The format a transcript's lines say it is in: its `session` line, else
-/// the shape of its messages ([`crate::import::detect`] on the first
+/// the shape of its messages ([`crate::transcript::import::detect`] on the first
 /// bytes), else `anthropic`.
 pub fn detect_format(head: &[u8]) -> Format {
-    crate::import::detect(head)
+    crate::transcript::import::detect(head)
         .map(|c| c.format())
         .unwrap_or_default()
 }
@@ -725,6 +725,19 @@ mod tests {
         }
     }
 
+    /// About `len` bytes of text with what tool output holds: paths, quotes,
+    /// backslashes, tabs, non-ASCII, newlines.
+    fn tool_output(rng: &mut fastrand::Rng, len: usize) -> String {
+        let mut out = String::with_capacity(len + 80);
+        while out.len() < len {
+            let line = rng.u32(1..2000);
+            out.push_str(&format!(
+                "src/session.rs:{line}: warning: unused \"x\" in C:\\dir\tcol é\n"
+            ));
+        }
+        out
+    }
+
     /// A reader that hands over one byte per read.
     struct OneByte<'a>(&'a [u8]);
 
@@ -751,7 +764,7 @@ mod tests {
         for i in 0..700 {
             let id = format!("t{i}");
             let len = rng.usize(10..9000);
-            let body = crate::replay::synthetic::tool_output(&mut rng, len);
+            let body = tool_output(&mut rng, len);
             push(
                 serde_json::json!({"type": "message", "message": {"role": "assistant", "content": [{"type": "tool_use", "id": id, "name": "Bash", "input": {}}]}}),
             );

@@ -464,12 +464,12 @@ pub fn repair_file(
     super::wal::recover_beside(path).map_err(|err| Error::storage(path, &err))?;
     let (file, input, meta) = read_regular(path)?;
     let (content, input) = transcript_of(path, input)?;
-    let foreign = content.filter(|c| !matches!(c, crate::import::Content::Transcript { .. }));
+    let foreign = content.filter(|c| !matches!(c, crate::transcript::import::Content::Transcript { .. }));
     if let (Some(found), false) = (foreign, dry_run) {
         // Rewriting another agent's file as a toolwire transcript would
         // lose what that agent keeps in it: say how to get one.
         let from = match found {
-            crate::import::Content::Agent(agent) => agent.name(),
+            crate::transcript::import::Content::Agent(agent) => agent.name(),
             _ => "messages",
         };
         return Err(Error::invalid_params(
@@ -525,16 +525,16 @@ pub fn repair_file(
 
 /// The transcript to check or repair in a file: a toolwire transcript as
 /// it is; another agent's session or a bare message list converted
-/// ([`crate::import::as_transcript`]), with what it was. A file in none of
+/// ([`crate::transcript::import::as_transcript`]), with what it was. A file in none of
 /// the known formats is an error naming its first line's type.
 pub fn transcript_of(
     path: &Path,
     input: Vec<u8>,
-) -> Result<(Option<crate::import::Content>, Vec<u8>)> {
+) -> Result<(Option<crate::transcript::import::Content>, Vec<u8>)> {
     if input.is_empty() {
         return Ok((None, input));
     }
-    let (content, bytes) = crate::import::as_transcript(path, input)?;
+    let (content, bytes) = crate::transcript::import::as_transcript(path, input)?;
     Ok((Some(content), bytes))
 }
 
