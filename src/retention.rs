@@ -37,7 +37,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
-use std::io::{self, BufRead, BufReader};
+use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -416,133 +416,13 @@ fn lock_now(path: &Path) -> io::Result<Option<File>> {
 /// point at.
 fn references(transcript: &Path) -> io::Result<HashSet<(String, String)>> {
     let mut refs = HashSet::new();
-    for_each_replacement(transcript, &mut |_, text| {
-        if let Some(target) = preview_target(text) {
+    crate::transcript::targets::for_each_replacement(transcript, &mut |_, text| {
+        if let Some(target) = crate::budget::preview::preview_target(text) {
             refs.insert(target);
         }
         true
     })?;
     Ok(refs)
-}
-
-/// The `(session, artifact name)` the transcript's replacement for
-/// `tool_use_id` points at (the last one journaled), if any.
-pub fn replacement_target(
-    transcript: &Path,
-    tool_use_id: &str,
-) -> io::Result<Option<(String, String)>> {
-    let mut found = None;
-    for_each_replacement(transcript, &mut |id, text| {
-        if id == tool_use_id {
-            found = preview_target(text);
-        }
-        true
-    })?;
-    Ok(found)
-}
-
-/// Call `f(toolUseId, replacement)` for each `replacement` line of a
-/// transcript, until it returns false. Only those lines are read whole;
-/// message lines (which may be large) are skipped as they stream by.
-fn for_each_replacement(
-    transcript: &Path,
-    f: &mut dyn FnMut(&str, &str) -> bool,
-) -> io::Result<()> {
-    // A fork's replacements include its parent's, read through its lines.
-    let logical = match crate::transcript::fork::Logical::open_path(transcript) {
-        Ok((_, logical)) => logical,
-        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(err) => return Err(err),
-    };
-    let mut reader = BufReader::with_capacity(64 << 10, logical.reader()?);
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        // The line's start says its type (writers put `type` first).
-        if peek_line_start(&mut reader, &mut line, 48)?.is_none() {
-            return Ok(());
-        }
-        let is_record = line
-            .windows(b"\"replacement\"".len())
-            .any(|w| w == b"\"replacement\"");
-        if !is_record {
-            skip_line(&mut reader)?;
-            continue;
-        }
-        reader.read_until(b'\n', &mut line)?;
-        let Ok(value) = crate::json::from_slice::<serde_json::Value>(&line) else {
-            continue;
-        };
-        let field = |p: &str| value.pointer(p).and_then(|v| v.as_str());
-        if field("/type") == Some("replacement")
-            && let (Some(id), Some(text)) =
-                (field("/record/toolUseId"), field("/record/replacement"))
-            && !f(id, text)
-        {
-            return Ok(());
-        }
-    }
-}
-
-/// Read up to `n` bytes of the next line into `out` (not past its end).
-fn peek_line_start(
-    reader: &mut impl BufRead,
-    out: &mut Vec<u8>,
-    n: usize,
-) -> io::Result<Option<()>> {
-    while out.len() < n {
-        let buf = reader.fill_buf()?;
-        if buf.is_empty() {
-            return Ok((!out.is_empty()).then_some(()));
-        }
-        let want = (n - out.len()).min(buf.len());
-        let take = match memchr::memchr(b'\n', &buf[..want]) {
-            Some(pos) => pos + 1,
-            None => want,
-        };
-        out.extend_from_slice(&buf[..take]);
-        reader.consume(take);
-        if out.last() == Some(&b'\n') {
-            break;
-        }
-    }
-    Ok(Some(()))
-}
-
-/// Consume the rest of the current line (nothing if it already ended).
-fn skip_line(reader: &mut impl BufRead) -> io::Result<()> {
-    loop {
-        let buf = reader.fill_buf()?;
-        if buf.is_empty() {
-            return Ok(());
-        }
-        match memchr::memchr(b'\n', buf) {
-            Some(pos) => {
-                reader.consume(pos + 1);
-                return Ok(());
-            }
-            None => {
-                let len = buf.len();
-                reader.consume(len);
-            }
-        }
-    }
-}
-
-/// The `(session, artifact name)` a preview's path names:
-/// `…/sessions/<session>/tool-results/<name>`.
-pub fn preview_target(replacement: &str) -> Option<(String, String)> {
-    const MARK: &str = "Full output saved to: ";
-    let start = replacement.find(MARK)? + MARK.len();
-    let rest = &replacement[start..];
-    let path = Path::new(&rest[..rest.find('\n').unwrap_or(rest.len())]);
-    let name = path.file_name()?.to_str()?;
-    let results = path.parent()?;
-    if results.file_name()? != "tool-results" {
-        return None;
-    }
-    let session = results.parent()?.file_name()?.to_str()?;
-    Some((session.to_owned(), name.to_owned()))
 }
 
 /// Sessions to remove whole: expired ones, then the least recently written

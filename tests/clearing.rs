@@ -317,7 +317,7 @@ async fn sixty_sdk_turns_break_the_cache_once_per_batch() {
     let last = results(received.last().unwrap());
     for (id, text) in &last {
         if cleared_ids.contains(id) {
-            let (session, name) = toolwire::retention::preview_target(text).unwrap();
+            let (session, name) = toolwire::budget::preview::preview_target(text).unwrap();
             let saved =
                 std::fs::read_to_string(usage_dir.join(session).join("tool-results").join(name))
                     .unwrap();

@@ -146,42 +146,10 @@ pub fn read_artifact(
     )
 }
 
-/// Where a session's journal says the output of `tool_use_id` was saved,
-/// as (session, file name), read from the shared store: on PostgreSQL there
-/// is no transcript file to find an output a fork inherited from its
-/// parent through, so the caller looks it up here first (the fork's
-/// commits include its parent's replacement lines) and hands it to
-/// [`read_artifact_until`] or [`read_whole`].
-pub async fn shared_target(
-    shared: &dyn crate::store::SharedStore,
-    session_id: &SessionId,
-    tool_use_id: &str,
-) -> Result<Option<(String, String)>> {
-    let Some(commits) = shared.read(session_id.as_str(), 0).await? else {
-        return Ok(None);
-    };
-    let mut found = None;
-    for line in commits.iter().flat_map(|c| c.lines.split(|b| *b == b'\n')) {
-        // Only replacement lines are parsed (message lines may be large).
-        if !line.windows(13).any(|w| w == b"\"replacement\"") {
-            continue;
-        }
-        let Ok(value) = crate::json::from_slice::<serde_json::Value>(line) else {
-            continue;
-        };
-        let record = &value["record"];
-        if record["toolUseId"] == tool_use_id
-            && let Some(text) = record["replacement"].as_str()
-        {
-            found = crate::retention::preview_target(text);
-        }
-    }
-    Ok(found)
-}
-
 /// [`read_artifact`], giving up with [`Error::Cancelled`] once `stop` says
 /// so. `inherited`: where the session's journal says the output was saved
-/// (see [`shared_target`]); `None` reads that from its transcript file.
+/// (`crate::store::shared_target`); `None` reads that from its transcript
+/// file.
 #[allow(clippy::too_many_arguments)]
 pub fn read_artifact_until(
     data_dir: &Path,
@@ -409,7 +377,7 @@ fn inherited_artifact(
             let transcript = data_dir
                 .join("sessions")
                 .join(format!("{}.jsonl", session_id.as_str()));
-            crate::retention::replacement_target(&transcript, tool_use_id).ok()??
+            crate::transcript::targets::replacement_target(&transcript, tool_use_id).ok()??
         }
     };
     if other == session_id.as_str()

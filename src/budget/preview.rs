@@ -146,6 +146,22 @@ pub fn cut_tail(text: &str, limit: u64, unit: SizeUnit) -> &str {
     }
 }
 
+/// The `(session, artifact name)` a preview's path names:
+/// `…/sessions/<session>/tool-results/<name>`.
+pub fn preview_target(replacement: &str) -> Option<(String, String)> {
+    const MARK: &str = "Full output saved to: ";
+    let start = replacement.find(MARK)? + MARK.len();
+    let rest = &replacement[start..];
+    let path = std::path::Path::new(&rest[..rest.find('\n').unwrap_or(rest.len())]);
+    let name = path.file_name()?.to_str()?;
+    let results = path.parent()?;
+    if results.file_name()? != "tool-results" {
+        return None;
+    }
+    let session = results.parent()?.file_name()?.to_str()?;
+    Some((session.to_owned(), name.to_owned()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -349,7 +349,7 @@ async fn inherited(
     id: &str,
 ) -> Result<Option<(String, String)>> {
     match front.registry.storage().shared.clone() {
-        Some(shared) => artifact_read::shared_target(&*shared, session, id).await,
+        Some(shared) => crate::store::shared_target(&*shared, session, id).await,
         None => Ok(None),
     }
 }

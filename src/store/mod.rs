@@ -123,6 +123,39 @@ pub trait SharedStore: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<crate::retention::GcReport>>;
 }
 
+/// Where a session's journal says the output of `tool_use_id` was saved,
+/// as (session, file name), read from the shared store: on PostgreSQL there
+/// is no transcript file to find an output a fork inherited from its
+/// parent through, so the caller looks it up here first (the fork's
+/// commits include its parent's replacement lines) and hands it to
+/// `artifact::read::read_artifact_until` or `read_whole`.
+pub async fn shared_target(
+    shared: &dyn SharedStore,
+    session_id: &crate::transcript::SessionId,
+    tool_use_id: &str,
+) -> Result<Option<(String, String)>> {
+    let Some(commits) = shared.read(session_id.as_str(), 0).await? else {
+        return Ok(None);
+    };
+    let mut found = None;
+    for line in commits.iter().flat_map(|c| c.lines.split(|b| *b == b'\n')) {
+        // Only replacement lines are parsed (message lines may be large).
+        if !line.windows(13).any(|w| w == b"\"replacement\"") {
+            continue;
+        }
+        let Ok(value) = crate::json::from_slice::<serde_json::Value>(line) else {
+            continue;
+        };
+        let record = &value["record"];
+        if record["toolUseId"] == tool_use_id
+            && let Some(text) = record["replacement"].as_str()
+        {
+            found = crate::budget::preview::preview_target(text);
+        }
+    }
+    Ok(found)
+}
+
 /// What a commit did, for the session that asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Outcome {

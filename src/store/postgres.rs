@@ -471,7 +471,7 @@ impl Postgres {
             .iter()
             .filter_map(|row| {
                 let bytes: &[u8] = row.get(0);
-                crate::retention::preview_target(std::str::from_utf8(bytes).ok()?)
+                crate::budget::preview::preview_target(std::str::from_utf8(bytes).ok()?)
             })
             .collect())
     }

@@ -19,6 +19,7 @@ pub mod import;
 pub mod reader;
 pub mod repair;
 mod shadow;
+pub mod targets;
 pub mod wal;
 pub mod writer;
 
