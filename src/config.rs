@@ -16,74 +16,9 @@ use serde_json::{Map, Value};
 use crate::budget::{Limits, PreviewMode, Tools};
 use crate::error::{Error, Result};
 use crate::format::SizeUnit;
+use crate::retention::Retention;
 use crate::store::StorageConfig;
 use crate::transcript::guard::AbortMode;
-
-/// When saved outputs are removed (`toolwire gc`, `storage/gc`, and the
-/// shared daemon's schedule).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct Retention {
-    /// A session whose journal was last written more than this many days
-    /// ago, and that no client holds, is removed with its artifacts;
-    /// `null`: never by age.
-    pub max_age_days: Option<f64>,
-    /// Over this many bytes in all, the least recently written sessions go
-    /// first; `null`: no limit.
-    pub max_total_bytes: Option<u64>,
-    /// Whether the shared daemon collects on a schedule.
-    pub auto: bool,
-    /// Hours between the shared daemon's collections.
-    pub interval_hours: f64,
-}
-
-impl Default for Retention {
-    fn default() -> Self {
-        Retention {
-            max_age_days: Some(30.0),
-            max_total_bytes: None,
-            auto: true,
-            interval_hours: 24.0,
-        }
-    }
-}
-
-impl Retention {
-    /// The rules of one run, at `now`.
-    pub fn policy(&self, now: std::time::SystemTime) -> crate::retention::Policy {
-        crate::retention::Policy {
-            max_age: self
-                .max_age_days
-                .and_then(|d| std::time::Duration::try_from_secs_f64(d * 86_400.0).ok()),
-            max_total_bytes: self.max_total_bytes,
-            grace: crate::retention::GRACE,
-            now,
-        }
-    }
-
-    /// Numbers serde cannot bound: days and hours are finite and not
-    /// negative (the interval above zero).
-    pub fn check(&self, at: &str) -> Result<()> {
-        let bad = |key: &str, what: &str| Err(Error::invalid_params(format!("{at}.{key}"), what));
-        if self
-            .max_age_days
-            .is_some_and(|d| !(d.is_finite() && d >= 0.0))
-        {
-            return bad("maxAgeDays", "expected a number of days >= 0, or null");
-        }
-        if !(self.interval_hours.is_finite() && self.interval_hours > 0.0) {
-            return bad("intervalHours", "expected a number of hours > 0");
-        }
-        Ok(())
-    }
-
-    /// The time between scheduled runs (at least a second).
-    pub fn interval(&self) -> std::time::Duration {
-        std::time::Duration::try_from_secs_f64(self.interval_hours * 3600.0)
-            .unwrap_or(std::time::Duration::MAX)
-            .max(std::time::Duration::from_secs(1))
-    }
-}
 
 /// Whether each commit reaches the disk before its reply.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -103,7 +38,7 @@ pub struct Config {
     /// workspace root. Default: `<workspace>/.toolwire`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub data_dir: Option<PathBuf>,
-    #[serde(deserialize_with = "crate::protocol::by_name::one")]
+    #[serde(deserialize_with = "crate::json::by_name::one")]
     #[schemars(with = "Limits")]
     pub limits: Limits,
     /// Tool names whose results are never replaced.

@@ -176,7 +176,7 @@ pub async fn run_daemon(workspace: &Path, idle: Duration) -> io::Result<()> {
     // The store is the workspace's, as for `serve`; a shared store that
     // cannot be reached stops the daemon here, before it listens, and the
     // forwarder that started it says why.
-    let storage = crate::store::open_workspace(workspace)
+    let storage = crate::session::open_workspace(workspace)
         .await
         .map_err(|err| io::Error::other(err.to_string()))?;
     // Only the lock holder may replace what is at the socket path.
@@ -330,7 +330,9 @@ async fn gc_if_due(
     let due = {
         let config = config.clone();
         let shared = store.shared_by_replicas();
-        tokio::task::spawn_blocking(move || crate::retention::due(&config, shared))
+        tokio::task::spawn_blocking(move || {
+            crate::retention::due(&config.retention, &config.data_dir, shared)
+        })
             .await
             .map_err(|err| crate::error::Error::Internal(format!("gc task failed: {err}")))??
     };
@@ -338,7 +340,14 @@ async fn gc_if_due(
         return Ok(None);
     }
     let open = server.registry.open_sessions(&config.data_dir);
-    let gc = Collect::of(config, open, false, Box::new(|_| {}))?;
+    let gc = Collect::of(
+        &config.data_dir,
+        config.storage.objects.as_ref(),
+        &config.retention,
+        open,
+        false,
+        Box::new(|_| {}),
+    )?;
     store.collect(gc).await.map(Some)
 }
 

@@ -766,27 +766,92 @@ fn tree_size(path: &Path) -> u64 {
 /// so a daemon that restarts keeps the schedule.
 pub const STAMP_FILE: &str = ".last-gc";
 
+/// When saved outputs are removed (`toolwire gc`, `storage/gc`, and the
+/// shared daemon's schedule).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Retention {
+    /// A session whose journal was last written more than this many days
+    /// ago, and that no client holds, is removed with its artifacts;
+    /// `null`: never by age.
+    pub max_age_days: Option<f64>,
+    /// Over this many bytes in all, the least recently written sessions go
+    /// first; `null`: no limit.
+    pub max_total_bytes: Option<u64>,
+    /// Whether the shared daemon collects on a schedule.
+    pub auto: bool,
+    /// Hours between the shared daemon's collections.
+    pub interval_hours: f64,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention {
+            max_age_days: Some(30.0),
+            max_total_bytes: None,
+            auto: true,
+            interval_hours: 24.0,
+        }
+    }
+}
+
+impl Retention {
+    /// The rules of one run, at `now`.
+    pub fn policy(&self, now: std::time::SystemTime) -> Policy {
+        Policy {
+            max_age: self
+                .max_age_days
+                .and_then(|d| std::time::Duration::try_from_secs_f64(d * 86_400.0).ok()),
+            max_total_bytes: self.max_total_bytes,
+            grace: GRACE,
+            now,
+        }
+    }
+
+    /// Numbers serde cannot bound: days and hours are finite and not
+    /// negative (the interval above zero).
+    pub fn check(&self, at: &str) -> Result<()> {
+        let bad = |key: &str, what: &str| Err(Error::invalid_params(format!("{at}.{key}"), what));
+        if self
+            .max_age_days
+            .is_some_and(|d| !(d.is_finite() && d >= 0.0))
+        {
+            return bad("maxAgeDays", "expected a number of days >= 0, or null");
+        }
+        if !(self.interval_hours.is_finite() && self.interval_hours > 0.0) {
+            return bad("intervalHours", "expected a number of hours > 0");
+        }
+        Ok(())
+    }
+
+    /// The time between scheduled runs (at least a second).
+    pub fn interval(&self) -> std::time::Duration {
+        std::time::Duration::try_from_secs_f64(self.interval_hours * 3600.0)
+            .unwrap_or(std::time::Duration::MAX)
+            .max(std::time::Duration::from_secs(1))
+    }
+}
+
 /// Whether the shared daemon's scheduled run is due: `config.retention.auto`
 /// is on and the last run (by the stamp in the data directory) is at least
 /// an interval ago. A due run is stamped before it starts, so one that
 /// fails is not retried in a loop. With files (`shared` false) a data
 /// directory without sessions has nothing to collect; on the shared store
 /// the sessions are in the database, and the stamp is this machine's.
-pub fn due(config: &crate::config::Effective, shared: bool) -> Result<bool> {
-    let retention = &config.retention;
+pub fn due(retention: &Retention, data_dir: &Path, shared: bool) -> Result<bool> {
     if !retention.auto {
         return Ok(false);
     }
-    let stamp = config.data_dir.join(STAMP_FILE);
+    let stamp = data_dir.join(STAMP_FILE);
     let now = SystemTime::now();
     let last = fs::metadata(&stamp).and_then(|m| m.modified()).ok();
     if last.is_some_and(|last| last + retention.interval() > now) {
         return Ok(false);
     }
     if shared {
-        fs::create_dir_all(&config.data_dir)
-            .map_err(|err| Error::storage(&config.data_dir, &err))?;
-    } else if !config.data_dir.join("sessions").is_dir() {
+        fs::create_dir_all(&data_dir)
+            .map_err(|err| Error::storage(&data_dir, &err))?;
+    } else if !data_dir.join("sessions").is_dir() {
         return Ok(false);
     }
     let file = File::create(&stamp).map_err(|err| Error::storage(&stamp, &err))?;

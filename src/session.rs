@@ -22,75 +22,30 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::panic::AssertUnwindSafe;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
-use rpds::HashTrieMapSync;
 use tokio::sync::mpsc;
 
-use crate::artifact::ArtifactStore;
 use crate::error::{Error, Result};
 use crate::format::Format;
 use crate::protocol::SessionId;
 use crate::state::ReplacementState;
-use crate::store::{SessionStore, SharedStore};
+use crate::store::SessionStore;
 use crate::transcript::Lines;
-use crate::transcript::guard::PairGuard;
-use crate::transcript::writer::{self, LogFileFactory, TranscriptWriter};
+pub use crate::store::{Loaded, SessionKey, Storage};
 
-/// Sessions are told apart by data directory and id: two clients with
-/// different `dataDir`s never share a session by accident.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct SessionKey {
-    pub data_dir: PathBuf,
-    pub id: SessionId,
-}
-
-impl SessionKey {
-    pub fn transcript_path(&self) -> PathBuf {
-        self.data_dir
-            .join("sessions")
-            .join(format!("{}.jsonl", self.id))
-    }
-
-    pub fn session_dir(&self) -> PathBuf {
-        self.data_dir.join("sessions").join(self.id.as_str())
-    }
-
-    pub fn artifact_dir(&self) -> PathBuf {
-        crate::artifact::session_dir(&self.data_dir, self.id.as_str())
-    }
-}
-
-/// Where bytes go; swapped for fault-injecting versions in tests.
-pub struct Storage {
-    pub artifacts: Arc<dyn ArtifactStore>,
-    pub files: Arc<dyn LogFileFactory>,
-    /// Session state and transcripts shared by replicas
-    /// (`storage.backend = "postgres"`); `None`: transcript files.
-    pub shared: Option<Arc<dyn SharedStore>>,
-}
-
-impl Default for Storage {
-    fn default() -> Self {
-        Storage {
-            artifacts: Arc::new(crate::artifact::FsArtifactStore),
-            files: Arc::new(writer::PlainFiles),
-            shared: None,
-        }
-    }
-}
-
-impl Storage {
-    /// The backend sessions load, commit, fork and collect through.
-    pub fn store(&self) -> crate::store::Store<'_> {
-        match &self.shared {
-            Some(db) => crate::store::Store::Shared(crate::store::shared::Shared { db: &**db }),
-            None => crate::store::Store::Local(crate::store::local::Local { files: &self.files }),
-        }
+/// The storage of a process serving the workspace `dir` (`serve`, the
+/// shared daemon): [`crate::store::open`] on what its `toolwire.toml` configures, or files
+/// when the configuration does not load (a file that does not parse is
+/// reported at each client's `initialize`, where the client sees it).
+pub async fn open_workspace(dir: &std::path::Path) -> Result<Storage> {
+    match crate::config::load(dir, None) {
+        Ok(config) => crate::store::open(&config.storage).await,
+        Err(_) => Ok(Storage::default()),
     }
 }
 
@@ -513,68 +468,6 @@ pub struct Session {
     /// On a shared store: whether commits of other replicas may have come
     /// in since the last read (set between jobs).
     stale: bool,
-}
-
-/// A session's contents once read from disk.
-#[derive(Default)]
-pub struct Loaded {
-    /// Whether the session has come into being (PROTOCOL.md section 5).
-    pub exists: bool,
-    pub state: ReplacementState,
-    /// Tool name of each committed tool_use whose result is not decided yet
-    /// (for `exemptTools`; a decided id's name no longer matters).
-    pub tool_names: HashTrieMapSync<crate::state::Id, Arc<str>>,
-    pub transcript: Option<Arc<Mutex<TranscriptWriter>>>,
-    pub guard: PairGuard,
-    /// The provider format, fixed when the session came into being
-    /// (PROTOCOL.md 10.3); `None` until then.
-    pub format: Option<Format>,
-    /// Whether loading the session from disk again would give back exactly
-    /// this: true once loaded from its transcript, kept by every change
-    /// that journals itself before it takes effect, false after a change
-    /// that lives only in memory (`state/reconstruct`, a fork target).
-    pub journaled: bool,
-    /// On a shared store: the last commit read.
-    pub shared_seq: i64,
-    /// On a shared store: the session's pending pair as last read or
-    /// written there (its JSON bytes), which `guard` holds.
-    pub pair_row: Option<Vec<u8>>,
-    /// On a shared store: the incarnation of the session last read (gc
-    /// removed the one it knew when another is found).
-    pub incarnation: Option<i64>,
-    /// On a shared store: keeps gc off the session while it is loaded.
-    pub hold: Option<crate::store::postgres::LoadedHold>,
-}
-
-impl Loaded {
-    /// Whether dropping this from memory loses nothing: no pair pending
-    /// (a pending pair is never on disk, by the pair invariant), and
-    /// either the transcript holds all of it, or there is no transcript
-    /// and nothing decided or named. Such a session with nothing in it
-    /// loses only having come into being and its format, as it does on a
-    /// restart: its next request starts it again.
-    pub fn reloadable(&self) -> bool {
-        // A shared store holds the pending pair too.
-        (self.guard.pending().is_none() || self.pair_row.is_some())
-            && match self.transcript {
-                Some(_) => self.journaled,
-                // On a shared store the database holds what was read.
-                None => self.is_blank() || (self.shared_seq > 0 && self.journaled),
-            }
-    }
-
-    fn is_blank(&self) -> bool {
-        self.state.seen_count() == 0 && self.tool_names.is_empty()
-    }
-
-    /// Whether what lives only in memory can be journaled as it stands: a
-    /// state of decisions without a transcript (a reconstructed session, a
-    /// fork without its transcript) becomes a new transcript of
-    /// `replacement` and `seen` lines, which loads back as the same state.
-    /// Tool names of calls not answered yet have no line of their own.
-    fn journalable(&self) -> bool {
-        self.guard.pending().is_none() && self.transcript.is_none() && self.tool_names.is_empty()
-    }
 }
 
 impl Session {

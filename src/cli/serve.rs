@@ -111,7 +111,7 @@ fn serve() -> ExitCode {
     let end = rt.block_on(async {
         // The store is the process's, from the workspace's toolwire.toml.
         let storage = match std::env::current_dir() {
-            Ok(dir) => toolwire::store::open_workspace(&dir).await,
+            Ok(dir) => toolwire::session::open_workspace(&dir).await,
             Err(_) => Ok(Storage::default()),
         };
         let storage = match storage {

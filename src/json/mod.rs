@@ -24,6 +24,7 @@
 //! kept away from serde_json, to the same value or the same error.
 
 pub mod lifted;
+pub mod by_name;
 pub(crate) mod strings;
 
 use serde::Deserialize;

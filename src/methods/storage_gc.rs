@@ -33,7 +33,9 @@ async fn run(
 ) -> Result<GcReport> {
     let progress_cx = cx.clone();
     let gc = Collect::of(
-        &cx.config,
+        &cx.config.data_dir,
+        cx.config.storage.objects.as_ref(),
+        &cx.config.retention,
         cx.server.registry.open_sessions(&cx.config.data_dir),
         dry_run,
         Box::new(move |p| {

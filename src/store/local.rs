@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use super::{ForkSource, Outcome, SessionStore};
 use crate::error::{Error, Result};
 use crate::transcript::{ReplacementRecord, SeenLine};
-use crate::session::{Loaded, SessionKey};
+use super::{Loaded, SessionKey};
 use crate::transcript::Lines;
 use crate::transcript::fork;
 use crate::transcript::guard::Transition;

@@ -12,6 +12,7 @@
 //! loading state, `transcript/check` and `repair` read them the same way.
 
 pub mod gc;
+pub mod loaded;
 pub mod local;
 pub mod postgres;
 pub mod settings;
@@ -20,6 +21,7 @@ pub mod shared;
 use futures_util::future::BoxFuture;
 
 use crate::error::Result;
+pub use loaded::{Loaded, SessionKey, Storage};
 pub use settings::{Backend, PostgresConfig, StorageConfig};
 
 /// One commit read back: its number and its complete transcript lines.
@@ -202,23 +204,25 @@ pub struct Collect {
 }
 
 impl Collect {
-    /// A run over `config`'s data directory (and its bucket, when saved
-    /// outputs go to one) by its retention policy as of now; `open`: the
+    /// A run over `data_dir` (and the bucket of `objects`, when saved
+    /// outputs go to one) by `retention`'s policy as of now; `open`: the
     /// sessions the caller's server holds.
     pub fn of(
-        config: &crate::config::Effective,
+        data_dir: &std::path::Path,
+        objects: Option<&crate::artifact::objects::ObjectsConfig>,
+        retention: &crate::retention::Retention,
         open: std::collections::HashSet<String>,
         dry_run: bool,
         progress: Box<dyn FnMut(crate::retention::Progress) + Send>,
     ) -> Result<Collect> {
-        let objects = match &config.storage.objects {
+        let objects = match objects {
             Some(objects) => Some(crate::artifact::objects::ObjectArtifacts::open(objects)?),
             None => None,
         };
         Ok(Collect {
-            data_dir: config.data_dir.clone(),
+            data_dir: data_dir.to_path_buf(),
             objects,
-            policy: config.retention.policy(std::time::SystemTime::now()),
+            policy: retention.policy(std::time::SystemTime::now()),
             dry_run,
             open,
             progress,
@@ -238,16 +242,16 @@ pub trait SessionStore {
     /// whether the session publishes a new snapshot.
     fn load(
         &self,
-        key: &crate::session::SessionKey,
-        loaded: &mut Option<crate::session::Loaded>,
+        key: &SessionKey,
+        loaded: &mut Option<Loaded>,
     ) -> impl Future<Output = Result<bool>> + Send;
 
     /// Commit `lines` as one durable commit; without a transcript one is
     /// created when `create` is set.
     fn commit(
         &self,
-        key: &crate::session::SessionKey,
-        loaded: &mut crate::session::Loaded,
+        key: &SessionKey,
+        loaded: &mut Loaded,
         lines: crate::transcript::Lines,
         fsync: bool,
         create: bool,
@@ -257,8 +261,8 @@ pub trait SessionStore {
     /// the decisions were raced and `loaded.state` now holds the winners.
     fn journal(
         &self,
-        key: &crate::session::SessionKey,
-        loaded: &mut crate::session::Loaded,
+        key: &SessionKey,
+        loaded: &mut Loaded,
         records: &[crate::transcript::ReplacementRecord],
         seen: &crate::transcript::SeenLine,
         fsync: bool,
@@ -268,9 +272,9 @@ pub trait SessionStore {
     /// when the target is to be read back from the store.
     fn fork(
         &self,
-        target: &crate::session::SessionKey,
+        target: &SessionKey,
         source: ForkSource,
-    ) -> impl Future<Output = Result<Option<crate::session::Loaded>>> + Send;
+    ) -> impl Future<Output = Result<Option<Loaded>>> + Send;
 
     /// Commit one step of the pair guard ([`crate::transcript::guard`]):
     /// `lines`, with the pending pair moved by `transition`, as one commit.
@@ -279,8 +283,8 @@ pub trait SessionStore {
     /// and plans its step anew.
     fn commit_pair(
         &self,
-        key: &crate::session::SessionKey,
-        loaded: &mut crate::session::Loaded,
+        key: &SessionKey,
+        loaded: &mut Loaded,
         lines: crate::transcript::Lines,
         transition: crate::transcript::guard::Transition,
         fsync: bool,
@@ -317,16 +321,16 @@ macro_rules! dispatch {
 impl SessionStore for Store<'_> {
     async fn load(
         &self,
-        key: &crate::session::SessionKey,
-        loaded: &mut Option<crate::session::Loaded>,
+        key: &SessionKey,
+        loaded: &mut Option<Loaded>,
     ) -> Result<bool> {
         dispatch!(self, s => s.load(key, loaded))
     }
 
     async fn commit(
         &self,
-        key: &crate::session::SessionKey,
-        loaded: &mut crate::session::Loaded,
+        key: &SessionKey,
+        loaded: &mut Loaded,
         lines: crate::transcript::Lines,
         fsync: bool,
         create: bool,
@@ -336,8 +340,8 @@ impl SessionStore for Store<'_> {
 
     async fn journal(
         &self,
-        key: &crate::session::SessionKey,
-        loaded: &mut crate::session::Loaded,
+        key: &SessionKey,
+        loaded: &mut Loaded,
         records: &[crate::transcript::ReplacementRecord],
         seen: &crate::transcript::SeenLine,
         fsync: bool,
@@ -347,16 +351,16 @@ impl SessionStore for Store<'_> {
 
     async fn fork(
         &self,
-        target: &crate::session::SessionKey,
+        target: &SessionKey,
         source: ForkSource,
-    ) -> Result<Option<crate::session::Loaded>> {
+    ) -> Result<Option<Loaded>> {
         dispatch!(self, s => s.fork(target, source))
     }
 
     async fn commit_pair(
         &self,
-        key: &crate::session::SessionKey,
-        loaded: &mut crate::session::Loaded,
+        key: &SessionKey,
+        loaded: &mut Loaded,
         lines: crate::transcript::Lines,
         transition: crate::transcript::guard::Transition,
         fsync: bool,
@@ -389,24 +393,13 @@ pub fn postgres_of(config: &crate::store::StorageConfig) -> Result<Option<postgr
     }
 }
 
-/// The [`crate::session::Storage`] of a process configured with `config`:
+/// The [`Storage`] of a process configured with `config`:
 /// files, or the shared store once its schema is checked to be current.
-pub async fn open(config: &crate::store::StorageConfig) -> Result<crate::session::Storage> {
-    let mut storage = crate::session::Storage::default();
+pub async fn open(config: &crate::store::StorageConfig) -> Result<Storage> {
+    let mut storage = Storage::default();
     if let Some(pg) = postgres_of(config)? {
         pg.check_schema().await?;
         storage.shared = Some(std::sync::Arc::new(pg));
     }
     Ok(storage)
-}
-
-/// The storage of a process serving the workspace `dir` (`serve`, the
-/// shared daemon): [`open`] on what its `toolwire.toml` configures, or files
-/// when the configuration does not load (a file that does not parse is
-/// reported at each client's `initialize`, where the client sees it).
-pub async fn open_workspace(dir: &std::path::Path) -> Result<crate::session::Storage> {
-    match crate::config::load(dir, None) {
-        Ok(config) => open(&config.storage).await,
-        Err(_) => Ok(crate::session::Storage::default()),
-    }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::{Append, Decision, ForkSource, Outcome, SessionStore, SharedStore, WithPair};
 use crate::error::{Error, Result};
 use crate::transcript::{ReplacementRecord, SeenLine};
-use crate::session::{Loaded, SessionKey};
+use super::{Loaded, SessionKey};
 use crate::transcript::Lines;
 use crate::transcript::guard::{PairGuard, Pending, Transition};
 use crate::transcript::reader::{self, SessionImage};
