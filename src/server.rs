@@ -356,7 +356,7 @@ impl Connection {
             .unwrap_or_else(|p| p.into_inner())
             .insert(key.clone(), token.clone());
         let cx = RequestCx {
-            server: self.server.clone(),
+            registry: self.server.registry.clone(),
             conn: self.shared.clone(),
             config,
             cancel: token,

@@ -121,6 +121,8 @@ impl Slot {
     }
 }
 
+/// A handle on the process's sessions; clones share them.
+#[derive(Clone)]
 pub struct Registry {
     slots: Arc<Slots>,
 }

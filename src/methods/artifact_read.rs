@@ -20,7 +20,7 @@ impl ConcurrentMethod for ArtifactRead {
             let cancel = cx.cancel.clone();
             // On the shared store a fork's inherited outputs are found
             // through its commits, there being no transcript file.
-            let inherited = match cx.server.registry.storage().shared.clone() {
+            let inherited = match cx.registry.storage().shared.clone() {
                 Some(shared) => {
                     crate::store::shared_target(&*shared, &params.session_id, &params.tool_use_id).await?
                 }

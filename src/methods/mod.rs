@@ -34,14 +34,13 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Effective;
 use crate::error::{Error, Result};
 use crate::protocol::{self, Method, ProgressToken, SessionId};
-use crate::server::Server;
-use crate::session::{Session, SessionKey, Slot};
+use crate::session::{Registry, Session, SessionKey, Slot};
 use crate::transport::Outbox;
 
 /// What a handler knows about the request it serves.
 #[derive(Clone)]
 pub struct RequestCx {
-    pub server: Arc<Server>,
+    pub registry: Registry,
     pub conn: Arc<ConnShared>,
     pub config: Arc<Effective>,
     pub cancel: CancellationToken,
@@ -66,7 +65,7 @@ impl RequestCx {
     }
 
     pub fn slot(&self, id: &SessionId) -> Arc<Slot> {
-        self.server.registry.slot(&self.config.data_dir, id)
+        self.registry.slot(&self.config.data_dir, id)
     }
 
     /// Send an LSP `$/progress` notification when the client gave a token.

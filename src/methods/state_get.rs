@@ -32,7 +32,7 @@ impl ConcurrentRawMethod for StateGet {
             // does not exist: answer empty without making a slot (and a
             // worker) for it, so probing ids costs no memory (10.1).
             let data_dir = &cx.config.data_dir;
-            if cx.server.registry.storage().shared.is_some() {
+            if cx.registry.storage().shared.is_some() {
                 // Shared store: another replica may have committed since
                 // the snapshot; read it in queue order.
                 let published = cx
@@ -46,7 +46,7 @@ impl ConcurrentRawMethod for StateGet {
                     .await?;
                 return encode_snapshot(published).await;
             }
-            let slot = match cx.server.registry.existing(data_dir, &params.session_id) {
+            let slot = match cx.registry.existing(data_dir, &params.session_id) {
                 Some(slot) => slot,
                 None if session_on_disk(data_dir, &params.session_id) => {
                     cx.slot(&params.session_id)

@@ -36,7 +36,7 @@ async fn run(
         &cx.config.data_dir,
         cx.config.storage.objects.as_ref(),
         &cx.config.retention,
-        cx.server.registry.open_sessions(&cx.config.data_dir),
+        cx.registry.open_sessions(&cx.config.data_dir),
         dry_run,
         Box::new(move |p| {
             let percentage = (p.done * 100).checked_div(p.total).unwrap_or(100);
@@ -46,5 +46,5 @@ async fn run(
             );
         }),
     )?;
-    cx.server.registry.storage().store().collect(gc).await
+    cx.registry.storage().store().collect(gc).await
 }
