@@ -8,10 +8,10 @@ use std::path::PathBuf;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group};
 use serde_json::{Value, json};
 use toolwire::budget::planner::{Candidate, choose};
-use toolwire::budget::{PlanContext, plan_message};
 use toolwire::budget::{Limits, PreviewMode, ToolPolicy};
-use toolwire::format::SizeUnit;
+use toolwire::budget::{PlanContext, plan_message};
 use toolwire::format::Digest;
+use toolwire::format::SizeUnit;
 use toolwire::state::{Id, Replacement, ReplacementState};
 
 mod support;

@@ -12,6 +12,7 @@
 //! artifact already in place is reused only when it holds the same bytes.
 //! Nothing here follows a symbolic link.
 
+pub mod index;
 pub mod objects;
 pub mod read;
 
@@ -21,7 +22,6 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-
 
 /// Prefix of an artifact write in progress (a temporary file in the same
 /// directory). A write killed before its rename leaves one behind; no

@@ -333,8 +333,8 @@ async fn gc_if_due(
         tokio::task::spawn_blocking(move || {
             crate::retention::due(&config.retention, &config.data_dir, shared)
         })
-            .await
-            .map_err(|err| crate::error::Error::Internal(format!("gc task failed: {err}")))??
+        .await
+        .map_err(|err| crate::error::Error::Internal(format!("gc task failed: {err}")))??
     };
     if !due {
         return Ok(None);

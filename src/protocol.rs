@@ -14,12 +14,12 @@ use serde_json::{Value, json};
 use crate::artifact::ArtifactKind;
 pub use crate::artifact::read::ReadResult;
 use crate::budget::{LimitsOverride, PreviewMode, Tools};
-use crate::transcript::guard::AbortMode;
 use crate::error::code;
-use crate::json::by_name;
 use crate::format::Format;
+use crate::json::by_name;
 pub use crate::retention::GcReport;
 pub use crate::transcript::check::{TranscriptCheckResult, Violation};
+use crate::transcript::guard::AbortMode;
 pub use crate::transcript::guard::{AppendStatus, FlushResult};
 pub use crate::transcript::repair::{RenamedId, TranscriptRepairResult};
 pub use crate::transcript::{RECORD_KIND, ReplacementRecord, SeenLine, SessionId};
@@ -666,4 +666,3 @@ pub struct ErrorData {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub method: Option<String>,
 }
-

@@ -849,8 +849,7 @@ pub fn due(retention: &Retention, data_dir: &Path, shared: bool) -> Result<bool>
         return Ok(false);
     }
     if shared {
-        fs::create_dir_all(&data_dir)
-            .map_err(|err| Error::storage(&data_dir, &err))?;
+        fs::create_dir_all(&data_dir).map_err(|err| Error::storage(&data_dir, &err))?;
     } else if !data_dir.join("sessions").is_dir() {
         return Ok(false);
     }

@@ -35,8 +35,8 @@ use crate::format::Format;
 use crate::protocol::SessionId;
 use crate::state::ReplacementState;
 use crate::store::SessionStore;
-use crate::transcript::Lines;
 pub use crate::store::{Loaded, SessionKey, Storage};
+use crate::transcript::Lines;
 
 /// The storage of a process serving the workspace `dir` (`serve`, the
 /// shared daemon): [`crate::store::open`] on what its `toolwire.toml` configures, or files

@@ -884,9 +884,15 @@ async fn gc_on_the_shared_store_sweeps_unreferenced_outputs_and_respects_holds()
                         now
                     },
                 };
-                toolwire::store::gc::collect(store, &data_dir, objects_store, &policy, dry_run)
-                    .await
-                    .unwrap()
+                toolwire::store::postgres::gc::collect(
+                    store,
+                    &data_dir,
+                    objects_store,
+                    &policy,
+                    dry_run,
+                )
+                .await
+                .unwrap()
             }
         };
         // Within the grace period nothing goes.

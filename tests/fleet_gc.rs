@@ -120,7 +120,7 @@ async fn gc_all(store: &Postgres, data_dir: &Path, objects: &Arc<ObjectArtifacts
         grace: toolwire::retention::GRACE,
         now: SystemTime::now() + Duration::from_secs(2 * 86_400),
     };
-    toolwire::store::gc::collect(store, data_dir, Some(objects.clone()), &policy, false)
+    toolwire::store::postgres::gc::collect(store, data_dir, Some(objects.clone()), &policy, false)
         .await
         .unwrap()
 }

@@ -60,7 +60,10 @@ fn layer_table() -> BTreeMap<String, usize> {
             );
         }
     }
-    assert!(!table.is_empty(), "docs/design.md's layer table has no rows");
+    assert!(
+        !table.is_empty(),
+        "docs/design.md's layer table has no rows"
+    );
     table
 }
 
@@ -94,7 +97,10 @@ fn in_binary(rel: &str) -> bool {
 fn module_path(rel: &str) -> Vec<String> {
     let stem = rel.trim_end_matches(".rs");
     let mut parts: Vec<String> = stem.split('/').map(str::to_owned).collect();
-    if matches!(parts.last().map(String::as_str), Some("mod" | "lib" | "main")) {
+    if matches!(
+        parts.last().map(String::as_str),
+        Some("mod" | "lib" | "main")
+    ) {
         parts.pop();
     }
     parts
@@ -137,7 +143,9 @@ fn strip_comments(src: &str) -> String {
             continue;
         }
         if src[i..].starts_with("/*") {
-            let end = src[i + 2..].find("*/").map_or(bytes.len(), |n| i + 2 + n + 2);
+            let end = src[i + 2..]
+                .find("*/")
+                .map_or(bytes.len(), |n| i + 2 + n + 2);
             i = end;
             continue;
         }
@@ -176,7 +184,10 @@ fn expand_use(tree: &str) -> Vec<Vec<String>> {
             return;
         }
         let (head, group) = match tree.find('{') {
-            Some(open) => (&tree[..open], Some(&tree[open + 1..tree.rfind('}').unwrap()])),
+            Some(open) => (
+                &tree[..open],
+                Some(&tree[open + 1..tree.rfind('}').unwrap()]),
+            ),
             None => (tree, None),
         };
         let head = head.split(" as ").next().unwrap_or_default();
@@ -222,7 +233,9 @@ fn named_paths(src: &str) -> Vec<Vec<String>> {
             .iter()
             .any(|a| tree.starts_with(a) && tree[a.len()..].starts_with("::"));
         if starts_word && anchored {
-            let end = src[tree_start..].find(';').map_or(src.len(), |n| tree_start + n);
+            let end = src[tree_start..]
+                .find(';')
+                .map_or(src.len(), |n| tree_start + n);
             rest.push_str(&src[i..at]);
             paths.extend(expand_use(&src[tree_start..end]));
             i = end;
@@ -350,7 +363,10 @@ fn every_module_is_in_one_layer() {
         "modules missing from docs/design.md's layer table: {unplaced:?}"
     );
     let gone: Vec<&String> = table.keys().filter(|m| !modules.contains(*m)).collect();
-    assert!(gone.is_empty(), "docs/design.md's layer table names modules src/ does not have: {gone:?}");
+    assert!(
+        gone.is_empty(),
+        "docs/design.md's layer table names modules src/ does not have: {gone:?}"
+    );
 }
 
 #[test]
@@ -404,9 +420,12 @@ fn no_files_name_each_other_in_a_circle() {
             let inside: Vec<String> = c
                 .iter()
                 .flat_map(|f| {
-                    edges.get(f).into_iter().flatten().filter(|(t, _)| c.contains(*t)).map(
-                        move |(t, path)| format!("  src/{f} → src/{t} ({path})"),
-                    )
+                    edges
+                        .get(f)
+                        .into_iter()
+                        .flatten()
+                        .filter(|(t, _)| c.contains(*t))
+                        .map(move |(t, path)| format!("  src/{f} → src/{t} ({path})"))
                 })
                 .collect();
             format!("a circle of {} files:\n{}", c.len(), inside.join("\n"))
@@ -507,10 +526,22 @@ fn the_checker_reads_use_trees_and_inline_paths() {
         .map(str::to_owned)
         .collect();
     let seg = |s: &str| s.split("::").map(str::to_owned).collect::<Vec<_>>();
-    assert_eq!(resolve(&files, "m/n.rs", &seg("crate::a::c::D")).as_deref(), Some("a/c.rs"));
-    assert_eq!(resolve(&files, "m/n.rs", &seg("crate::a::b")).as_deref(), Some("a/mod.rs"));
-    assert_eq!(resolve(&files, "m/n.rs", &seg("super::Thing")).as_deref(), Some("m/mod.rs"));
-    assert_eq!(resolve(&files, "m/mod.rs", &seg("super::x::y")).as_deref(), Some("x.rs"));
+    assert_eq!(
+        resolve(&files, "m/n.rs", &seg("crate::a::c::D")).as_deref(),
+        Some("a/c.rs")
+    );
+    assert_eq!(
+        resolve(&files, "m/n.rs", &seg("crate::a::b")).as_deref(),
+        Some("a/mod.rs")
+    );
+    assert_eq!(
+        resolve(&files, "m/n.rs", &seg("super::Thing")).as_deref(),
+        Some("m/mod.rs")
+    );
+    assert_eq!(
+        resolve(&files, "m/mod.rs", &seg("super::x::y")).as_deref(),
+        Some("x.rs")
+    );
     assert!(parent_and_child("m/mod.rs", "m/n.rs"));
     assert!(!parent_and_child("a/c.rs", "m/n.rs"));
 }

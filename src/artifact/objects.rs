@@ -42,7 +42,7 @@ use object_store::{
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::read::LineIndex;
+use super::index::LineIndex;
 use super::{ArtifactStore, Written};
 use crate::error::{Error, Result};
 

@@ -26,8 +26,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::format::OPEN_TAG;
-use crate::format::size::format_size;
 use crate::format::SizeUnit;
+use crate::format::size::format_size;
 use crate::format::{self, Dialect, Digest, Side};
 use crate::state::{Fate, Id, ReplacementState};
 

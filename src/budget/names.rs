@@ -64,4 +64,3 @@ pub fn is_artifact_name(name: &str) -> bool {
         None => plain(stem),
     }
 }
-

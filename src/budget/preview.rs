@@ -6,10 +6,9 @@
 //! same bytes on every turn, retry, resume and fork, which is what keeps
 //! provider prompt caches hitting.
 
-use crate::format::size::format_size;
 use super::PreviewMode;
+use crate::format::size::format_size;
 use crate::format::{OPEN_TAG, SizeUnit};
-
 
 /// Build the replacement for an original of `original_size` units whose text
 /// (for previewing) is `text`, saved at `path`, in preview `mode`.

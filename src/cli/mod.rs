@@ -41,7 +41,6 @@ impl ForCli for toolwire::error::Error {
             other => other.to_string(),
         }
     }
-
 }
 
 /// The multi-threaded runtime every async command runs on.

@@ -11,10 +11,10 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
+use super::OPEN_TAG;
 use super::{
     Dialect, Fault, Format, Item, ItemKind, Original, ResultContent, Side, Skim, SkimResult,
 };
-use super::OPEN_TAG;
 use crate::error::{Error, Result};
 
 pub struct Anthropic;

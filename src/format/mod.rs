@@ -18,10 +18,10 @@
 pub mod anthropic;
 pub mod gemini;
 pub mod ids;
-pub mod size;
 pub mod openai_chat;
 pub mod openai_responses;
 mod pairing;
+pub mod size;
 
 use std::borrow::Cow;
 
@@ -29,8 +29,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::Result;
-pub use size::SizeUnit;
 use crate::json::strings::escape_len;
+pub use size::SizeUnit;
 
 /// Opening tag of a preview; text starting with it is never persisted again.
 pub const OPEN_TAG: &str = "<persisted-output>";

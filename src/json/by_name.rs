@@ -21,9 +21,7 @@ pub fn one<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<T, D:
 }
 
 /// For an optional struct field.
-pub fn option<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
-    d: D,
-) -> Result<Option<T>, D::Error> {
+pub fn option<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
     Option::<Named<T>>::deserialize(d).map(|o| o.map(|n| n.0))
 }
 

@@ -23,8 +23,8 @@
 //! at a time, and [`lifted`], a large request parsed with its long strings
 //! kept away from serde_json, to the same value or the same error.
 
-pub mod lifted;
 pub mod by_name;
+pub mod lifted;
 pub(crate) mod strings;
 
 use serde::Deserialize;

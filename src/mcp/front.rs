@@ -29,7 +29,7 @@ use tokio::sync::oneshot;
 
 use super::era::{self, Era};
 use super::pipe::Pipe;
-use super::{results, saved};
+use super::{Scope, results, saved};
 use crate::config::Effective;
 use crate::error::Error;
 use crate::json::ParseError;
@@ -114,6 +114,36 @@ pub(super) struct Front {
     /// requests, for a legacy client), awaiting its answer.
     client_answers: Mutex<HashMap<String, oneshot::Sender<Value>>>,
     own_ids: AtomicU64,
+}
+
+impl Scope for Front {
+    fn session(&self) -> &SessionId {
+        &self.session
+    }
+
+    fn config(&self) -> &Arc<Effective> {
+        &self.config
+    }
+
+    fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    fn read_tool_active(&self) -> bool {
+        self.read_tool && !lock(&self.peers).has_read_tool
+    }
+
+    fn declared_max(&self, tool: &str) -> Option<u64> {
+        if self
+            .config
+            .tools
+            .get(tool)
+            .is_some_and(|t| t.max_result_chars.is_some())
+        {
+            return None;
+        }
+        lock(&self.peers).max_sizes.get(tool).copied()
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -219,25 +249,6 @@ impl Front {
         era::declared_version(params)
             .map(str::to_owned)
             .or_else(|| lock(&self.peers).version.clone())
-    }
-
-    /// Whether `read_saved_output` is ours to list and answer.
-    pub(super) fn read_tool_active(&self) -> bool {
-        self.read_tool && !lock(&self.peers).has_read_tool
-    }
-
-    /// The server's own `maxResultSizeChars` for `tool`, unless the
-    /// configuration's `tools.<name>.maxResultChars` says otherwise.
-    pub(super) fn declared_max(&self, tool: &str) -> Option<u64> {
-        if self
-            .config
-            .tools
-            .get(tool)
-            .is_some_and(|t| t.max_result_chars.is_some())
-        {
-            return None;
-        }
-        lock(&self.peers).max_sizes.get(tool).copied()
     }
 
     fn server_era(&self) -> Option<Era> {
@@ -641,7 +652,8 @@ impl Front {
                 let front = self.clone();
                 let id = id.clone();
                 tokio::spawn(async move {
-                    let result = saved::call_read_tool(&front, arguments, version.as_deref()).await;
+                    let result =
+                        saved::call_read_tool(&*front, arguments, version.as_deref()).await;
                     front.reply(&id, version.as_deref(), Ok(result));
                 });
                 return true;
@@ -656,7 +668,7 @@ impl Front {
                 };
                 let (front, id, uri) = (self.clone(), id.clone(), uri.to_owned());
                 tokio::spawn(async move {
-                    let result = saved::read_resource(&front, &uri, version.as_deref()).await;
+                    let result = saved::read_resource(&*front, &uri, version.as_deref()).await;
                     front.reply(&id, version.as_deref(), result);
                 });
                 return true;
@@ -821,7 +833,7 @@ impl Front {
                             .insert(task.to_owned(), tool.clone());
                         false
                     } else {
-                        results::budget(self, tool, waiting.version.as_deref(), result).await
+                        results::budget(&**self, tool, waiting.version.as_deref(), result).await
                     }
                 }
                 Kind::Other => false,

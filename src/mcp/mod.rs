@@ -46,6 +46,20 @@ use crate::transport::codec::Frame;
 use crate::transport::lines::LineCodec;
 use pipe::Pipe;
 
+/// What tool results (`results`) and saved outputs (`saved`) need of the
+/// front that calls them: its session, configuration and sessions, and what
+/// it has learnt of the server it stands in front of.
+trait Scope: Send + Sync {
+    fn session(&self) -> &SessionId;
+    fn config(&self) -> &Arc<Effective>;
+    fn registry(&self) -> &Arc<Registry>;
+    /// Whether `read_saved_output` is ours to list and answer.
+    fn read_tool_active(&self) -> bool;
+    /// The server's own `maxResultSizeChars` for `tool`, unless the
+    /// configuration's `tools.<name>.maxResultChars` says otherwise.
+    fn declared_max(&self, tool: &str) -> Option<u64>;
+}
+
 pub use era::{LEGACY, MODERN};
 pub use pipe::QUEUED;
 pub use saved::{READ_TOOL, URI_PREFIX};

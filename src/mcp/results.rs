@@ -30,7 +30,7 @@
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use super::front::Front;
+use super::Scope;
 use super::saved;
 use crate::artifact::{self, ArtifactKind};
 use crate::error::Result;
@@ -48,7 +48,7 @@ const RESOURCE_LINK_SINCE: &str = "2025-06-18";
 /// Budget `result` (a `tools/call` result from `tool`, under protocol
 /// revision `version`) in place. Returns whether it was replaced.
 pub(super) async fn budget(
-    front: &Front,
+    front: &dyn Scope,
     tool: &str,
     version: Option<&str>,
     result: &mut Map<String, Value>,
@@ -87,7 +87,7 @@ pub(super) async fn budget(
             serde_json::to_vec(other).map_or(0, |v| v.len()),
         ),
     };
-    let uri = saved::uri(&front.session, &id);
+    let uri = saved::uri(front.session(), &id);
     let how = saved::how_to_read(front);
     let mut replaced = vec![json!({"type": "text", "text": preview})];
     if saved::at_least(version, RESOURCE_LINK_SINCE) {
@@ -144,9 +144,14 @@ fn result_id(tool: &str, content: &Value) -> String {
     format!("mcp-{hex}")
 }
 
-async fn apply(front: &Front, tool: &str, id: &str, content: Value) -> Result<BudgetApplyResult> {
+async fn apply(
+    front: &dyn Scope,
+    tool: &str,
+    id: &str,
+    content: Value,
+) -> Result<BudgetApplyResult> {
     let params = BudgetApplyParams {
-        session_id: front.session.clone(),
+        session_id: front.session().clone(),
         messages: vec![
             Message(json!({
                 "role": "assistant",
@@ -175,7 +180,7 @@ async fn apply(front: &Front, tool: &str, id: &str, content: Value) -> Result<Bu
         // Each call is applied alone, with no history to clear.
         clearing: None,
     };
-    crate::methods::budget_apply_queued(&front.registry, front.config.clone(), params).await
+    crate::methods::budget_apply_queued(front.registry(), front.config().clone(), params).await
 }
 
 #[cfg(test)]

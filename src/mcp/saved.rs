@@ -18,7 +18,7 @@
 
 use serde_json::{Value, json};
 
-use super::front::Front;
+use super::Scope;
 use crate::artifact::ArtifactKind;
 use crate::artifact::read::{self as artifact_read, ReadRequest, ReadResult};
 use crate::error::{Error, Result};
@@ -61,7 +61,7 @@ pub(super) fn is_dated(version: &str) -> bool {
 }
 
 /// How a model reads a saved output back, for the link's description.
-pub(super) fn how_to_read(front: &Front) -> String {
+pub(super) fn how_to_read(front: &dyn Scope) -> String {
     if front.read_tool_active() {
         format!("read it in pages with the {READ_TOOL} tool")
     } else {
@@ -146,7 +146,7 @@ pub(super) struct Page {
 }
 
 /// A link taken apart: the result's id, and a page when it has a query.
-fn parse_uri(front: &Front, raw: &str) -> Result<(String, Option<Page>)> {
+fn parse_uri(front: &dyn Scope, raw: &str) -> Result<(String, Option<Page>)> {
     let bad = |why: &str| Error::invalid_params("uri", format!("{why}: {raw:?}"));
     let url = url::Url::parse(raw).map_err(|_| bad("not a URI"))?;
     if url.scheme() != "toolwire" || url.host_str() != Some("saved-output") {
@@ -156,7 +156,7 @@ fn parse_uri(front: &Front, raw: &str) -> Result<(String, Option<Page>)> {
     let (Some(session), Some(id), None) = (parts.next(), parts.next(), parts.next()) else {
         return Err(bad("expected toolwire://saved-output/<session>/<id>"));
     };
-    if session != front.session.as_str() || id.is_empty() {
+    if session != front.session().as_str() || id.is_empty() {
         return Err(Error::ResourceNotFound {
             uri: raw.to_owned(),
         });
@@ -189,7 +189,7 @@ fn parse_uri(front: &Front, raw: &str) -> Result<(String, Option<Page>)> {
 
 /// `resources/read` of one of our links.
 pub(super) async fn read_resource(
-    front: &Front,
+    front: &dyn Scope,
     uri: &str,
     version: Option<&str>,
 ) -> Result<Value> {
@@ -229,7 +229,7 @@ pub(super) fn mime_type(kind: ArtifactKind) -> &'static str {
 /// A call of `read_saved_output`. Whatever goes wrong is a tool error the
 /// model can read (`isError`), as MCP asks of tool failures.
 pub(super) async fn call_read_tool(
-    front: &Front,
+    front: &dyn Scope,
     arguments: Value,
     version: Option<&str>,
 ) -> Value {
@@ -286,7 +286,7 @@ struct ReadToolArgs {
 
 // ------------------------------------ through the core's artifact reader --
 
-async fn read_page(front: &Front, id: &str, page: Page) -> Result<ReadResult> {
+async fn read_page(front: &dyn Scope, id: &str, page: Page) -> Result<ReadResult> {
     if page.limit == Some(0) {
         // A page of no lines would end where it starts, and "more follows
         // at the same offset" would send a model round in circles.
@@ -302,10 +302,10 @@ async fn read_page(front: &Front, id: &str, page: Page) -> Result<ReadResult> {
         context: page.context.unwrap_or(0),
     };
     let (data_dir, objects, session, unit, id) = (
-        front.config.data_dir.clone(),
-        front.config.storage.objects.clone(),
-        front.session.clone(),
-        front.config.size_unit,
+        front.config().data_dir.clone(),
+        front.config().storage.objects.clone(),
+        front.session().clone(),
+        front.config().size_unit,
         id.to_owned(),
     );
     let inherited = inherited(front, &session, &id).await?;
@@ -326,11 +326,11 @@ async fn read_page(front: &Front, id: &str, page: Page) -> Result<ReadResult> {
 }
 
 /// The artifact exactly as stored, found and opened by the core.
-async fn read_whole(front: &Front, id: &str) -> Result<(Vec<u8>, ArtifactKind)> {
+async fn read_whole(front: &dyn Scope, id: &str) -> Result<(Vec<u8>, ArtifactKind)> {
     let (data_dir, objects, session, id) = (
-        front.config.data_dir.clone(),
-        front.config.storage.objects.clone(),
-        front.session.clone(),
+        front.config().data_dir.clone(),
+        front.config().storage.objects.clone(),
+        front.session().clone(),
         id.to_owned(),
     );
     let inherited = inherited(front, &session, &id).await?;
@@ -344,11 +344,11 @@ async fn read_whole(front: &Front, id: &str) -> Result<(Vec<u8>, ArtifactKind)> 
 /// Where the shared store's journal says the output was saved (an output a
 /// fork inherited); `None` on transcript files, which the reader reads.
 async fn inherited(
-    front: &Front,
+    front: &dyn Scope,
     session: &SessionId,
     id: &str,
 ) -> Result<Option<(String, String)>> {
-    match front.registry.storage().shared.clone() {
+    match front.registry().storage().shared.clone() {
         Some(shared) => crate::store::shared_target(&*shared, session, id).await,
         None => Ok(None),
     }

@@ -22,7 +22,8 @@ impl ConcurrentMethod for ArtifactRead {
             // through its commits, there being no transcript file.
             let inherited = match cx.registry.storage().shared.clone() {
                 Some(shared) => {
-                    crate::store::shared_target(&*shared, &params.session_id, &params.tool_use_id).await?
+                    crate::store::shared_target(&*shared, &params.session_id, &params.tool_use_id)
+                        .await?
                 }
                 None => None,
             };

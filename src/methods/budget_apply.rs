@@ -21,8 +21,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Reply, RequestCx, SessionMethod};
 use crate::artifact::ArtifactKind;
-use crate::budget::{self, Chosen, PlanContext, clearing};
 use crate::budget::ToolPolicy;
+use crate::budget::{self, Chosen, PlanContext, clearing};
 use crate::config::Effective;
 use crate::error::Result;
 use crate::format::{self, Dialect, Digest};

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 
 use super::{Reply, RequestCx, SessionMethod};
-use crate::transcript::guard::AbortMode;
 use crate::error::Result;
 use crate::protocol::{FlushResult, PairFlush, PairFlushParams, SessionId};
 use crate::session::{Session, Slot};
+use crate::transcript::guard::AbortMode;
 use crate::transcript::guard::Transition;
 
 impl SessionMethod for PairFlush {

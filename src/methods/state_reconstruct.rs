@@ -15,12 +15,12 @@ use serde_json::json;
 use super::{Reply, RequestCx, SessionMethod};
 use crate::error::{Error, Result};
 use crate::format::{Digest, Format};
-use crate::transcript::import;
 use crate::protocol::{
     RECORD_KIND, SessionId, StateReconstruct, StateReconstructParams, StateReconstructResult,
 };
 use crate::session::Session;
 use crate::state::{Replacement, ReplacementState};
+use crate::transcript::import;
 use crate::transcript::reader::{self, ReadLimits, SessionImage};
 
 impl SessionMethod for StateReconstruct {

@@ -47,8 +47,8 @@ pub enum Step {
 pub fn parse_any(text: &str) -> Result<(Format, Vec<Step>), String> {
     match crate::transcript::import::detect(text.as_bytes()) {
         Ok(crate::transcript::import::Content::Agent(agent)) => {
-            let conversion =
-                crate::transcript::import::convert(agent, text.as_bytes()).map_err(|e| e.to_string())?;
+            let conversion = crate::transcript::import::convert(agent, text.as_bytes())
+                .map_err(|e| e.to_string())?;
             let steps = conversion.messages.into_iter().map(Step::Message).collect();
             Ok((conversion.format, group(conversion.format, steps)))
         }

@@ -8,15 +8,15 @@ use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
 
 use super::{ForkSource, Outcome, SessionStore};
-use crate::error::{Error, Result};
-use crate::transcript::{ReplacementRecord, SeenLine};
 use super::{Loaded, SessionKey};
+use crate::error::{Error, Result};
 use crate::transcript::Lines;
 use crate::transcript::fork;
 use crate::transcript::guard::Transition;
 use crate::transcript::reader::{self, SessionImage};
 use crate::transcript::wal;
 use crate::transcript::writer::{self, LogFileFactory, TranscriptWriter};
+use crate::transcript::{ReplacementRecord, SeenLine};
 
 /// Transcript files, opened through `files` (fault-injecting in tests).
 pub struct Local<'a> {

@@ -11,7 +11,6 @@
 //! Both keep the transcript as lines in the one format readers know, so
 //! loading state, `transcript/check` and `repair` read them the same way.
 
-pub mod gc;
 pub mod loaded;
 pub mod local;
 pub mod postgres;
@@ -319,11 +318,7 @@ macro_rules! dispatch {
 }
 
 impl SessionStore for Store<'_> {
-    async fn load(
-        &self,
-        key: &SessionKey,
-        loaded: &mut Option<Loaded>,
-    ) -> Result<bool> {
+    async fn load(&self, key: &SessionKey, loaded: &mut Option<Loaded>) -> Result<bool> {
         dispatch!(self, s => s.load(key, loaded))
     }
 
@@ -349,11 +344,7 @@ impl SessionStore for Store<'_> {
         dispatch!(self, s => s.journal(key, loaded, records, seen, fsync))
     }
 
-    async fn fork(
-        &self,
-        target: &SessionKey,
-        source: ForkSource,
-    ) -> Result<Option<Loaded>> {
+    async fn fork(&self, target: &SessionKey, source: ForkSource) -> Result<Option<Loaded>> {
         dispatch!(self, s => s.fork(target, source))
     }
 

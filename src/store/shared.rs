@@ -5,12 +5,12 @@
 use std::sync::Arc;
 
 use super::{Append, Decision, ForkSource, Outcome, SessionStore, SharedStore, WithPair};
-use crate::error::{Error, Result};
-use crate::transcript::{ReplacementRecord, SeenLine};
 use super::{Loaded, SessionKey};
+use crate::error::{Error, Result};
 use crate::transcript::Lines;
 use crate::transcript::guard::{PairGuard, Pending, Transition};
 use crate::transcript::reader::{self, SessionImage};
+use crate::transcript::{ReplacementRecord, SeenLine};
 
 /// Sessions in `db`.
 pub struct Shared<'a> {

@@ -18,7 +18,6 @@ pub mod guard;
 pub mod import;
 pub mod reader;
 pub mod repair;
-mod shadow;
 pub mod targets;
 pub mod wal;
 pub mod writer;
@@ -27,7 +26,6 @@ use serde_json::Value;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-
 
 /// A session id: 1–128 characters of `[A-Za-z0-9._-]`, not starting with `.`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

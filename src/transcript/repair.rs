@@ -464,7 +464,8 @@ pub fn repair_file(
     super::wal::recover_beside(path).map_err(|err| Error::storage(path, &err))?;
     let (file, input, meta) = read_regular(path)?;
     let (content, input) = transcript_of(path, input)?;
-    let foreign = content.filter(|c| !matches!(c, crate::transcript::import::Content::Transcript { .. }));
+    let foreign =
+        content.filter(|c| !matches!(c, crate::transcript::import::Content::Transcript { .. }));
     if let (Some(found), false) = (foreign, dry_run) {
         // Rewriting another agent's file as a toolwire transcript would
         // lose what that agent keeps in it: say how to get one.

@@ -7,22 +7,27 @@
 //! `toolwire_schema_migrations`. A replica refuses to start on a database
 //! whose schema is older than it needs.
 
+pub mod gc;
+
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use futures_util::future::BoxFuture;
 use tokio_postgres::NoTls;
 
 use super::{Append, Commit, SharedStore, WithPair};
 use crate::error::{Error, Result};
-use crate::transcript::{RECORD_KIND, ReplacementRecord, SeenLine};
 use crate::transcript::Lines;
+use crate::transcript::{RECORD_KIND, ReplacementRecord, SeenLine};
 
 /// The migrations, in the order they apply: (version, SQL).
 pub const MIGRATIONS: &[(i32, &str)] = &[
-    (1, include_str!("../../migrations/0001_shared_state.sql")),
-    (2, include_str!("../../migrations/0002_pending_pairs.sql")),
+    (1, include_str!("../../../migrations/0001_shared_state.sql")),
+    (
+        2,
+        include_str!("../../../migrations/0002_pending_pairs.sql"),
+    ),
     (
         3,
-        include_str!("../../migrations/0003_session_incarnations.sql"),
+        include_str!("../../../migrations/0003_session_incarnations.sql"),
     ),
 ];
 
@@ -847,7 +852,7 @@ impl SharedStore for Postgres {
         policy: &'a crate::retention::Policy,
         dry_run: bool,
     ) -> BoxFuture<'a, Result<crate::retention::GcReport>> {
-        Box::pin(super::gc::collect(self, data_dir, objects, policy, dry_run))
+        Box::pin(gc::collect(self, data_dir, objects, policy, dry_run))
     }
 
     fn fork<'a>(&'a self, parent: &'a str, child: &'a str) -> BoxFuture<'a, Result<()>> {

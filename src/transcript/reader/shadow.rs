@@ -33,7 +33,7 @@ use std::cell::RefCell;
 use crate::format::{Digest, Original, Skim, SkimResult, anthropic};
 use crate::json::strings::scan_string;
 
-use super::reader::Head;
+use super::Head;
 
 /// Strings at least this long are emptied in the shadow; shorter ones are
 /// not worth the bookkeeping.
@@ -67,7 +67,7 @@ pub fn head(line: &[u8]) -> Option<Head<'_>> {
         if !make_shadow(line, shadow, holes) {
             return None;
         }
-        let head = super::reader::parse_head_plain(crate::format::Format::Anthropic, shadow)?;
+        let head = super::parse_head_plain(crate::format::Format::Anthropic, shadow)?;
         let Head::Message(skim) = head else {
             return None;
         };

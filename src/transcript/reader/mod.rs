@@ -7,6 +7,8 @@
 //! the JSON parser without being copied or allocated. `transcript/repair`,
 //! which rewrites lines, parses them whole with [`parse_line`].
 
+mod shadow;
+
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -17,8 +19,8 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::format::{Digest, DigestKind, Format, Side, Skim, anthropic};
 use super::{RECORD_KIND, ReplacementRecord, SeenLine};
+use crate::format::{Digest, DigestKind, Format, Side, Skim, anthropic};
 use crate::state::{Id, Replacement};
 
 /// One parsed transcript line.
@@ -104,10 +106,10 @@ pub enum Head<'a> {
 
 /// Parse the head of one line (without its newline); `None` when it is not
 /// a valid line. A line of Anthropic messages with long strings in it is
-/// read through its [`shadow`](super::shadow), with the same answer.
+/// read through its [`shadow`](shadow), with the same answer.
 pub fn parse_head(format: Format, line: &[u8]) -> Option<Head<'_>> {
     if format == Format::Anthropic
-        && let Some(head) = super::shadow::head(line)
+        && let Some(head) = shadow::head(line)
     {
         return Some(head);
     }

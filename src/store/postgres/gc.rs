@@ -16,7 +16,7 @@
 //! gc takes exclusively, without waiting, its directory's lock (for
 //! outputs under the data directory), its outputs' hold in the database
 //! ([`OutputsHold`]) and its loaded key
-//! ([`super::postgres::LoadedHold`], which every replica holds shared for
+//! ([`super::LoadedHold`], which every replica holds shared for
 //! each session it has loaded, from before its first read), and skips the
 //! session when anyone holds any of them: a replica holding the session
 //! loaded, or with an apply in flight on it, keeps it (as a server holding
@@ -32,7 +32,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use super::postgres::{OutputsHold, Postgres, SessionRow};
+use super::{OutputsHold, Postgres, SessionRow};
 use crate::artifact::objects::{INDEX_SUFFIX, ObjectArtifacts};
 use crate::artifact::{TEMP_PREFIX, is_artifact_name};
 use crate::error::{Error, Result};
