@@ -486,6 +486,7 @@ fn to_camel(key: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::budget::ToolPolicy;
     use serde_json::json;
 
     #[test]

@@ -334,14 +334,16 @@ fn references() -> (BTreeSet<String>, Vec<Reference>) {
         }
         let src = strip_comments(&fs::read_to_string(file).unwrap());
         for path in named_paths(&src) {
-            if let Some(to) = resolve(&names, &from, &path) {
-                if to != from && to != "lib.rs" && to != "main.rs" {
-                    refs.push(Reference {
-                        from: PathBuf::from(&from),
-                        to: PathBuf::from(&to),
-                        path: path.join("::"),
-                    });
-                }
+            if let Some(to) = resolve(&names, &from, &path)
+                && to != from
+                && to != "lib.rs"
+                && to != "main.rs"
+            {
+                refs.push(Reference {
+                    from: PathBuf::from(&from),
+                    to: PathBuf::from(&to),
+                    path: path.join("::"),
+                });
             }
         }
     }

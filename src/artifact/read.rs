@@ -774,33 +774,6 @@ mod tests {
     }
 
     #[test]
-    fn counts_lines_like_an_editor() {
-        assert_eq!(index("").total_lines, 0);
-        assert_eq!(index("a").total_lines, 1);
-        assert_eq!(index("a\n").total_lines, 1);
-        assert_eq!(index("a\nb").total_lines, 2);
-        assert_eq!(index("\n\n").total_lines, 2);
-        let i = index("h\u{e9}\u{1F600}\r\n");
-        assert_eq!(
-            (
-                i.total(SizeUnit::Chars),
-                i.total(SizeUnit::Utf16),
-                i.total(SizeUnit::Bytes)
-            ),
-            (5, 6, 9)
-        );
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn counts_characters_as_std_does(text in ".{0,64}") {
-            let (chars, astral) = count_chars(text.as_bytes());
-            proptest::prop_assert_eq!(chars, text.chars().count() as u64);
-            proptest::prop_assert_eq!(chars + astral, text.encode_utf16().count() as u64);
-        }
-    }
-
-    #[test]
     fn ranges_at_the_edges() {
         let text = "zero\r\none\ntwo \u{1F600}\nthree";
         let r = read(text, lines(0, 2));

@@ -166,6 +166,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn previews_name_their_session_and_artifact() {
+        let r = "<persisted-output>\nOutput too large (2KB). Full output saved to: /w/.toolwire/sessions/s-1/tool-results/toolu_1.txt\n\nPreview";
+        assert_eq!(
+            preview_target(r),
+            Some(("s-1".into(), "toolu_1.txt".into()))
+        );
+        assert_eq!(preview_target("no path here"), None);
+        assert_eq!(preview_target("Full output saved to: /etc/passwd\n"), None);
+    }
+
+    #[test]
     fn whole_original_when_it_fits() {
         let r = replacement(
             "short",
