@@ -773,6 +773,171 @@ proptest! {
     }
 }
 
+// ------------------------------------------------- check, at scale --
+
+/// `transcript/check` as it was before it grouped unanswered calls in one
+/// pass: for every turn, every verdict. Kept here, quadratic and plain, as
+/// the reference the linear one must match violation for violation, in
+/// order.
+fn reference_check(
+    dialect: &dyn toolwire::format::Dialect,
+    messages: &[Value],
+) -> toolwire::protocol::TranscriptCheckResult {
+    use toolwire::format::Fault;
+    use toolwire::protocol::Violation;
+    let messages: Vec<&Value> = messages.iter().collect();
+    let pairing = toolwire::format::pair(dialect, messages.iter().copied());
+    let mut violations: Vec<Violation> = Vec::new();
+    for ((m, index), fault, id) in toolwire::format::ids::faults(dialect, &messages) {
+        let ids = vec![id];
+        violations.push(Violation {
+            index: m,
+            kind: fault.kind().to_owned(),
+            provider_error: dialect.provider_error(fault, m, index, &ids),
+            ids,
+        });
+    }
+    for turn in &pairing.turns {
+        let missing: Vec<_> = pairing
+            .verdicts
+            .iter()
+            .filter(|v| v.fault == Some(Fault::Unanswered) && turn.messages.contains(&v.message))
+            .collect();
+        if let Some(first) = missing.first() {
+            let ids: Vec<String> = missing.iter().map(|v| v.id.clone()).collect();
+            violations.push(Violation {
+                index: first.message,
+                kind: Fault::Unanswered.kind().to_owned(),
+                provider_error: dialect.provider_error(
+                    Fault::Unanswered,
+                    first.message,
+                    first.index,
+                    &ids,
+                ),
+                ids,
+            });
+        }
+    }
+    for v in pairing.faults() {
+        let fault = match v.fault {
+            Some(Fault::Unanswered) | None => continue,
+            Some(f) => f,
+        };
+        let ids = vec![v.id.clone()];
+        let (index, at) = match (fault, v.answers) {
+            (Fault::Late, Some(call)) => {
+                (pairing.verdicts[call].message, pairing.verdicts[call].index)
+            }
+            _ => (v.message, v.index),
+        };
+        violations.push(Violation {
+            index,
+            kind: fault.kind().to_owned(),
+            provider_error: dialect.provider_error(fault, index, at, &ids),
+            ids,
+        });
+    }
+    violations.sort_by_key(|v| v.index);
+    toolwire::protocol::TranscriptCheckResult {
+        ok: violations.is_empty(),
+        violations,
+    }
+}
+
+/// One block of a faulty transcript: every kind of fault `check` names,
+/// with ids of block `k` (plus one id every block shares, reused).
+fn faulty_block(k: usize) -> Vec<Value> {
+    let call = |id: &str| json!({"type": "tool_use", "id": id, "name": "t", "input": {"k": k}});
+    let (a, b, c, d, e) = (
+        format!("a{k}"),
+        format!("b{k}"),
+        format!("c{k}"),
+        format!("d{k}"),
+        format!("e{k}"),
+    );
+    vec![
+        // A result in an assistant message.
+        json!({"role": "assistant", "content": [call(&a), call(&b), call(&c), tr("z", json!("x"))]}),
+        // A duplicate and an orphan.
+        user(vec![
+            tr(&a, json!("1")),
+            tr(&a, json!("2")),
+            tr("q", json!("3")),
+        ]),
+        // A late result; `c` stays unanswered.
+        user(vec![
+            json!({"type": "text", "text": "hm"}),
+            tr(&b, json!("4")),
+        ]),
+        // An id outside the pattern and one an earlier call had.
+        json!({"role": "assistant", "content": [call(&format!("bad.id:{k}")), call("shared"), call(&a)]}),
+        user(vec![
+            tr(&format!("bad.id:{k}"), json!("5")),
+            tr("shared", json!("6")),
+        ]),
+        // Two unanswered calls in two messages of one turn.
+        assistant_calls(&[&d]),
+        json!({"role": "assistant", "content": [call(&e)]}),
+        user_text("go on"),
+        user(vec![tr(&d, json!("7"))]),
+    ]
+}
+
+/// The linear `check` reports exactly what the quadratic one did, on a
+/// transcript with faults throughout, through the binary as users run it
+/// and in process (the JSON-RPC method calls the same function).
+#[test]
+fn check_of_a_large_faulty_transcript_reports_exactly_what_the_reference_does() {
+    let messages: Vec<Value> = (0..1_500).flat_map(faulty_block).collect();
+    let dialect = Format::Anthropic.dialect();
+    let want = reference_check(dialect, &messages);
+    assert!(
+        want.violations.len() > 10 * 1_500,
+        "{}",
+        want.violations.len()
+    );
+    let got = toolwire::transcript::check::check_messages(dialect, &messages);
+    assert_eq!(got, want);
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "big.jsonl", &messages);
+    let out = check(&path);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let mut expected = format!(
+        "{}: {} violation(s) the provider would refuse\n",
+        path.display(),
+        want.violations.len()
+    );
+    for v in &want.violations {
+        expected.push_str(&format!(
+            "  message {} {}: {}\n",
+            v.index, v.kind, v.provider_error
+        ));
+    }
+    assert!(
+        text(&out.stdout) == expected,
+        "output differs from the reference"
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+    /// On any transcript the generator makes (every fault kind, torn
+    /// lines, records between messages, ids reused across turns), `check`
+    /// says what the reference says, in the same order.
+    #[test]
+    fn check_matches_the_reference_on_generated_transcripts(
+        lines in prop::collection::vec(gen_line(), 0..40)
+    ) {
+        let messages = messages_of(&render(&lines));
+        let dialect = Format::Anthropic.dialect();
+        prop_assert_eq!(
+            toolwire::transcript::check::check_messages(dialect, &messages),
+            reference_check(dialect, &messages)
+        );
+    }
+}
+
 // ------------------------------------------------------------ corpus --
 
 /// Other agents' transcript-repair test cases, translated into toolwire

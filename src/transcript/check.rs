@@ -55,26 +55,36 @@ pub fn check_messages<'m>(
     }
     // Unanswered calls are one fault per assistant turn, as the provider
     // reports them: all the turn's ids at the turn's first faulty message.
-    for turn in &pairing.turns {
-        let missing: Vec<_> = pairing
-            .verdicts
-            .iter()
-            .filter(|v| v.fault == Some(Fault::Unanswered) && turn.messages.contains(&v.message))
-            .collect();
-        if let Some(first) = missing.first() {
-            let ids: Vec<String> = missing.iter().map(|v| v.id.clone()).collect();
-            violations.push(Violation {
-                index: first.message,
-                kind: Fault::Unanswered.kind().to_owned(),
-                provider_error: dialect.provider_error(
-                    Fault::Unanswered,
-                    first.message,
-                    first.index,
-                    &ids,
-                ),
-                ids,
-            });
+    // Verdicts come in conversation order and turns are runs of messages,
+    // so a turn's unanswered calls are one run of them: grouped in one
+    // pass (a transcript may hold 200,000 turns).
+    let mut turn_of = vec![usize::MAX; messages.len()];
+    for (t, turn) in pairing.turns.iter().enumerate() {
+        for &m in &turn.messages {
+            turn_of[m] = t;
         }
+    }
+    let unanswered: Vec<&format::ToolVerdict> = pairing
+        .verdicts
+        .iter()
+        .filter(|v| v.fault == Some(Fault::Unanswered))
+        .collect();
+    for missing in unanswered.chunk_by(|a, b| turn_of[a.message] == turn_of[b.message]) {
+        let Some(first) = missing.first() else {
+            continue;
+        };
+        let ids: Vec<String> = missing.iter().map(|v| v.id.clone()).collect();
+        violations.push(Violation {
+            index: first.message,
+            kind: Fault::Unanswered.kind().to_owned(),
+            provider_error: dialect.provider_error(
+                Fault::Unanswered,
+                first.message,
+                first.index,
+                &ids,
+            ),
+            ids,
+        });
     }
     for v in pairing.faults() {
         let fault = match v.fault {
