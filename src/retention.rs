@@ -103,6 +103,10 @@ struct Found {
     artifacts: Vec<(String, u64, SystemTime)>,
     /// Temporary files in the artifact directory.
     temps: Vec<(String, u64, SystemTime)>,
+    /// Line indexes kept beside its artifacts (`<artifact>.idx`, see
+    /// [`crate::artifact::read`]): name and size. Never outputs: they go
+    /// with their artifact, or once it is gone.
+    line_indexes: Vec<(String, u64)>,
     last_written: Option<SystemTime>,
     bytes: u64,
     /// `(session, artifact name)` its replacements point at.
@@ -382,6 +386,8 @@ fn scan(sessions_dir: &Path, id: &str) -> io::Result<Found> {
                     f.temps.push((name, meta.len(), modified));
                 } else if is_artifact_name(&name) {
                     f.artifacts.push((name, meta.len(), modified));
+                } else if is_index_name(&name) {
+                    f.line_indexes.push((name, meta.len()));
                 }
             }
         }
@@ -584,10 +590,24 @@ fn sweep_session(sweep: &Sweep, report: &mut GcReport) -> io::Result<()> {
     } else {
         Vec::new()
     };
-    if temps.is_empty() && unreferenced.is_empty() {
+    // Indexes go with their artifacts, and alone once those are gone.
+    let indexes = orphan_indexes(
+        f.line_indexes
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .chain(f.artifacts.iter().map(|(name, _, _)| name.as_str())),
+        unreferenced.iter().map(|(name, _, _)| name.as_str()),
+    );
+    if temps.is_empty() && unreferenced.is_empty() && indexes.is_empty() {
         return Ok(());
     }
     let results = sessions_dir.join(id).join("tool-results");
+    let index_bytes = |name: &str| {
+        f.line_indexes
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(0, |(_, size)| *size)
+    };
     if dry_run {
         for (name, bytes, _) in temps.into_iter().chain(unreferenced) {
             report
@@ -595,6 +615,7 @@ fn sweep_session(sweep: &Sweep, report: &mut GcReport) -> io::Result<()> {
                 .push(results.join(name).display().to_string());
             report.bytes_freed += bytes;
         }
+        report.bytes_freed += indexes.iter().map(|name| index_bytes(name)).sum::<u64>();
         return Ok(());
     }
     let Some(_lock) = lock_now(&sessions_dir.join(id))? else {
@@ -623,7 +644,49 @@ fn sweep_session(sweep: &Sweep, report: &mut GcReport) -> io::Result<()> {
             report.bytes_freed += bytes;
         }
     }
+    // After their artifacts (a reader may index one again meanwhile: the
+    // next run finds that index alone and removes it). An index whose
+    // artifact stays because a reference appeared since the scan goes
+    // too: it is only a cache, rebuilt by the next read.
+    for name in indexes {
+        if remove_file_if_there(&results.join(name))? {
+            report.bytes_freed += index_bytes(name);
+        }
+    }
     Ok(())
+}
+
+/// Whether `name` is a line index kept beside a local artifact.
+fn is_index_name(name: &str) -> bool {
+    name.strip_suffix(INDEX_SUFFIX)
+        .is_some_and(is_artifact_name)
+}
+
+/// Of the file names of one `tool-results` directory (`names`), the line
+/// indexes to remove: those of the artifacts in `doomed`, and those whose
+/// artifact is not there.
+pub(crate) fn orphan_indexes<'a>(
+    names: impl Iterator<Item = &'a str>,
+    doomed: impl Iterator<Item = &'a str>,
+) -> Vec<&'a str> {
+    let mut indexes = Vec::new();
+    let mut present = HashSet::new();
+    for name in names {
+        if is_index_name(name) {
+            indexes.push(name);
+        } else {
+            present.insert(name);
+        }
+    }
+    for name in doomed {
+        present.remove(name);
+    }
+    indexes.retain(|index| {
+        index
+            .strip_suffix(INDEX_SUFFIX)
+            .is_none_or(|artifact| !present.contains(artifact))
+    });
+    indexes
 }
 
 /// In a kept session: remove links its transcript does not name (left by a

@@ -442,3 +442,121 @@ async fn toolwire_show_prints_lines_and_matches() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A large output's line index is kept beside it (`<name>.idx`): written
+/// once by the first process that reads a page, by `toolwire show` and by
+/// `artifact/read` alike, and never trusted past what it was made for: a
+/// corrupt, stale or unwritable index still gives the right page.
+#[tokio::test]
+async fn a_large_outputs_line_index_is_kept_beside_it_and_never_gives_a_wrong_page() {
+    use std::os::unix::fs::MetadataExt;
+    let (dir, mut c) = setup().await;
+    // Over a megabyte (smaller outputs are indexed in passing), with lines
+    // of many lengths.
+    let log: String = (1..=150_000)
+        .map(|i| format!("line {i} {}\n", "=".repeat(i % 17)))
+        .collect();
+    let path = persist(dir.path(), "s", "toolu_log", json!(log)).await;
+    let index = toolwire::artifact::index::index_path(&path);
+    assert_eq!(index, PathBuf::from(format!("{}.idx", path.display())));
+    let page = |text: &str, a: usize, b: usize| -> String {
+        text.lines()
+            .skip(a - 1)
+            .take(b - a + 1)
+            .map(|l| format!("{l}\n"))
+            .collect()
+    };
+    let show = |a: usize, b: usize| {
+        let out = output_ok(
+            std::process::Command::new(env!("CARGO_BIN_EXE_toolwire"))
+                .args(["show", "s", "toolu_log", "--lines", &format!("{a}:{b}")])
+                .current_dir(dir.path()),
+        );
+        String::from_utf8(out).unwrap()
+    };
+    let stamp = |p: &Path| {
+        let m = std::fs::symlink_metadata(p).unwrap();
+        (m.ino(), m.mtime(), m.mtime_nsec(), m.file_type().is_file())
+    };
+
+    // `artifact/read` over JSON-RPC writes it...
+    assert!(!index.exists());
+    let r = read(
+        &mut c,
+        json!({"sessionId": "s", "toolUseId": "toolu_log", "offset": 70_000, "limit": 3}),
+    )
+    .await;
+    assert_eq!(r["text"], json!(page(&log, 70_001, 70_003)));
+    let written = stamp(&index);
+    assert!(written.3);
+    // ...and later processes read it, never writing it again.
+    for (a, b) in [(1, 5), (75_000, 77_000), (149_990, 150_000)] {
+        assert_eq!(show(a, b), page(&log, a, b));
+        assert_eq!(stamp(&index), written, "written once");
+    }
+    // No leftover temporary file beside it.
+    let names: Vec<String> = std::fs::read_dir(path.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+
+    // Corrupt or cut short (as a crash could leave it): ignored, rebuilt.
+    let good = std::fs::read(&index).unwrap();
+    for bad in [
+        b"not an index".to_vec(),
+        good[..good.len() / 2].to_vec(),
+        vec![0u8; good.len()],
+        String::from_utf8(good.clone())
+            .unwrap()
+            .replacen("\"total_lines\":150000", "\"total_lines\":150001", 1)
+            .into_bytes(),
+    ] {
+        std::fs::write(&index, &bad).unwrap();
+        assert_eq!(show(100_000, 100_400), page(&log, 100_000, 100_400));
+        assert_eq!(std::fs::read(&index).unwrap(), good, "rebuilt as it was");
+    }
+
+    // Stale: the output replaced by one of the same size with other lines
+    // (the index would place every line wrong) and another mtime.
+    let mut other = String::new();
+    for i in 1.. {
+        let line = format!("other {i}\n");
+        if other.len() + line.len() > log.len() {
+            break;
+        }
+        other.push_str(&line);
+    }
+    other.push_str(&"y".repeat(log.len() - other.len()));
+    assert_eq!(other.len(), log.len());
+    std::fs::write(&path, &other).unwrap();
+    age(&path);
+    assert_eq!(show(90_000, 90_010), page(&other, 90_000, 90_010));
+    assert_ne!(
+        std::fs::read(&index).unwrap(),
+        good,
+        "rebuilt for the new output"
+    );
+
+    // Where no index can be written, the page is still right.
+    std::fs::remove_file(&index).unwrap();
+    std::fs::create_dir(&index).unwrap();
+    assert_eq!(show(60_000, 60_002), page(&other, 60_000, 60_002));
+    assert!(index.is_dir());
+    std::fs::remove_dir(&index).unwrap();
+    // A link in its place is never followed, neither read nor written
+    // through: it is replaced by a real index.
+    let target = dir.path().join("elsewhere");
+    std::fs::write(&target, &good).unwrap();
+    std::os::unix::fs::symlink(&target, &index).unwrap();
+    assert_eq!(show(10, 20), page(&other, 10, 20));
+    assert_eq!(std::fs::read(&target).unwrap(), good);
+    assert!(stamp(&index).3, "a regular file now");
+}
+
+/// Move a file's modification time a minute back.
+fn age(path: &Path) {
+    let file = std::fs::File::options().write(true).open(path).unwrap();
+    let when = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+    file.set_modified(when).unwrap();
+}

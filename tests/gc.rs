@@ -128,6 +128,19 @@ async fn gc_removes_by_the_rules_and_a_dry_run_lists_exactly_that() {
         std::fs::write(lr.join(name), "x".repeat(10)).unwrap();
         age(&lr.join(name), by);
     }
+    // Line indexes kept beside artifacts (`<artifact>.idx`): never outputs
+    // of their own. The orphan's goes with it, one whose artifact is gone
+    // goes, those of kept artifacts stay; none is named in the report.
+    let kept_index = format!("{}.idx", live[0]);
+    for index in [
+        lr.join("toolu_orphan.txt.idx"),
+        lr.join("toolu_gone.txt.idx"),
+        lr.join("toolu_recent.txt.idx"),
+        PathBuf::from(&kept_index),
+    ] {
+        std::fs::write(&index, "{}").unwrap();
+        age(&index, 2 * HOUR);
+    }
     // Half-written: a session whose only file is a killed write's leftover.
     let hw = s.join("half/tool-results");
     std::fs::create_dir_all(&hw).unwrap();
@@ -200,8 +213,11 @@ async fn gc_removes_by_the_rules_and_a_dry_run_lists_exactly_that() {
         .cloned()
         .collect();
     expected.insert("live/tool-results/toolu_orphan.txt".into());
+    expected.insert("live/tool-results/toolu_orphan.txt.idx".into());
+    expected.insert("live/tool-results/toolu_gone.txt.idx".into());
     expected.insert("live/tool-results/.tmp-killed".into());
     assert_eq!(gone, expected.iter().collect(), "removed on disk");
+    assert!(Path::new(&kept_index).exists());
     let size: u64 = real["bytesFreed"].as_u64().unwrap();
     assert!(size > 200, "{real}");
     // What a kept session points at is still there, and still readable.

@@ -3,9 +3,10 @@
 //! read without scanning from the start. Kept per file identity in memory,
 //! and stored beside an output on object storage.
 
-use std::fs::File;
-use std::io::{self, Read, Seek, SeekFrom};
-use std::os::unix::fs::MetadataExt;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock, Mutex};
 
 use serde::{Deserialize, Serialize};
@@ -38,6 +39,25 @@ impl LineIndex {
             SizeUnit::Utf16 => self.utf16,
             SizeUnit::Bytes => self.len,
         }
+    }
+
+    /// Whether the index could describe a file of `len` bytes: checkpoints
+    /// from `(0, 0)`, ascending, within the file. (An index read from disk
+    /// must never send a read outside the artifact.)
+    fn is_plausible(&self) -> bool {
+        self.checkpoints.first() == Some(&(0, 0))
+            && self
+                .checkpoints
+                .windows(2)
+                .all(|w| w[0].0 < w[1].0 && w[0].1 < w[1].1)
+            && self
+                .checkpoints
+                .last()
+                .is_some_and(|&(line, byte)| line <= self.total_lines && byte <= self.len)
+            && self.total_lines <= self.len
+            && self.chars <= self.len
+            && self.utf16 >= self.chars
+            && self.utf16 <= 2 * self.chars
     }
 
     /// The last checkpoint at or before `line`.
@@ -156,23 +176,170 @@ pub fn cached_index(
     source: &mut (impl Read + Seek),
     stop: &dyn Fn() -> bool,
 ) -> io::Result<Arc<LineIndex>> {
-    {
-        let mut cache = INDEXES.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(at) = cache.iter().position(|(id, _)| *id == identity) {
-            let entry = cache.remove(at);
-            let index = entry.1.clone();
-            cache.push(entry);
-            return Ok(index);
-        }
+    if let Some(index) = from_cache(&identity) {
+        return Ok(index);
     }
     let index = Arc::new(LineIndex::build(source, stop)?);
     source.seek(SeekFrom::Start(0))?;
+    to_cache(identity, index.clone());
+    Ok(index)
+}
+
+fn from_cache(identity: &Identity) -> Option<Arc<LineIndex>> {
+    let mut cache = INDEXES.lock().unwrap_or_else(|p| p.into_inner());
+    let at = cache.iter().position(|(id, _)| id == identity)?;
+    let entry = cache.remove(at);
+    let index = entry.1.clone();
+    cache.push(entry);
+    Some(index)
+}
+
+fn to_cache(identity: Identity, index: Arc<LineIndex>) {
     let mut cache = INDEXES.lock().unwrap_or_else(|p| p.into_inner());
     if cache.len() >= INDEX_CACHE_ENTRIES {
         cache.remove(0);
     }
-    cache.push((identity, index.clone()));
+    cache.push((identity, index));
+}
+
+// ---------------------------------------------------- the index on disk --
+//
+// A process that reads one page (`toolwire show`, an editor's command, a
+// fresh server) would otherwise pay a pass over the whole artifact for it:
+// half a second for a gigabyte. So the index of a large text artifact is
+// kept beside it, `<name>.idx` as on object storage, written the first
+// time a process builds it and read by every later one.
+//
+// - Written atomically: a temporary file (`TEMP_PREFIX`, which gc sweeps
+//   when a crash leaves one) renamed into place; nothing reads a partial
+//   one. It is a cache, never synced: a crash that leaves it with other
+//   bytes than written fails its digest and it is rebuilt.
+// - Checked before use against the artifact's size and modification time
+//   and its own SHA-256; stale, corrupt, foreign or too large means
+//   ignored, rebuilt and replaced, never a wrong page.
+// - Where it cannot be written (a read-only directory, a full disk) the
+//   read goes on without it.
+
+/// Smallest artifact whose index is kept on disk: below it, one pass over
+/// the artifact costs about what reading an index would.
+pub const DISK_INDEX_MIN_BYTES: u64 = 1 << 20;
+
+/// A line index as kept on disk beside its artifact.
+#[derive(Serialize, Deserialize)]
+struct DiskIndex {
+    /// The artifact's modification time when it was indexed: seconds and
+    /// nanoseconds since the epoch.
+    mtime: (i64, i64),
+    /// SHA-256 (hex) of `[mtime, index]` serialized as JSON.
+    sha256: String,
+    /// The index, as object storage keeps it (`<name>.idx` there).
+    index: LineIndex,
+}
+
+impl DiskIndex {
+    fn digest(mtime: (i64, i64), index: &LineIndex) -> io::Result<String> {
+        use sha2::{Digest, Sha256};
+        let bytes = serde_json::to_vec(&(mtime, index)).map_err(io::Error::other)?;
+        Ok(Sha256::digest(&bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect())
+    }
+}
+
+/// Where the index of the artifact at `path` is kept.
+pub fn index_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(super::objects::INDEX_SUFFIX);
+    PathBuf::from(name)
+}
+
+/// The index of a local text artifact: from the process's cache, else from
+/// disk, else built by one pass (and then kept on disk for large ones).
+pub fn file_index(
+    identity: Identity,
+    path: &Path,
+    source: &mut File,
+    stop: &dyn Fn() -> bool,
+) -> io::Result<Arc<LineIndex>> {
+    if let Some(index) = from_cache(&identity) {
+        return Ok(index);
+    }
+    let Identity::File { len, mtime_ns, .. } = identity else {
+        return cached_index(identity, source, stop);
+    };
+    if len < DISK_INDEX_MIN_BYTES {
+        return cached_index(identity, source, stop);
+    }
+    let mtime = seconds_nanos(mtime_ns);
+    let at = index_path(path);
+    let index = match load_index(&at, len, mtime) {
+        Some(index) => index,
+        None => {
+            let index = LineIndex::build(source, stop)?;
+            source.seek(SeekFrom::Start(0))?;
+            // Only what was indexed as the file it was judged to be.
+            if index.len == len {
+                // Best effort: without it the next process indexes again.
+                let _ = store_index(&at, mtime, &index);
+            }
+            index
+        }
+    };
+    let index = Arc::new(index);
+    to_cache(identity, index.clone());
     Ok(index)
+}
+
+/// A modification time in nanoseconds as (seconds, nanoseconds).
+fn seconds_nanos(mtime_ns: i128) -> (i64, i64) {
+    (
+        i64::try_from(mtime_ns.div_euclid(1_000_000_000)).unwrap_or(i64::MAX),
+        i64::try_from(mtime_ns.rem_euclid(1_000_000_000)).unwrap_or(0),
+    )
+}
+
+/// The index kept at `at`, if it is whole and was made for an artifact of
+/// `len` bytes last modified at `mtime`.
+fn load_index(at: &Path, len: u64, mtime: (i64, i64)) -> Option<LineIndex> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(at)
+        .ok()?;
+    let meta = file.metadata().ok()?;
+    // A checkpoint every 64 KiB takes at most ~45 bytes of JSON: anything
+    // much larger is not an index of this artifact (and is not read).
+    let most = len / 512 + (64 << 10);
+    if !meta.is_file() || meta.len() > most {
+        return None;
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).ok()?);
+    file.take(most).read_to_end(&mut bytes).ok()?;
+    let disk: DiskIndex = serde_json::from_slice(&bytes).ok()?;
+    let fits = disk.mtime == mtime && disk.index.len == len && disk.index.is_plausible();
+    (fits && DiskIndex::digest(disk.mtime, &disk.index).ok()? == disk.sha256).then_some(disk.index)
+}
+
+/// Keep `index` at `at`: written to a temporary file beside it, then
+/// renamed over whatever stood there (a stale index, never followed if a
+/// link).
+fn store_index(at: &Path, mtime: (i64, i64), index: &LineIndex) -> io::Result<()> {
+    let dir = at
+        .parent()
+        .ok_or_else(|| io::Error::other("an index path has a directory"))?;
+    let disk = DiskIndex {
+        mtime,
+        sha256: DiskIndex::digest(mtime, index)?,
+        index: index.clone(),
+    };
+    let mut tmp = tempfile::Builder::new()
+        .prefix(super::TEMP_PREFIX)
+        .tempfile_in(dir)?;
+    serde_json::to_writer(io::BufWriter::new(tmp.as_file_mut()), &disk)
+        .map_err(io::Error::other)?;
+    tmp.persist(at).map_err(|err| err.error)?;
+    Ok(())
 }
 
 // ------------------------------------------------------------- reading --
@@ -200,6 +367,52 @@ mod tests {
                 i.total(SizeUnit::Bytes)
             ),
             (5, 6, 9)
+        );
+    }
+
+    /// A kept index stands for the pass over the artifact: given an empty
+    /// source, the index comes back whole from disk; once the artifact's
+    /// modification time moves, the kept one is ignored.
+    #[test]
+    fn a_kept_index_is_used_instead_of_a_pass_and_only_while_it_matches() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.txt");
+        let text: String = (0..100_000)
+            .map(|i| format!("line {i} of a.txt\n"))
+            .collect();
+        std::fs::write(&path, &text).unwrap();
+        let file = File::open(&path).unwrap();
+        let built = index(&text);
+        assert!(built.len >= DISK_INDEX_MIN_BYTES && built.checkpoints.len() > 10);
+        let Identity::File { mtime_ns, .. } = Identity::of(&file, ArtifactKind::Text).unwrap()
+        else {
+            panic!("a file's identity")
+        };
+        store_index(&index_path(&path), seconds_nanos(mtime_ns), &built).unwrap();
+        let mut empty = tempfile::tempfile().unwrap();
+        let identity = Identity::of(&file, ArtifactKind::Text).unwrap();
+        let got = file_index(identity, &path, &mut empty, &|| false).unwrap();
+        assert_eq!(*got, built);
+
+        // Another modification time: the kept index is not this file's.
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
+        File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(later)
+            .unwrap();
+        let identity = Identity::of(&file, ArtifactKind::Text).unwrap();
+        let Identity::File { mtime_ns, .. } = identity else {
+            panic!("a file's identity")
+        };
+        assert!(load_index(&index_path(&path), built.len, seconds_nanos(mtime_ns)).is_none());
+        let got = file_index(identity, &path, &mut File::open(&path).unwrap(), &|| false).unwrap();
+        assert_eq!(*got, built);
+        // Rebuilt, and kept again for the new time.
+        assert_eq!(
+            load_index(&index_path(&path), built.len, seconds_nanos(mtime_ns)),
+            Some(built)
         );
     }
 

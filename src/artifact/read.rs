@@ -10,7 +10,9 @@
 //!   built by one streaming pass the first time an artifact is read and kept
 //!   in a small process-wide cache. Artifacts are written once and never
 //!   change, so an index stays true for as long as the file is the same
-//!   file (same device, inode, length and modification time).
+//!   file (same device, inode, length and modification time). The index
+//!   of a large text artifact is also kept on disk beside it, so the next
+//!   process reads it instead of the artifact (see "the index on disk").
 //! - A **range** seeks to the checkpoint before its first line and reads
 //!   forward: its cost is the range plus at most one checkpoint interval,
 //!   whatever the artifact's size.
@@ -64,7 +66,7 @@ use std::sync::Arc;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::index::{Identity, LineIndex, cached_index};
+use super::index::{Identity, LineIndex, cached_index, file_index};
 use super::objects::ObjectArtifacts;
 use super::objects::ObjectsConfig;
 use super::{ArtifactKind, file_name, session_dir};
@@ -193,7 +195,7 @@ pub fn read_artifact_until(
     match found.kind {
         ArtifactKind::Text => {
             let mut source = found.file;
-            let index = cached_index(identity, &mut source, stop).map_err(storage)?;
+            let index = file_index(identity, &found.path, &mut source, stop).map_err(storage)?;
             page(source, &index, grep.as_ref(), request, unit, stop).map_err(storage)
         }
         ArtifactKind::Json => {

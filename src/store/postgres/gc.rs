@@ -218,11 +218,15 @@ fn choose(weighed: &[(SessionRow, u64)], policy: &Policy) -> HashSet<String> {
 struct Doomed {
     files: Vec<(String, u64)>,
     objects: Vec<(String, u64)>,
+    /// Line indexes kept beside local artifacts (`<name>.idx`) whose
+    /// artifact goes or is gone: removed with them, never named as an
+    /// output.
+    indexes: Vec<String>,
 }
 
 impl Doomed {
     fn is_empty(&self) -> bool {
-        self.files.is_empty() && self.objects.is_empty()
+        self.files.is_empty() && self.objects.is_empty() && self.indexes.is_empty()
     }
 
     /// What a report names: a file's path, an object's URL.
@@ -258,7 +262,8 @@ fn unreferenced(
 ) -> Doomed {
     let old = |modified: &SystemTime| *modified + policy.grace < policy.now;
     let free = |name: &str| !refs.contains(&(id.to_owned(), name.to_owned()));
-    let files = files
+    let local = files;
+    let files: Vec<(String, u64)> = local
         .iter()
         .filter(|(name, _, modified)| {
             old(modified)
@@ -266,6 +271,13 @@ fn unreferenced(
         })
         .map(|(name, size, _)| (name.clone(), *size))
         .collect();
+    let local_indexes = crate::retention::orphan_indexes(
+        local.iter().map(|(name, _, _)| name.as_str()),
+        files.iter().map(|(name, _)| name.as_str()),
+    )
+    .into_iter()
+    .map(str::to_owned)
+    .collect();
     let mut objects: Vec<(String, u64)> = in_bucket
         .iter()
         .filter(|(name, _, modified)| is_artifact_name(name) && old(modified) && free(name))
@@ -283,7 +295,11 @@ fn unreferenced(
         .map(|(name, size, _)| (name.clone(), *size))
         .collect();
     objects.extend(indexes);
-    Doomed { files, objects }
+    Doomed {
+        files,
+        objects,
+        indexes: local_indexes,
+    }
 }
 
 /// Remove what `doomed` names; what was there to remove, as the report
@@ -300,6 +316,14 @@ async fn remove_outputs(
         let path = results.join(name);
         match std::fs::remove_file(&path) {
             Ok(()) => removed.push((path.display().to_string(), *size)),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => return Err(Error::storage(&path, &err)),
+        }
+    }
+    for name in &doomed.indexes {
+        let path = results.join(name);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
             Err(err) => return Err(Error::storage(&path, &err)),
         }
