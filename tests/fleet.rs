@@ -841,6 +841,7 @@ async fn gc_on_the_shared_store_sweeps_unreferenced_outputs_and_respects_holds()
                 None => saved_outputs(&data_dir, session)
                     .iter()
                     .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+                    .filter(|name| !name.ends_with(".idx"))
                     .collect(),
             }
         };
@@ -855,7 +856,20 @@ async fn gc_on_the_shared_store_sweeps_unreferenced_outputs_and_respects_holds()
                     let dir = data_dir.join("sessions").join(session).join("tool-results");
                     std::fs::create_dir_all(&dir).unwrap();
                     std::fs::write(dir.join(name), "nobody points here").unwrap();
+                    // A line index kept beside it goes with it, unnamed.
+                    std::fs::write(dir.join(format!("{name}.idx")), "{}").unwrap();
                 }
+            }
+        }
+        // Local line indexes of a kept output, and of one that is gone.
+        let index = |name: &str| {
+            data_dir
+                .join("sessions/s/tool-results")
+                .join(format!("{name}.idx"))
+        };
+        if objects.is_none() {
+            for name in ["s-call-0.txt", "gone.txt"] {
+                std::fs::write(index(name), "{}").unwrap();
             }
         }
         assert_eq!(outputs("s"), ["s-call-0.txt", "stray.txt"], "{objects:?}");
@@ -943,6 +957,16 @@ async fn gc_on_the_shared_store_sweeps_unreferenced_outputs_and_respects_holds()
         }
         assert_eq!(outputs("s"), kept, "the referenced outputs stay");
         assert!(outputs("ghost").is_empty());
+        if objects.is_none() {
+            // Indexes went with their outputs (never named as outputs) and
+            // alone when theirs was gone; a kept output's stays.
+            assert!(index("s-call-0.txt").exists());
+            for gone in [index("stray.txt"), index("gone.txt")] {
+                assert!(!gone.exists(), "{}", gone.display());
+            }
+            let ghost = saved_outputs(&data_dir, "ghost");
+            assert!(ghost.is_empty(), "{ghost:?}");
+        }
     }
 }
 
