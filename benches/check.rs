@@ -23,6 +23,7 @@ use serde_json::json;
 mod support;
 
 fn main() {
+    support::begin("check");
     let parts = support::Parts::from_args();
     if !parts.want("check") {
         return;
@@ -110,4 +111,19 @@ fn compare(root: &Path, pairs: usize) {
         repair.as_secs_f64() * 1e3,
         if ratio <= 2.0 { "met" } else { "MISSED" }
     );
+    support::record(support::Row {
+        bench: "check",
+        figure: format!(
+            "`toolwire check` of a {pairs}-pair transcript ({} MB, {violations} violations)",
+            size >> 20
+        ),
+        toolwire: format!("{:.0} ms", check.as_secs_f64() * 1e3),
+        baseline: format!(
+            "{:.0} ms: `toolwire repair` of the same file",
+            repair.as_secs_f64() * 1e3
+        ),
+        ratio: support::x(ratio),
+        target: "≤ 2×".into(),
+        holds: Some(ratio <= 2.0),
+    });
 }
