@@ -336,8 +336,11 @@ fn store_index(at: &Path, mtime: (i64, i64), index: &LineIndex) -> io::Result<()
     let mut tmp = tempfile::Builder::new()
         .prefix(super::TEMP_PREFIX)
         .tempfile_in(dir)?;
-    serde_json::to_writer(io::BufWriter::new(tmp.as_file_mut()), &disk)
-        .map_err(io::Error::other)?;
+    let mut out = io::BufWriter::new(tmp.as_file_mut());
+    serde_json::to_writer(&mut out, &disk).map_err(io::Error::other)?;
+    // Flushed here, not on drop, where a failed write would go unseen.
+    out.flush()?;
+    drop(out);
     tmp.persist(at).map_err(|err| err.error)?;
     Ok(())
 }
