@@ -14,6 +14,9 @@ use serde::{Deserialize, Serialize};
 use crate::budget::names::ArtifactKind;
 use crate::format::SizeUnit;
 
+/// Suffix of an artifact's line index kept beside it (`<name>.idx`), on
+/// object storage and on disk.
+pub const INDEX_SUFFIX: &str = ".idx";
 /// Line-index granularity: a range read starts at most this far before
 /// its first line.
 pub const CHECKPOINT_BYTES: u64 = 64 << 10;
@@ -250,7 +253,7 @@ impl DiskIndex {
 /// Where the index of the artifact at `path` is kept.
 pub fn index_path(path: &Path) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
-    name.push(super::objects::INDEX_SUFFIX);
+    name.push(INDEX_SUFFIX);
     PathBuf::from(name)
 }
 

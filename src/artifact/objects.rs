@@ -81,8 +81,9 @@ impl std::fmt::Display for OptionValue {
     }
 }
 
-/// Suffix of a text artifact's line index.
-pub const INDEX_SUFFIX: &str = ".idx";
+/// Suffix of a text artifact's line index, here and beside local
+/// artifacts alike.
+pub use super::index::INDEX_SUFFIX;
 
 /// First ranged read; sequential reads double it up to [`MAX_CHUNK`].
 const FIRST_CHUNK: u64 = 256 << 10;
