@@ -104,7 +104,7 @@ struct Found {
     /// Temporary files in the artifact directory.
     temps: Vec<(String, u64, SystemTime)>,
     /// Line indexes kept beside its artifacts (`<artifact>.idx`, see
-    /// [`crate::artifact::read`]): name and size. Never outputs: they go
+    /// [`crate::artifact::index`]): name and size. Never outputs: they go
     /// with their artifact, or once it is gone.
     line_indexes: Vec<(String, u64)>,
     last_written: Option<SystemTime>,

@@ -1,7 +1,8 @@
 //! The line index of a saved output: what one pass over it learns (lines,
 //! sizes in every unit, where each stretch of lines starts), so a page is
 //! read without scanning from the start. Kept per file identity in memory,
-//! and stored beside an output on object storage.
+//! stored beside an output on object storage, and kept on disk beside a
+//! large local one (see "the index on disk" below).
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};

@@ -12,7 +12,7 @@
 //!   change, so an index stays true for as long as the file is the same
 //!   file (same device, inode, length and modification time). The index
 //!   of a large text artifact is also kept on disk beside it, so the next
-//!   process reads it instead of the artifact (see "the index on disk").
+//!   process reads it instead of the artifact (see [`super::index`]).
 //! - A **range** seeks to the checkpoint before its first line and reads
 //!   forward: its cost is the range plus at most one checkpoint interval,
 //!   whatever the artifact's size.
