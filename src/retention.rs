@@ -3,7 +3,8 @@
 //!
 //! The rules (PROTOCOL.md 10.6):
 //!
-//! - A **session** (its transcript `<id>.jsonl`, with its `.bak`, and its
+//! - A **session** (its transcript `<id>.jsonl`, with its `.bak`, its
+//!   decisions checkpoint `.<id>.jsonl.decisions`, and its
 //!   directory `<id>/` of artifacts) expires as a unit when its journal was
 //!   last written more than `maxAgeDays` ago. Over `maxTotalBytes`, the
 //!   least recently written sessions go first. A session without a journal
@@ -56,7 +57,12 @@ use crate::transcript::SessionId;
 pub const GRACE: Duration = Duration::from_secs(3600);
 
 /// Prefixes of temporary files toolwire writes and renames into place.
-const TEMP_PREFIXES: &[&str] = &[TEMP_PREFIX, ".fork-", ".repair-"];
+const TEMP_PREFIXES: &[&str] = &[
+    TEMP_PREFIX,
+    ".fork-",
+    ".repair-",
+    crate::transcript::checkpoint::TEMP_PREFIX,
+];
 /// Prefix of a session directory moved aside to be deleted.
 const TRASH_PREFIX: &str = ".gc-";
 
@@ -98,6 +104,8 @@ pub struct Progress {
 struct Found {
     transcript: Option<fs::Metadata>,
     bak: Option<u64>,
+    /// Its transcript's decisions checkpoint: size.
+    checkpoint: Option<u64>,
     dir: bool,
     /// Artifacts: name, size, modification time.
     artifacts: Vec<(String, u64, SystemTime)>,
@@ -157,6 +165,7 @@ pub fn collect(
     let mut seen: HashSet<String> = HashSet::new();
     let mut top_leftovers: Vec<(PathBuf, u64, bool)> = Vec::new();
     let mut links: HashMap<String, Vec<(String, SystemTime)>> = HashMap::new();
+    let mut checkpoints: HashMap<String, u64> = HashMap::new();
     for id in listed.keys() {
         if seen.insert(id.clone()) {
             ids.push(id.clone());
@@ -182,8 +191,24 @@ pub fn collect(
             }
             continue;
         }
+        // A transcript's decisions checkpoint goes with its session; one
+        // whose transcript is gone (a removal cut short) is a leftover.
+        if let Some(id) = crate::transcript::checkpoint::owner(&name)
+            && meta.is_file()
+            && SessionId::try_from(id.to_owned()).is_ok()
+        {
+            if fs::symlink_metadata(sessions_dir.join(format!("{id}.jsonl"))).is_ok() {
+                checkpoints.insert(id.to_owned(), meta.len());
+                if seen.insert(id.to_owned()) {
+                    ids.push(id.to_owned());
+                }
+            } else if is_old(&meta, policy) {
+                top_leftovers.push((entry.path(), meta.len(), false));
+            }
+            continue;
+        }
         // Leftovers of work cut short: a gc's trash, a fork's or a
-        // repair's temporary transcript. Past the grace period, no run that
+        // repair's temporary transcript, a checkpoint's temporary file. Past the grace period, no run that
         // made them can still be at work.
         if name.starts_with(TRASH_PREFIX) || TEMP_PREFIXES.iter().any(|p| name.starts_with(p)) {
             if is_old(&meta, policy) {
@@ -211,6 +236,8 @@ pub fn collect(
         let mut f = scan(&sessions_dir, id).map_err(storage)?;
         f.held = f.held || is_open(id);
         f.links = links.remove(id).unwrap_or_default();
+        f.checkpoint = checkpoints.remove(id);
+        f.bytes += f.checkpoint.unwrap_or(0);
         for (name, size, modified) in listed.remove(id).unwrap_or_default() {
             f.bytes += size;
             if f.transcript.is_none() {
@@ -518,6 +545,13 @@ fn remove_session(sessions_dir: &Path, id: &str, f: &Found) -> io::Result<Option
         },
         None => None,
     };
+    // The checkpoint before its transcript: a crash between leaves a
+    // transcript read whole on resume, never a checkpoint of nothing.
+    if f.checkpoint.is_some()
+        && let Some(path) = crate::transcript::checkpoint::path_for(&transcript)
+    {
+        remove_file_if_there(&path)?;
+    }
     // The journal goes first: a crash after it leaves artifacts without a
     // journal, which the next run removes; never a journal pointing at
     // removed artifacts.

@@ -75,6 +75,31 @@ impl Replacement {
     pub fn packed_len(&self) -> usize {
         self.packed().len()
     }
+
+    /// Its sizes and packed text as [`Replacement::from_packed`] takes them
+    /// back (for a decisions checkpoint, which keeps them packed so a
+    /// resume neither compresses nor decompresses anything).
+    pub fn to_packed(&self) -> (&[u64; 3], &[u8]) {
+        (self.sizes(), self.packed())
+    }
+
+    /// A replacement from what [`Replacement::to_packed`] gave, in this
+    /// build's packing ([`packing_id`]); `None` when the packed text does
+    /// not start with a tag this build writes.
+    pub fn from_packed(sizes: [u64; 3], packed: &[u8]) -> Option<Self> {
+        matches!(packed.first(), Some(&ZSTD | &RAW)).then(|| {
+            crate::heap::apart(|| {
+                Replacement(triomphe::ThinArc::from_header_and_slice(sizes, packed))
+            })
+        })
+    }
+}
+
+/// Names the packing of replacements (its dictionary and tags): packed
+/// text saved by one build is taken back only by a build that packs the
+/// same way.
+pub fn packing_id() -> u64 {
+    xxhash_rust::xxh3::xxh3_64_with_seed(DICTIONARY, u64::from(ZSTD) << 8 | u64::from(RAW))
 }
 
 impl std::fmt::Debug for Replacement {

@@ -373,6 +373,26 @@ impl Digest {
         })
     }
 
+    /// The digest as a tag (0 for [`Digest::ANY`], 1 SHA-256, 2 XXH3) and
+    /// its value, for binary files ([`Digest::from_bits`] reads it back).
+    pub fn to_bits(self) -> (u8, u64) {
+        match self.0 {
+            None => (0, 0),
+            Some((DigestKind::Sha256, value)) => (1, value),
+            Some((DigestKind::Xxh3, value)) => (2, value),
+        }
+    }
+
+    /// What [`Digest::to_bits`] wrote; `None` for an unknown tag.
+    pub fn from_bits(tag: u8, value: u64) -> Option<Digest> {
+        match tag {
+            0 => Some(Digest::ANY),
+            1 => Some(Digest(Some((DigestKind::Sha256, value)))),
+            2 => Some(Digest(Some((DigestKind::Xxh3, value)))),
+            _ => None,
+        }
+    }
+
     /// Read a written digest; `None` when it is neither form.
     pub fn parse(text: &str) -> Option<Digest> {
         let (kind, hex) = match text.strip_prefix(Digest::XXH3_PREFIX) {

@@ -20,6 +20,8 @@ use crate::protocol::{
 };
 use crate::session::Session;
 use crate::state::{Replacement, ReplacementState};
+use crate::transcript::checkpoint;
+use crate::transcript::fork::Logical;
 use crate::transcript::import;
 use crate::transcript::reader::{self, ReadLimits, SessionImage};
 
@@ -52,30 +54,41 @@ async fn reconstruct(
     let (source, file_format) = match &path {
         Some(path) => {
             // Never open a FIFO or a device to look at it.
-            drop(reader::open_regular(path)?);
-            let content = match import::detect_file(path) {
-                // An empty transcript is one with nothing in it yet.
-                Err(import::ImportError::Detect {
-                    source: import::DetectError::Empty,
-                    ..
-                }) => import::Content::Transcript {
-                    format: Format::Anthropic,
-                    declared: false,
-                },
-                other => other?,
-            };
-            let source = match content {
-                import::Content::Transcript { .. } => Source::File(path.clone()),
-                _ => Source::Bytes(import::transcript_bytes(path)?.1),
-            };
-            (
-                Some(source),
-                Some(params.format.unwrap_or(content.format())),
-            )
+            let file = reader::open_regular(path)?;
+            if let Some(source) = checkpointed(file, path, params.format)? {
+                let format = source.format;
+                (Some(Source::Checkpoint(Box::new(source))), Some(format))
+            } else {
+                let content = match import::detect_file(path) {
+                    // An empty transcript is one with nothing in it yet.
+                    Err(import::ImportError::Detect {
+                        source: import::DetectError::Empty,
+                        ..
+                    }) => import::Content::Transcript {
+                        format: Format::Anthropic,
+                        declared: false,
+                    },
+                    other => other?,
+                };
+                let source = match content {
+                    import::Content::Transcript { .. } => Source::File(path.clone()),
+                    _ => Source::Bytes(import::transcript_bytes(path)?.1),
+                };
+                (
+                    Some(source),
+                    Some(params.format.unwrap_or(content.format())),
+                )
+            }
         }
         None => (None, params.format),
     };
     let format = session.format_for(file_format, cx.config.format).await?;
+    // A checkpoint is of the transcript read in its own format: read in
+    // another, the transcript is read whole.
+    let source = match source {
+        Some(Source::Checkpoint(c)) if c.format != format => Some(Source::File(c.path)),
+        other => other,
+    };
     let dialect = format.dialect();
     let mut image = SessionImage::default();
     for (i, m) in params.messages.iter().flatten().enumerate() {
@@ -106,9 +119,10 @@ async fn reconstruct(
         let token = params.work_done_token.clone();
         let progress_cx = cx.clone();
         let cancel = cx.cancel.clone();
+        let mut source = source;
         image = tokio::task::spawn_blocking(move || {
             read_transcript(
-                &source,
+                &mut source,
                 format,
                 image,
                 || cancel.is_cancelled(),
@@ -202,10 +216,43 @@ async fn reconstruct(
 }
 
 /// Where a transcript is read from: a toolwire transcript file, streamed,
+/// from its decisions checkpoint on when it has one that proves itself,
 /// or the converted bytes of another agent's session.
 enum Source {
     File(std::path::PathBuf),
+    Checkpoint(Box<Checkpointed>),
     Bytes(Vec<u8>),
+}
+
+/// A transcript file whose checkpoint proved itself.
+struct Checkpointed {
+    path: std::path::PathBuf,
+    logical: Logical,
+    format: Format,
+    checkpoint: checkpoint::Checkpoint,
+}
+
+/// The transcript at `path` (opened as `file`) with its checkpoint, when
+/// it has one that proves itself and is in the format asked for (if any).
+fn checkpointed(
+    file: std::fs::File,
+    path: &std::path::Path,
+    format: Option<Format>,
+) -> Result<Option<Checkpointed>> {
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    // A transcript with a fork line it cannot read has no checkpoint to
+    // use: reading it whole says why.
+    let Ok(logical) = Logical::open(&file, path, len) else {
+        return Ok(None);
+    };
+    Ok(checkpoint::read(path, &logical)
+        .filter(|c| format.is_none_or(|f| f == c.format))
+        .map(|checkpoint| Checkpointed {
+            path: path.to_path_buf(),
+            format: checkpoint.format,
+            logical,
+            checkpoint,
+        }))
 }
 
 /// Stream a transcript into `image`, calling `progress(bytes, total)` every
@@ -214,7 +261,7 @@ enum Source {
 /// longer than a frame is skipped and counted without being held, and
 /// `cancelled` is polled between reads.
 fn read_transcript(
-    source: &Source,
+    source: &mut Source,
     format: Format,
     mut image: SessionImage,
     cancelled: impl Fn() -> bool,
@@ -222,7 +269,19 @@ fn read_transcript(
 ) -> Result<SessionImage> {
     const STEP: u64 = 8 << 20;
     let mut next_report = STEP;
+    let mut start = 0;
     let (reader, total, path): (Box<dyn std::io::Read>, u64, &std::path::Path) = match source {
+        Source::Checkpoint(c) => {
+            // The client's messages came first, then the lines the
+            // checkpoint stands for, then the rest of the file.
+            start = c.checkpoint.at;
+            image.extend(std::mem::take(&mut c.checkpoint.image));
+            let reader = c
+                .logical
+                .reader_from(start)
+                .map_err(|err| Error::storage(&c.path, &err))?;
+            (Box::new(reader), c.logical.len(), &c.path)
+        }
         Source::File(path) => {
             let file = reader::open_regular(path)?;
             let len = file.metadata().map(|m| m.len()).unwrap_or(0);
@@ -245,6 +304,7 @@ fn read_transcript(
         ReadLimits::default(),
         &cancelled,
         |span, head| {
+            let span = span.after(start);
             image.add(span, head);
             if span.offset + span.len >= next_report {
                 next_report += STEP;

@@ -11,6 +11,7 @@ use super::{ForkSource, Outcome, SessionStore};
 use super::{Loaded, SessionKey};
 use crate::error::{Error, Result};
 use crate::transcript::Lines;
+use crate::transcript::checkpoint;
 use crate::transcript::fork;
 use crate::transcript::guard::Transition;
 use crate::transcript::reader::{self, SessionImage};
@@ -107,6 +108,12 @@ impl SessionStore for Local<'_> {
             drop(writer);
             loaded.transcript = None;
         }
+        if outcome.is_ok()
+            && let Some(due) = lock_writer(&transcript).checkpoint_due()
+        {
+            // Off the request: a resume only needs it to be there later.
+            tokio::task::spawn_blocking(move || due.run(format));
+        }
         outcome.map(|()| Outcome::WRITTEN)
     }
 
@@ -138,6 +145,16 @@ impl SessionStore for Local<'_> {
             Some((from, len)) => Some(
                 tokio::task::spawn_blocking(move || {
                     let (file, len) = fork_transcript(&parent_id, &from, len, &path)?;
+                    // The parent's checkpoint stands for bytes the fork
+                    // starts with (the same inodes, through its links):
+                    // the fork resumes from it, and proves it as the
+                    // parent would.
+                    if let (Some(theirs), Some(ours)) =
+                        (checkpoint::path_for(&from), checkpoint::path_for(&path))
+                    {
+                        let _ = std::fs::remove_file(&ours);
+                        let _ = std::fs::hard_link(theirs, ours);
+                    }
                     let meta = file.metadata().map_err(|err| Error::storage(&path, &err))?;
                     Ok::<_, Error>(TranscriptWriter::new(path, files.wrap(file), len, &meta))
                 })
@@ -325,6 +342,10 @@ fn create_transcript(key: &SessionKey, files: &dyn LogFileFactory) -> Result<Tra
     }
     let file = writer::open_locked(&path, true)?;
     let meta = file.metadata().map_err(|err| Error::storage(&path, &err))?;
+    if meta.len() == 0 {
+        // Nothing a checkpoint left here can be of this transcript.
+        checkpoint::remove(&path);
+    }
     Ok(TranscriptWriter::new(
         path,
         files.wrap(file),
@@ -359,22 +380,28 @@ fn load_from_disk(key: &SessionKey, files: &dyn LogFileFactory) -> Result<Loaded
     let actual = meta.len();
     // A fork's transcript reads through its parent's bytes first.
     let logical = fork::Logical::open(&file, &path, actual).map_err(storage)?;
-    let mut head = Vec::new();
-    logical
-        .reader()
-        .and_then(|r| r.take(reader::DETECT_HEAD).read_to_end(&mut head))
-        .map_err(storage)?;
-    let format = reader::detect_format(&head);
-    drop(head);
-    let mut image = SessionImage::default();
+    // Decisions up to a checkpoint that proves itself are read from it,
+    // and only the lines after it from the transcript.
+    let (format, mut image, start, checkpoint_size) = match checkpoint::read(&path, &logical) {
+        Some(c) => (c.format, c.image, c.at, c.size),
+        None => {
+            let mut head = Vec::new();
+            logical
+                .reader()
+                .and_then(|r| r.take(reader::DETECT_HEAD).read_to_end(&mut head))
+                .map_err(storage)?;
+            (reader::detect_format(&head), SessionImage::default(), 0, 0)
+        }
+    };
     let (complete, torn) = reader::read_lines(
         format,
-        logical.reader().map_err(storage)?,
+        logical.reader_from(start).map_err(storage)?,
         reader::ReadLimits::default(),
         || false,
-        |span, entry| image.add(span, entry),
+        |span, entry| image.add(span.after(start), entry),
     )
     .map_err(storage)?;
+    let complete = start + complete;
     // Only the file's own lines are ours to cut; a parent's committed
     // bytes never end in an open call.
     let keep = match image.open_call_at() {
@@ -387,6 +414,7 @@ fn load_from_disk(key: &SessionKey, files: &dyn LogFileFactory) -> Result<Loaded
             complete
         }
     };
+    let keep_logical = keep;
     let keep = logical.physical(keep);
     if keep < actual {
         // A crash between writing the two halves of a commit: cut the torn
@@ -395,6 +423,18 @@ fn load_from_disk(key: &SessionKey, files: &dyn LogFileFactory) -> Result<Loaded
         tracing::warn!(path = %path.display(), torn, cut_bytes = actual - keep, "cutting an incomplete commit off the transcript tail");
         file.set_len(keep).map_err(storage)?;
         file.sync_all().map_err(storage)?;
+    }
+    // A long read is saved for the next resume: the image stands for the
+    // transcript up to `keep` now.
+    let mut checkpointed = (logical.physical(start), checkpoint_size);
+    if keep_logical.saturating_sub(start) >= checkpoint::refresh_min().max(checkpoint_size) {
+        match checkpoint::write(&path, &logical, keep_logical, format, &image) {
+            Ok(Some(size)) => checkpointed = (keep, size),
+            Ok(None) => {}
+            Err(err) => {
+                tracing::warn!(path = %path.display(), %err, "could not write the decisions checkpoint")
+            }
+        }
     }
     // A replacement journaled by `budget/apply` whose message was never
     // appended is still a decision already sent to the provider.
@@ -405,12 +445,9 @@ fn load_from_disk(key: &SessionKey, files: &dyn LogFileFactory) -> Result<Loaded
             loaded.tool_names.insert_mut(id, name);
         }
     }
-    loaded.transcript = Some(Arc::new(Mutex::new(TranscriptWriter::new(
-        path,
-        files.wrap(file),
-        keep,
-        &meta,
-    ))));
+    let mut writer = TranscriptWriter::new(path, files.wrap(file), keep, &meta);
+    writer.checkpointed(checkpointed.0, checkpointed.1);
+    loaded.transcript = Some(Arc::new(Mutex::new(writer)));
     loaded.exists = true;
     loaded.format = Some(format);
     loaded.journaled = true;

@@ -242,11 +242,32 @@ impl Logical {
 
     /// A reader of the logical bytes.
     pub fn reader(&self) -> io::Result<Reader> {
+        self.reader_from(0)
+    }
+
+    /// A reader of the logical bytes from offset `at` on.
+    pub fn reader_from(&self, mut at: u64) -> io::Result<Reader> {
         let mut parts = Vec::with_capacity(self.parts.len());
         for (file, from, len) in &self.parts {
-            parts.push((file.try_clone()?, *from, *len));
+            let skip = at.min(*len);
+            at -= skip;
+            if skip < *len {
+                parts.push((file.try_clone()?, from + skip, len - skip));
+            }
         }
         Ok(Reader { parts, at: 0 })
+    }
+
+    /// The file that holds logical byte `at` (a segment's link, or the
+    /// transcript itself), if the logical transcript is that long.
+    pub fn file_at(&self, mut at: u64) -> Option<&File> {
+        for (file, _, len) in &self.parts {
+            if at < *len {
+                return Some(file);
+            }
+            at -= len;
+        }
+        None
     }
 }
 

@@ -10,9 +10,12 @@
 //! [`writer`] appends commits durably ([`wal`] makes the small ones of
 //! many sessions durable with one sync), [`guard`] decides what a message
 //! appends (holding tool calls back until all their results are in),
-//! [`reader`] streams a transcript back, and [`repair`] rewrites a broken one.
+//! [`reader`] streams a transcript back, [`checkpoint`] saves what it read
+//! so a resume reads only what came after, and [`repair`] rewrites a
+//! broken one.
 
 pub mod check;
+pub mod checkpoint;
 pub mod fork;
 pub mod guard;
 pub mod import;

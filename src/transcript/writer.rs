@@ -13,6 +13,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::wal;
 use crate::error::{Error, Result};
@@ -58,6 +59,46 @@ pub struct TranscriptWriter {
     len: u64,
     /// Device and inode of the file, which a commit log record names.
     identity: (u64, u64),
+    checkpoint: Arc<CheckpointTrack>,
+}
+
+/// How far the transcript's decisions checkpoint
+/// ([`super::checkpoint`]) goes, shared with the job that brings it up
+/// to date.
+#[derive(Debug, Default)]
+struct CheckpointTrack {
+    /// The transcript's (physical) length the checkpoint stands for.
+    len: AtomicU64,
+    /// The checkpoint's own size.
+    size: AtomicU64,
+    /// A job is bringing it up to date.
+    busy: AtomicBool,
+}
+
+/// A checkpoint to bring up to the transcript's committed length: run it
+/// off the async workers (it reads the lines since the last one).
+pub struct CheckpointDue {
+    path: Arc<Path>,
+    len: u64,
+    track: Arc<CheckpointTrack>,
+}
+
+impl CheckpointDue {
+    pub fn run(self, format: crate::format::Format) {
+        match super::checkpoint::refresh(&self.path, format, self.len) {
+            Ok(Some(size)) => {
+                self.track.len.store(self.len, Ordering::Release);
+                self.track.size.store(size, Ordering::Release);
+            }
+            Ok(None) => {}
+            // Only resumes are slower for it: they read more of the
+            // transcript.
+            Err(err) => {
+                tracing::warn!(path = %self.path.display(), %err, "could not write the decisions checkpoint")
+            }
+        }
+        self.track.busy.store(false, Ordering::Release);
+    }
 }
 
 impl TranscriptWriter {
@@ -69,7 +110,28 @@ impl TranscriptWriter {
             file,
             len,
             identity: (meta.dev(), meta.ino()),
+            checkpoint: Arc::default(),
         }
+    }
+
+    /// Say that the decisions checkpoint stands for the transcript's first
+    /// `len` bytes and holds `size` bytes.
+    pub fn checkpointed(&mut self, len: u64, size: u64) {
+        self.checkpoint.len.store(len, Ordering::Release);
+        self.checkpoint.size.store(size, Ordering::Release);
+    }
+
+    /// The checkpoint job, when enough was committed since the checkpoint
+    /// (see [`super::checkpoint::refresh_min`]) and no job is at it.
+    pub fn checkpoint_due(&self) -> Option<CheckpointDue> {
+        let track = &self.checkpoint;
+        let since = self.len.saturating_sub(track.len.load(Ordering::Acquire));
+        let due = since >= super::checkpoint::refresh_min().max(track.size.load(Ordering::Acquire));
+        (due && !track.busy.swap(true, Ordering::AcqRel)).then(|| CheckpointDue {
+            path: self.path.clone(),
+            len: self.len,
+            track: track.clone(),
+        })
     }
 
     pub fn path(&self) -> &Path {

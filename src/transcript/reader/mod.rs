@@ -163,6 +163,16 @@ pub struct Span {
     pub len: u64,
 }
 
+impl Span {
+    /// The span of a line read from offset `at` of its file on.
+    pub fn after(self, at: u64) -> Span {
+        Span {
+            offset: self.offset + at,
+            len: self.len,
+        }
+    }
+}
+
 /// How [`read_lines`] reads.
 #[derive(Debug, Clone, Copy)]
 pub struct ReadLimits {
@@ -480,12 +490,12 @@ pub struct SessionImage {
     pub cleared: Vec<(Id, Digest, Replacement)>,
     /// Calls whose result has not been seen: id → tool name.
     pub undecided_names: HashMap<Id, Arc<str>>,
-    interned: HashSet<Arc<str>>,
+    pub(super) interned: HashSet<Arc<str>>,
     /// Ids a record or `seen` line names with a SHA-256 digest (written
     /// before XXH3 digests were introduced): the originals of these in
     /// later messages are digested in SHA-256 too, so the old decision
     /// binds to them exactly as it did. Empty for new journals.
-    legacy: HashSet<Arc<str>>,
+    pub(super) legacy: HashSet<Arc<str>>,
     pub messages: usize,
     pub records: usize,
     pub skipped: usize,
@@ -642,7 +652,7 @@ impl SessionImage {
             .chain(self.seen.iter().map(|(id, d)| (id.clone(), *d, None)))
     }
 
-    fn intern(&mut self, name: &str) -> Arc<str> {
+    pub(super) fn intern(&mut self, name: &str) -> Arc<str> {
         match self.interned.get(name) {
             Some(name) => name.clone(),
             None => {
@@ -651,6 +661,28 @@ impl SessionImage {
                 name
             }
         }
+    }
+
+    /// Take in `later`, an image of the lines that follow this one's (a
+    /// decisions checkpoint's), with the same outcome as adding those
+    /// lines one by one here: its results answer this image's calls, its
+    /// unanswered calls are added after, its lists follow this one's.
+    /// `later` has no open call (a checkpoint is only made without one).
+    pub fn extend(&mut self, later: SessionImage) {
+        for (id, _) in &later.seen {
+            self.undecided_names.remove(&**id);
+        }
+        self.seen.extend(later.seen);
+        self.replacements.extend(later.replacements);
+        self.cleared.extend(later.cleared);
+        for (id, name) in later.undecided_names {
+            let name = self.intern(&name);
+            self.undecided_names.insert(id, name);
+        }
+        self.legacy.extend(later.legacy);
+        self.messages += later.messages;
+        self.records += later.records;
+        self.skipped += later.skipped;
     }
 
     /// Offset of a trailing tool call still missing results.

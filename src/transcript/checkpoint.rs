@@ -1,0 +1,652 @@
+//! Decisions checkpoints: a session's decisions as its transcript records
+//! them up to some byte offset, saved beside the transcript, so a resume
+//! reads the checkpoint and only the lines after that offset instead of
+//! the whole file.
+//!
+//! The transcript stays the only source of truth. A checkpoint is a cache
+//! of one reading of it ([`SessionImage`] at a commit boundary), and it is
+//! taken only while it proves it was made from the bytes now there:
+//!
+//! - its own checksum (XXH3-64 over everything after its header) and
+//!   version, so a torn or half-written file is not read;
+//! - the packing of replacements it was written with ([`packing_id`]), so
+//!   a build that packs differently does not take its packed text;
+//! - `at`, the logical offset it stands for: never past the transcript's
+//!   (logical) length;
+//! - the device and inode of the file that holds the byte just before
+//!   `at` (the transcript, or for a fork the link to its parent's bytes):
+//!   a transcript replaced under its name (`transcript/repair` renames a
+//!   new file over it, a new session of the same id after gc) is another
+//!   file;
+//! - the XXH3-128 of the last 4 KiB (or fewer) before `at`: bytes
+//!   rewritten in place by someone else's tool.
+//!
+//! Whatever fails, the checkpoint is not used and the transcript is read
+//! whole (as before checkpoints existed), never part-way from a checkpoint
+//! it cannot trust.
+//!
+//! It is written as a temporary file renamed over the old one, so a reader
+//! sees the old or the new one whole; `kill -9` at any instant leaves one
+//! of them, or a temporary file gc removes. It is not synced: after a
+//! power loss it may come back empty or stale, which its checksum and the
+//! proof above turn into "read the transcript".
+//!
+//! The file is named `.<transcript file name>.decisions` (for a session,
+//! `sessions/.<id>.jsonl.decisions`): a hidden name, which no session id
+//! can take (ids never start with a dot), does not end in `.jsonl`, and
+//! gc ([`crate::retention`]) knows as its session's.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::fork::Logical;
+use super::reader::SessionImage;
+use crate::format::{Digest, Format};
+use crate::state::{Id, Replacement, keep_id, packing_id};
+
+/// Suffix of a checkpoint's name (see the module's doc).
+pub const SUFFIX: &str = ".decisions";
+
+/// Prefix of a checkpoint's temporary file (gc removes stale ones).
+pub const TEMP_PREFIX: &str = ".decisions-";
+
+/// First bytes of a checkpoint; the last one is its version.
+const MAGIC: [u8; 8] = *b"TWDECS\x00\x01";
+
+/// How much of the transcript before `at` its digest covers.
+const TAIL: u64 = 4096;
+
+/// A session rewrites its checkpoint once this many bytes (or, when more,
+/// as many as the checkpoint itself holds) were committed after it: a
+/// resume then reads at most about that much of the transcript, and a
+/// checkpoint is written at most once per as many transcript bytes as it
+/// has itself.
+pub const REFRESH_MIN: u64 = 2 << 20;
+
+/// [`REFRESH_MIN`], or what the test hook `TOOLWIRE_TEST_CHECKPOINT_EVERY`
+/// (bytes) says, so a test makes many checkpoints from a short session.
+pub fn refresh_min() -> u64 {
+    use std::sync::OnceLock;
+    static MIN: OnceLock<u64> = OnceLock::new();
+    *MIN.get_or_init(|| {
+        std::env::var("TOOLWIRE_TEST_CHECKPOINT_EVERY")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(REFRESH_MIN)
+    })
+}
+
+/// The checkpoint's path beside `transcript`.
+pub fn path_for(transcript: &Path) -> Option<PathBuf> {
+    let name = transcript.file_name()?;
+    let mut hidden = OsString::from(".");
+    hidden.push(name);
+    hidden.push(SUFFIX);
+    Some(transcript.with_file_name(hidden))
+}
+
+/// The session a file name in `sessions/` is the checkpoint of.
+pub fn owner(name: &str) -> Option<&str> {
+    name.strip_prefix('.')?
+        .strip_suffix(SUFFIX)?
+        .strip_suffix(".jsonl")
+}
+
+/// A session's decisions as its transcript records them up to `at`.
+#[derive(Debug)]
+pub struct Checkpoint {
+    /// Logical offset (a fork's counts its parent's bytes) of the first
+    /// line the checkpoint has not taken in.
+    pub at: u64,
+    pub format: Format,
+    pub image: SessionImage,
+    /// The checkpoint file's size.
+    pub size: u64,
+}
+
+/// What proves a checkpoint belongs to the transcript's bytes before `at`.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+struct Proof {
+    at: u64,
+    dev: u64,
+    ino: u64,
+    tail: u128,
+}
+
+impl Proof {
+    /// The proof of `logical`'s bytes before `at`; `None` when there are
+    /// not that many.
+    fn of(logical: &Logical, at: u64) -> io::Result<Option<Proof>> {
+        if at == 0 || at > logical.len() {
+            return Ok(None);
+        }
+        let Some(file) = logical.file_at(at - 1) else {
+            return Ok(None);
+        };
+        let meta = file.metadata()?;
+        let from = at.saturating_sub(TAIL);
+        let mut tail = Vec::with_capacity((at - from) as usize);
+        logical
+            .reader_from(from)?
+            .take(at - from)
+            .read_to_end(&mut tail)?;
+        if tail.len() as u64 != at - from {
+            return Ok(None);
+        }
+        Ok(Some(Proof {
+            at,
+            dev: meta.dev(),
+            ino: meta.ino(),
+            tail: xxhash_rust::xxh3::xxh3_128(&tail),
+        }))
+    }
+}
+
+/// The checkpoint beside `transcript` (opened as `logical`), if there is
+/// one it can prove was made from these bytes; `None` otherwise, with the
+/// reason logged.
+pub fn read(transcript: &Path, logical: &Logical) -> Option<Checkpoint> {
+    let path = path_for(transcript)?;
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return None,
+        Err(err) => {
+            tracing::debug!(path = %path.display(), %err, "decisions checkpoint unreadable");
+            return None;
+        }
+    };
+    let why = match decode(&bytes) {
+        Some((proof, checkpoint)) => match Proof::of(logical, proof.at) {
+            Ok(Some(now)) if now == proof => return Some(checkpoint),
+            Ok(_) => "its transcript's bytes are not the ones it was made from",
+            Err(_) => "its transcript could not be read",
+        },
+        None => "torn, of another version, or not a checkpoint",
+    };
+    tracing::debug!(path = %path.display(), why, "decisions checkpoint not used: reading the transcript");
+    None
+}
+
+/// Save `image`, the reading of `logical` (the transcript at `transcript`)
+/// up to `at`, as its checkpoint. Nothing is written (`Ok(false)`) when
+/// the image ends in an open call (a later line may still answer or cut
+/// it) or the transcript is shorter than `at`. Returns the checkpoint's
+/// size in bytes when written.
+pub fn write(
+    transcript: &Path,
+    logical: &Logical,
+    at: u64,
+    format: Format,
+    image: &SessionImage,
+) -> io::Result<Option<u64>> {
+    if image.open_call_at().is_some() {
+        return Ok(None);
+    }
+    let (Some(path), Some(proof)) = (path_for(transcript), Proof::of(logical, at)?) else {
+        return Ok(None);
+    };
+    let bytes = encode(&proof, format, image);
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::Builder::new()
+        .prefix(TEMP_PREFIX)
+        .tempfile_in(dir)?;
+    kill_point();
+    let (first, second) = bytes.split_at(bytes.len() / 2);
+    tmp.write_all(first)?;
+    kill_point();
+    tmp.write_all(second)?;
+    kill_point();
+    tmp.persist(&path).map_err(|err| err.error)?;
+    kill_point();
+    Ok(Some(bytes.len() as u64))
+}
+
+/// Take out the checkpoint beside `transcript`, if any (a transcript
+/// rewritten under its name).
+pub fn remove(transcript: &Path) {
+    if let Some(path) = path_for(transcript) {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// Bring the checkpoint beside `transcript` up to the transcript's first
+/// `len` bytes (its physical, committed length): the old checkpoint, if it
+/// proves itself, and the lines after it are read, and the result saved.
+/// Returns the new checkpoint's size, or `None` when none was written.
+pub fn refresh(transcript: &Path, format: Format, len: u64) -> io::Result<Option<u64>> {
+    let file = File::open(transcript)?;
+    let logical = Logical::open(&file, transcript, len)?;
+    let (at, mut image) = match read(transcript, &logical) {
+        Some(c) if c.format == format => (c.at, c.image),
+        _ => (0, SessionImage::default()),
+    };
+    let (complete, _) = super::reader::read_lines(
+        format,
+        logical.reader_from(at)?,
+        super::reader::ReadLimits::default(),
+        || false,
+        |span, head| image.add(span.after(at), head),
+    )?;
+    write(transcript, &logical, at + complete, format, &image)
+}
+
+/// Test hook (`TOOLWIRE_TEST_CHECKPOINT_KILL=<n>`): the process sends
+/// itself SIGKILL at the n-th point (counted from 0, over the process's
+/// life) of writing checkpoints (after the temporary file is made, half
+/// written, written, renamed), so a test can kill it at each instant of a
+/// write without timing anything.
+fn kill_point() {
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static AT: OnceLock<Option<u64>> = OnceLock::new();
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    let at = AT.get_or_init(|| {
+        std::env::var("TOOLWIRE_TEST_CHECKPOINT_KILL")
+            .ok()
+            .and_then(|n| n.parse().ok())
+    });
+    if let Some(at) = at
+        && COUNT.fetch_add(1, Ordering::SeqCst) == *at
+    {
+        // SAFETY: raise(2) with a valid signal number has no preconditions.
+        unsafe { libc::raise(libc::SIGKILL) };
+    }
+}
+
+// ------------------------------------------------------------- encoding --
+//
+// Little-endian: MAGIC, body length (u64), XXH3-64 of the body (u64), then
+// the body: packing id, at, dev, ino, tail digest (u128), format name,
+// messages, records, skipped, then the lists (each a u64 count): seen
+// (id, digest), replacements and clearings (id, digest, sizes, packed
+// text), unanswered calls (id, tool name), legacy ids. Strings and byte
+// strings are a u32 length and the bytes.
+
+fn encode(proof: &Proof, format: Format, image: &SessionImage) -> Vec<u8> {
+    let mut b = Vec::with_capacity(64 + image.seen.len() * 32);
+    b.extend_from_slice(&MAGIC);
+    b.extend_from_slice(&[0; 16]);
+    let body = b.len();
+    let mut e = Enc(b);
+    e.u64(packing_id());
+    e.u64(proof.at);
+    e.u64(proof.dev);
+    e.u64(proof.ino);
+    e.0.extend_from_slice(&proof.tail.to_le_bytes());
+    e.str(format.name());
+    e.u64(image.messages as u64);
+    e.u64(image.records as u64);
+    e.u64(image.skipped as u64);
+    e.u64(image.seen.len() as u64);
+    for (id, digest) in &image.seen {
+        e.str(id);
+        e.digest(*digest);
+    }
+    for list in [&image.replacements, &image.cleared] {
+        e.u64(list.len() as u64);
+        for (id, digest, replacement) in list {
+            e.str(id);
+            e.digest(*digest);
+            let (sizes, packed) = replacement.to_packed();
+            for size in sizes {
+                e.u64(*size);
+            }
+            e.bytes(packed);
+        }
+    }
+    e.u64(image.undecided_names.len() as u64);
+    for (id, name) in &image.undecided_names {
+        e.str(id);
+        e.str(name);
+    }
+    e.u64(image.legacy.len() as u64);
+    for id in &image.legacy {
+        e.str(id);
+    }
+    let mut b = e.0;
+    let len = (b.len() - body) as u64;
+    let sum = xxhash_rust::xxh3::xxh3_64(&b[body..]);
+    b[8..16].copy_from_slice(&len.to_le_bytes());
+    b[16..24].copy_from_slice(&sum.to_le_bytes());
+    b
+}
+
+fn decode(bytes: &[u8]) -> Option<(Proof, Checkpoint)> {
+    let (head, body) = bytes.split_at_checked(24)?;
+    if head[..8] != MAGIC {
+        return None;
+    }
+    let len = u64::from_le_bytes(head[8..16].try_into().ok()?);
+    let sum = u64::from_le_bytes(head[16..24].try_into().ok()?);
+    if len != body.len() as u64 || sum != xxhash_rust::xxh3::xxh3_64(body) {
+        return None;
+    }
+    let mut d = Dec(body);
+    if d.u64()? != packing_id() {
+        return None;
+    }
+    let proof = Proof {
+        at: d.u64()?,
+        dev: d.u64()?,
+        ino: d.u64()?,
+        tail: u128::from_le_bytes(d.take(16)?.try_into().ok()?),
+    };
+    let name = d.str()?;
+    let format = Format::ALL.into_iter().find(|f| f.name() == name)?;
+    let mut image = SessionImage::default();
+    image.messages = d.count()?;
+    image.records = d.count()?;
+    image.skipped = d.count()?;
+    // Counts come from a file whose checksum held; each entry still takes
+    // at least a few bytes, which bounds what is reserved.
+    let n = d.count()?;
+    image.seen.reserve(n.min(d.0.len() / 13));
+    for _ in 0..n {
+        image.seen.push((d.id()?, d.digest()?));
+    }
+    for cleared in [false, true] {
+        let n = d.count()?;
+        let mut list = Vec::with_capacity(n.min(d.0.len() / 45));
+        for _ in 0..n {
+            let id = d.id()?;
+            let digest = d.digest()?;
+            let sizes = [d.u64()?, d.u64()?, d.u64()?];
+            list.push((id, digest, Replacement::from_packed(sizes, d.bytes()?)?));
+        }
+        if cleared {
+            image.cleared = list;
+        } else {
+            image.replacements = list;
+        }
+    }
+    for _ in 0..d.count()? {
+        let id = d.id()?;
+        let name = image.intern(d.str()?);
+        image.undecided_names.insert(id, name);
+    }
+    for _ in 0..d.count()? {
+        image.legacy.insert(Arc::from(d.str()?));
+    }
+    d.0.is_empty().then_some((
+        proof,
+        Checkpoint {
+            at: proof.at,
+            format,
+            image,
+            size: bytes.len() as u64,
+        },
+    ))
+}
+
+struct Enc(Vec<u8>);
+
+impl Enc {
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn bytes(&mut self, v: &[u8]) {
+        // Ids, names and previews are far below 4 GiB (a frame's limit).
+        self.0.extend_from_slice(&(v.len() as u32).to_le_bytes());
+        self.0.extend_from_slice(v);
+    }
+    fn str(&mut self, v: &str) {
+        self.bytes(v.as_bytes());
+    }
+    fn digest(&mut self, digest: Digest) {
+        let (tag, value) = digest.to_bits();
+        self.0.push(tag);
+        self.u64(value);
+    }
+}
+
+struct Dec<'a>(&'a [u8]);
+
+impl<'a> Dec<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let (v, rest) = self.0.split_at_checked(n)?;
+        self.0 = rest;
+        Some(v)
+    }
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+    fn count(&mut self) -> Option<usize> {
+        usize::try_from(self.u64()?).ok()
+    }
+    fn bytes(&mut self) -> Option<&'a [u8]> {
+        let n = u32::from_le_bytes(self.take(4)?.try_into().ok()?);
+        self.take(n as usize)
+    }
+    fn str(&mut self) -> Option<&'a str> {
+        std::str::from_utf8(self.bytes()?).ok()
+    }
+    fn id(&mut self) -> Option<Id> {
+        self.str().map(keep_id)
+    }
+    fn digest(&mut self) -> Option<Digest> {
+        let tag = self.take(1)?[0];
+        Digest::from_bits(tag, self.u64()?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transcript::reader::{ReadLimits, read_lines};
+
+    /// A transcript of `pairs` pairs with a record every third pair, a
+    /// `seen` line every fifth and a call left unanswered at the end.
+    fn transcript(pairs: usize, from: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut push = |line: serde_json::Value| {
+            out.extend_from_slice(line.to_string().as_bytes());
+            out.push(b'\n');
+        };
+        for i in from..from + pairs {
+            let id = format!("toolu_{i}");
+            push(
+                serde_json::json!({"type": "message", "message": {"role": "assistant", "content": [{"type": "tool_use", "id": id, "name": "Bash", "input": {}}]}}),
+            );
+            push(
+                serde_json::json!({"type": "message", "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": "x".repeat(i % 300)}]}}),
+            );
+            if i % 3 == 0 {
+                push(
+                    serde_json::json!({"type": "replacement", "record": {"kind": "tool-result", "toolUseId": id, "replacement": format!("preview {i}"), "digest": "xxh3:00000000000000ff", "cleared": i % 9 == 0}}),
+                );
+            }
+            if i % 5 == 0 {
+                push(
+                    serde_json::json!({"type": "seen", "toolUseIds": [format!("other_{i}")], "digests": ["0000000000000abc"]}),
+                );
+            }
+        }
+        push(
+            serde_json::json!({"type": "message", "message": {"role": "assistant", "content": [{"type": "tool_use", "id": format!("open_{from}"), "name": "Read", "input": {}}]}}),
+        );
+        push(
+            serde_json::json!({"type": "message", "message": {"role": "user", "content": "go on"}}),
+        );
+        out
+    }
+
+    /// The image of `logical` read from `at` on, after `image`.
+    fn read_from(logical: &Logical, at: u64, mut image: SessionImage) -> SessionImage {
+        read_lines(
+            Format::Anthropic,
+            logical.reader_from(at).unwrap(),
+            ReadLimits::default(),
+            || false,
+            |span, head| image.add(span.after(at), head),
+        )
+        .unwrap();
+        image.finish_lenient();
+        image
+    }
+
+    /// What an image decides, in a comparable form.
+    fn summary(image: &SessionImage) -> String {
+        let mut names: Vec<_> = image.undecided_names.iter().collect();
+        names.sort();
+        let mut legacy: Vec<_> = image.legacy.iter().collect();
+        legacy.sort();
+        format!(
+            "{:?} {:?} {:?} {names:?} {legacy:?} {} {} {}",
+            image.seen,
+            image.replacements,
+            image.cleared,
+            image.messages,
+            image.records,
+            image.skipped
+        )
+    }
+
+    fn open(path: &Path) -> Logical {
+        Logical::open_path(path).unwrap().1
+    }
+
+    /// A checkpoint and the lines after it give exactly the image of the
+    /// whole file; a transcript grown since is read from the checkpoint on.
+    #[test]
+    fn a_checkpoint_and_the_tail_read_as_the_whole_transcript() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.jsonl");
+        std::fs::write(&path, transcript(60, 0)).unwrap();
+        let logical = open(&path);
+        let image = read_from(&logical, 0, SessionImage::default());
+        let at = logical.len();
+        assert!(
+            write(&path, &logical, at, Format::Anthropic, &image)
+                .unwrap()
+                .is_some()
+        );
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        f.write_all(&transcript(40, 60)).unwrap();
+        drop(f);
+        let logical = open(&path);
+        let c = read(&path, &logical).expect("the checkpoint proves itself");
+        assert_eq!(c.at, at);
+        let resumed = read_from(&logical, c.at, c.image);
+        let whole = read_from(&logical, 0, SessionImage::default());
+        assert_eq!(summary(&resumed), summary(&whole));
+        assert!(!whole.cleared.is_empty() && !whole.legacy.is_empty());
+        assert!(whole.undecided_names.contains_key("open_0"));
+        // Taken in after a client's messages, it is as if read after them.
+        let mut seeded = SessionImage::default();
+        let call = serde_json::json!({"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_3", "name": "Edit", "input": {}}, {"type": "tool_use", "id": "mine", "name": "Edit", "input": {}}]});
+        let bytes = serde_json::to_vec(&call).unwrap();
+        let skim = || Format::Anthropic.dialect().skim(&bytes).unwrap();
+        seeded.add_message(None, skim());
+        let c = read(&path, &logical).unwrap();
+        let mut merged = SessionImage::default();
+        merged.add_message(None, skim());
+        merged.extend(c.image);
+        let resumed = read_from(&logical, c.at, merged);
+        let whole = read_from(&logical, 0, seeded);
+        assert_eq!(summary(&resumed), summary(&whole));
+        assert!(whole.undecided_names.contains_key("mine"));
+    }
+
+    /// A torn, flipped, foreign or stale checkpoint, or a transcript
+    /// shortened, rewritten or replaced under its name, is never taken.
+    #[test]
+    fn a_checkpoint_that_cannot_prove_itself_is_not_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.jsonl");
+        let ckpt = path_for(&path).unwrap();
+        assert_eq!(ckpt.file_name().unwrap(), ".s.jsonl.decisions");
+        assert_eq!(owner(".s.jsonl.decisions"), Some("s"));
+        assert_eq!(owner("s.jsonl"), None);
+        let bytes = transcript(50, 0);
+        std::fs::write(&path, &bytes).unwrap();
+        let logical = open(&path);
+        let image = read_from(&logical, 0, SessionImage::default());
+        let at = logical.len();
+        write(&path, &logical, at, Format::Anthropic, &image).unwrap();
+        let good = std::fs::read(&ckpt).unwrap();
+        assert!(read(&path, &logical).is_some());
+
+        // Torn at every length, and each byte flipped.
+        for len in 0..good.len() {
+            std::fs::write(&ckpt, &good[..len]).unwrap();
+            assert!(read(&path, &logical).is_none(), "torn at {len}");
+        }
+        for i in (0..good.len()).step_by(7) {
+            let mut bad = good.clone();
+            bad[i] ^= 0x20;
+            std::fs::write(&ckpt, &bad).unwrap();
+            assert!(read(&path, &logical).is_none(), "byte {i} flipped");
+        }
+        std::fs::write(&ckpt, &good).unwrap();
+        assert!(read(&path, &logical).is_some());
+
+        // The transcript shortened (a power loss), then grown again with
+        // other bytes.
+        std::fs::write(&path, &bytes[..bytes.len() - 10]).unwrap();
+        assert!(read(&path, &open(&path)).is_none(), "shorter than `at`");
+        let mut other = bytes.clone();
+        let n = other.len();
+        other[n - 20] = b' ';
+        std::fs::write(&path, &other).unwrap();
+        assert!(read(&path, &open(&path)).is_none(), "rewritten in place");
+        // The same bytes in another file renamed over it (a repair).
+        let new = dir.path().join("new");
+        std::fs::write(&new, &bytes).unwrap();
+        std::fs::rename(&new, &path).unwrap();
+        assert!(read(&path, &open(&path)).is_none(), "another file");
+        // A checkpoint beside another transcript is not this one's.
+        let other_path = dir.path().join("t.jsonl");
+        std::fs::write(&other_path, transcript(50, 1)).unwrap();
+        std::fs::copy(&ckpt, path_for(&other_path).unwrap()).unwrap();
+        assert!(read(&other_path, &open(&other_path)).is_none());
+    }
+
+    /// An image that ends in an open call is not saved; an empty one
+    /// (nothing before `at`) neither.
+    #[test]
+    fn only_a_commit_boundary_is_saved() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.jsonl");
+        let mut bytes = transcript(3, 0);
+        bytes.extend_from_slice(
+            serde_json::json!({"type": "message", "message": {"role": "assistant", "content": [{"type": "tool_use", "id": "late", "name": "Bash", "input": {}}]}}).to_string().as_bytes(),
+        );
+        bytes.push(b'\n');
+        std::fs::write(&path, &bytes).unwrap();
+        let logical = open(&path);
+        let mut image = SessionImage::default();
+        read_lines(
+            Format::Anthropic,
+            logical.reader().unwrap(),
+            ReadLimits::default(),
+            || false,
+            |span, head| image.add(span, head),
+        )
+        .unwrap();
+        assert!(image.open_call_at().is_some());
+        assert!(
+            write(&path, &logical, logical.len(), Format::Anthropic, &image)
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            write(
+                &path,
+                &logical,
+                0,
+                Format::Anthropic,
+                &SessionImage::default()
+            )
+            .unwrap()
+            .is_none()
+        );
+        assert!(!path_for(&path).unwrap().exists());
+    }
+}
