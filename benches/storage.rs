@@ -2,7 +2,7 @@
 //! printed next to a baseline measured in the same run, with the ratio.
 //!
 //!     cargo bench --bench storage                 # all three
-//!     cargo bench --bench storage -- fork pairs   # a subset (fork pairs reconstruct)
+//!     cargo bench --bench storage -- fork pairs   # a subset (fork pairs reconstruct resume)
 //!     TOOLWIRE_BENCH_DURABILITY=none cargo bench --bench storage -- pairs
 //!
 //! The server runs in process behind an in-memory connection, so the
@@ -164,6 +164,10 @@ async fn main() {
     if want("reconstruct") {
         settle();
         reconstruct(root.path()).await;
+    }
+    if want("resume") {
+        settle();
+        resume(root.path()).await;
     }
 }
 
@@ -430,45 +434,9 @@ async fn reconstruct(root: &Path) {
     let dir = root.join("reconstruct");
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("big.jsonl");
-    let size: u64 = 256 << 20;
-    {
-        let mut rng = fastrand::Rng::with_seed(3);
-        let mut f = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
-        let mut written = 0u64;
-        let mut i = 0u64;
-        while written < size {
-            let id = format!("toolu_{i:08}");
-            let len = rng.usize(200..12_000);
-            let body = toolwire::replay::synthetic::tool_output(&mut rng, len);
-            for m in pair(&id, &body) {
-                let l = line(&m);
-                written += l.len() as u64 + 1;
-                writeln!(f, "{l}").unwrap();
-            }
-            if i.is_multiple_of(10) {
-                let replacement = toolwire::replay::synthetic::tool_output(&mut rng, 2200);
-                let l = json!({"type": "replacement", "record": {"kind": "tool-result", "toolUseId": id, "replacement": replacement}}).to_string();
-                written += l.len() as u64 + 1;
-                writeln!(f, "{l}").unwrap();
-            }
-            i += 1;
-        }
-    }
+    write_big(&path, BIG, None);
     let bytes = std::fs::metadata(&path).unwrap().len();
-    let wc = || {
-        let t = Instant::now();
-        let out = std::process::Command::new("wc")
-            .arg("-l")
-            .arg(&path)
-            .output()
-            .expect("wc is part of coreutils");
-        let lines: u64 = String::from_utf8_lossy(&out.stdout)
-            .split_whitespace()
-            .next()
-            .and_then(|n| n.parse().ok())
-            .unwrap();
-        (t.elapsed(), lines)
-    };
+    let wc = || wc_l(&path);
     wc(); // warm the page cache
     let server = Server::new(Storage::default());
     let mut c = Client::start(server, &dir, json!({})).await;
@@ -551,5 +519,252 @@ async fn reconstruct(root: &Path) {
         scan_speed / base_speed,
         "report",
         None,
+    );
+}
+
+/// Size of the large transcripts of the reconstruct and resume figures.
+const BIG: u64 = 256 << 20;
+
+/// Write a transcript of about `size` bytes (results of 200 to 12,000
+/// bytes, a `replacement` line every tenth pair) to `path`; with `claude`,
+/// the same conversation as a Claude Code session file (its own line
+/// shape, a `parentUuid` chain), which toolwire reads converted.
+fn write_big(path: &Path, size: u64, claude: Option<()>) {
+    let mut rng = fastrand::Rng::with_seed(3);
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let mut written = 0u64;
+    let mut i = 0u64;
+    let mut parent = Value::Null;
+    let mut n = 0u64;
+    while written < size {
+        let id = format!("toolu_{i:08}");
+        let len = rng.usize(200..12_000);
+        let body = toolwire::replay::synthetic::tool_output(&mut rng, len);
+        for m in pair(&id, &body) {
+            let l = match claude {
+                None => line(&m),
+                Some(()) => {
+                    n += 1;
+                    let uuid = format!("u{n:010}");
+                    let role = m["role"].as_str().unwrap().to_owned();
+                    let mut message = m.clone();
+                    if role == "assistant" {
+                        message["id"] = json!(format!("msg_{n}"));
+                    }
+                    let l = json!({"type": role, "uuid": uuid, "parentUuid": parent, "isSidechain": false, "message": message}).to_string();
+                    parent = json!(uuid);
+                    l
+                }
+            };
+            written += l.len() as u64 + 1;
+            writeln!(f, "{l}").unwrap();
+        }
+        if claude.is_none() && i.is_multiple_of(10) {
+            let replacement = toolwire::replay::synthetic::tool_output(&mut rng, 2200);
+            let l = json!({"type": "replacement", "record": {"kind": "tool-result", "toolUseId": id, "replacement": replacement}}).to_string();
+            written += l.len() as u64 + 1;
+            writeln!(f, "{l}").unwrap();
+        }
+        i += 1;
+    }
+    f.into_inner().unwrap().sync_all().unwrap();
+}
+
+/// `wc -l FILE`: its time and the count it printed.
+fn wc_l(path: &Path) -> (Duration, u64) {
+    let t = Instant::now();
+    let out = std::process::Command::new("wc")
+        .arg("-l")
+        .arg(path)
+        .output()
+        .expect("wc is part of coreutils");
+    let lines: u64 = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    (t.elapsed(), lines)
+}
+
+/// A `toolwire serve` process (this build's) and a client of it over its
+/// stdio, as harnesses reach it.
+struct Proc {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+    next: i64,
+}
+
+impl Proc {
+    fn start(dir: &Path) -> Proc {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_toolwire"))
+            .arg("serve")
+            .current_dir(dir)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn toolwire serve");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut p = Proc {
+            child,
+            stdin,
+            stdout,
+            next: 1,
+        };
+        p.call(
+            "initialize",
+            json!({"rootUri": format!("file://{}", dir.display()), "initializationOptions": {"durability": "none"}}),
+        );
+        p
+    }
+
+    fn call(&mut self, method: &str, params: Value) -> Value {
+        use std::io::{BufRead, Read};
+        let id = self.next;
+        self.next += 1;
+        let body =
+            json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
+        write!(self.stdin, "Content-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+        self.stdin.flush().unwrap();
+        loop {
+            let mut len = 0usize;
+            loop {
+                let mut header = String::new();
+                self.stdout.read_line(&mut header).unwrap();
+                let header = header.trim_end();
+                if header.is_empty() {
+                    break;
+                }
+                if let Some(n) = header.strip_prefix("Content-Length: ") {
+                    len = n.parse().unwrap();
+                }
+            }
+            let mut body = vec![0; len];
+            self.stdout.read_exact(&mut body).unwrap();
+            let reply: Value = serde_json::from_slice(&body).unwrap();
+            if reply["id"] == json!(id) {
+                assert!(reply.get("error").is_none(), "{method}: {}", reply["error"]);
+                return reply["result"].clone();
+            }
+        }
+    }
+
+    /// End its input and wait for it to exit.
+    fn stop(self) {
+        let Proc {
+            mut child, stdin, ..
+        } = self;
+        drop(stdin);
+        child.wait().unwrap();
+    }
+}
+
+/// Resume of a transcript toolwire wrote (its decisions checkpoint beside
+/// it, a tail of pairs committed after it), through a `toolwire serve`
+/// process as harnesses reach it: `state/reconstruct` of the file and the
+/// first `state/get` of the session by a new server, each vs `wc -l` of
+/// the same file, page cache warm for both. Then a Claude Code session
+/// file of the same size passed by path, read converted.
+async fn resume(root: &Path) {
+    let dir = root.join("resume");
+    let sessions = dir.join(".toolwire/sessions");
+    std::fs::create_dir_all(&sessions).unwrap();
+    let path = sessions.join("big.jsonl");
+    write_big(&path, BIG, None);
+    // The first resume reads it whole and writes the checkpoint; then a
+    // session goes on: pairs committed after it (the tail a later resume
+    // reads from the transcript).
+    let mut p = Proc::start(&dir);
+    p.call("state/get", json!({"sessionId": "big"}));
+    for n in 0..200 {
+        let id = format!("toolu_tail_{n}");
+        let body = "line of output\n".repeat(60);
+        for m in pair(&id, &body) {
+            p.call("pair/append", json!({"sessionId": "big", "message": m}));
+        }
+    }
+    p.stop();
+    let ckpt = sessions.join(".big.jsonl.decisions");
+    let ckpt_bytes = std::fs::metadata(&ckpt).map(|m| m.len()).unwrap_or(0);
+    let bytes = std::fs::metadata(&path).unwrap().len();
+    wc_l(&path);
+    let mut base = Vec::new();
+    let mut rebuilt = Vec::new();
+    let mut resumed = Vec::new();
+    let mut lines = 0;
+    for _ in 0..5 {
+        let (t, n) = wc_l(&path);
+        base.push(t);
+        lines = n;
+        let mut p = Proc::start(&dir);
+        let t = Instant::now();
+        let r = p.call("state/get", json!({"sessionId": "big"}));
+        resumed.push(t.elapsed());
+        assert!(r["seenIds"].as_array().unwrap().len() > 1000);
+        let t = Instant::now();
+        let r = p.call(
+            "state/reconstruct",
+            json!({"sessionId": "r", "transcript": path.display().to_string()}),
+        );
+        rebuilt.push(t.elapsed());
+        assert_eq!(
+            r["messagesRead"].as_u64().unwrap() + r["recordsRead"].as_u64().unwrap(),
+            lines
+        );
+        p.stop();
+    }
+    let (base, rebuilt, resumed) = (median(base), median(rebuilt), median(resumed));
+    let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1e3);
+    for (name, took) in [
+        (
+            format!("state/reconstruct, checkpoint + tail, {} MB", bytes >> 20),
+            rebuilt,
+        ),
+        (
+            format!("resume (first state/get), {} MB", bytes >> 20),
+            resumed,
+        ),
+    ] {
+        let ratio = base.as_secs_f64() / took.as_secs_f64();
+        report(
+            &name,
+            ms(took),
+            format!("{}: wc -l", ms(base)),
+            ratio,
+            "≥ 5× faster",
+            Some(ratio >= 5.0),
+        );
+    }
+    println!("  checkpoint {} KB for {lines} lines", ckpt_bytes >> 10);
+
+    let claude = dir.join("claude-session.jsonl");
+    write_big(&claude, BIG, Some(()));
+    let bytes = std::fs::metadata(&claude).unwrap().len();
+    wc_l(&claude);
+    let mut p = Proc::start(&dir);
+    let mut base = Vec::new();
+    let mut ours = Vec::new();
+    for _ in 0..3 {
+        base.push(wc_l(&claude).0);
+        let t = Instant::now();
+        let r = p.call(
+            "state/reconstruct",
+            json!({"sessionId": "foreign", "transcript": claude.display().to_string()}),
+        );
+        ours.push(t.elapsed());
+        assert!(r["messagesRead"].as_u64().unwrap() > 1000);
+    }
+    p.stop();
+    let (base, ours) = (median(base), median(ours));
+    let ratio = base.as_secs_f64() / ours.as_secs_f64();
+    report(
+        &format!("state/reconstruct, Claude Code file, {} MB", bytes >> 20),
+        ms(ours),
+        format!("{}: wc -l", ms(base)),
+        ratio,
+        "≥ 0.5×",
+        Some(ratio >= 0.5),
     );
 }

@@ -365,6 +365,34 @@ impl ReplacementState {
         I: IntoIterator<Item = (Id, Digest, Option<Replacement>)>,
     {
         for (id, digest, replacement) in decisions {
+            // An id met for the first time (nearly every one while a
+            // session is read back) is decided here with one lookup: the
+            // rules below all start from its first decision.
+            let shard_ix = shard_of(&id);
+            let known = self
+                .shards
+                .get(shard_ix)
+                .and_then(Option::as_ref)
+                .is_some_and(|shard| shard.contains_key(&*id));
+            if !known {
+                if replacement.is_some() {
+                    self.replacement_count += 1;
+                }
+                self.seen_count += 1;
+                let shards = Arc::make_mut(&mut self.shards);
+                if shards.is_empty() {
+                    shards.resize(SHARDS, None);
+                }
+                let shard = shards[shard_ix].get_or_insert_with(Default::default);
+                Arc::make_mut(shard).insert(
+                    id,
+                    Decision {
+                        digest,
+                        replacement,
+                    },
+                );
+                continue;
+            }
             if digest != Digest::ANY && self.is_unbound(&id) && !self.reused_has(&id, digest) {
                 let first = self.get(&id).and_then(|d| d.replacement.as_ref());
                 if replacement.as_ref().is_none_or(|r| first == Some(r)) {

@@ -145,7 +145,15 @@ async fn reconstruct(
     // (a decision that was sent, as on load); each other seen result gets
     // its inherited replacement, else none. Records bind to their original
     // when they carry a digest.
-    let seen_ids: HashSet<&str> = image.seen.iter().map(|(id, _)| &**id).collect();
+    // Which ids were seen matters only to the client's records and the
+    // inherited replacements: without them (a resume from a transcript),
+    // the set is not built.
+    let seen_ids: HashSet<&str> = if client_records.replacements.is_empty() && inherited.is_empty()
+    {
+        HashSet::new()
+    } else {
+        image.seen.iter().map(|(id, _)| &**id).collect()
+    };
     let mut state = ReplacementState::default();
     state.commit_decisions(
         client_records
@@ -161,7 +169,7 @@ async fn reconstruct(
         .seen
         .iter()
         .map(|(id, digest)| {
-            let replacement = (!state.is_decided(id))
+            let replacement = (!inherited.is_empty() && !state.is_decided(id))
                 .then(|| inherited.get(&**id).map(|r| Replacement::new(r)))
                 .flatten();
             (id.clone(), *digest, replacement)
