@@ -133,11 +133,46 @@ pub fn keep_id(id: &str) -> Id {
     crate::heap::apart(|| Id::from(id))
 }
 
-type Shard = std::collections::HashMap<Id, Decision>;
+type Shard = std::collections::HashMap<Id, Decision, IdHash>;
 
 /// Decisions on further originals of ids already decided once (providers
 /// that reuse call ids across turns); almost always empty.
-type Reused = std::collections::HashMap<(Id, Digest), Option<Replacement>>;
+type Reused = std::collections::HashMap<(Id, Digest), Option<Replacement>, IdHash>;
+
+/// How the state's tables hash ids: XXH3 of the bytes, seeded once per
+/// process at random (so no client can choose ids that collide). Reading
+/// a session back inserts every id it has ever decided, looked up again
+/// as each later decision is checked; SipHash, the default, made hashing
+/// the largest part of a resume.
+#[derive(Clone, Copy)]
+pub struct IdHash(u64);
+
+impl Default for IdHash {
+    fn default() -> Self {
+        static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        IdHash(*SEED.get_or_init(|| fastrand::u64(..)))
+    }
+}
+
+impl std::hash::BuildHasher for IdHash {
+    type Hasher = IdHasher;
+    fn build_hasher(&self) -> IdHasher {
+        IdHasher(self.0)
+    }
+}
+
+/// The hasher of [`IdHash`]: each write is hashed whole with the state so
+/// far as its seed.
+pub struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        self.0 = xxhash_rust::xxh3::xxh3_64_with_seed(bytes, self.0);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
 
 /// Shards per state. A commit copies the shards it touches while a
 /// snapshot shares them, so fewer shards cost more per decision: one
@@ -249,8 +284,7 @@ pub struct ReplacementState {
 
 /// The shard of an id: a fixed (unseeded) hash, so it is stable.
 fn shard_of(id: &str) -> usize {
-    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
-    (BuildHasherDefault::<DefaultHasher>::default().hash_one(id) as usize) % SHARDS
+    (xxhash_rust::xxh3::xxh3_64(id.as_bytes()) as usize) % SHARDS
 }
 
 /// What the state knows of one original.
