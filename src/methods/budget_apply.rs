@@ -76,11 +76,32 @@ pub async fn apply_queued(
     config: Arc<Effective>,
     params: BudgetApplyParams,
 ) -> Result<BudgetApplyResult> {
+    Ok(apply_queued_tracked(registry, config, params).await?.result)
+}
+
+/// [`apply_queued`], saying which messages it changed.
+pub async fn apply_queued_tracked(
+    registry: &Registry,
+    config: Arc<Effective>,
+    params: BudgetApplyParams,
+) -> Result<Applied> {
     let slot = registry.slot(&config.data_dir, &params.session_id);
     slot.run(move |session| {
-        Box::pin(async move { apply(session, &config, &CancellationToken::new(), params).await })
+        Box::pin(
+            async move { apply_tracked(session, &config, &CancellationToken::new(), params).await },
+        )
     })
     .await
+}
+
+/// What budgeting gave back, and which of its messages it changed: a face
+/// that writes the conversation back into the bytes it came in (the HTTP
+/// proxy) reads only those again, and leaves every other one as sent.
+pub struct Applied {
+    pub result: BudgetApplyResult,
+    /// Per message of `result.messages`: whether a replacement was put
+    /// into it. A message marked `false` is exactly the one given.
+    pub changed: Vec<bool>,
 }
 
 /// When budgeting failed (the store cannot be reached): `params.messages`
@@ -152,6 +173,16 @@ pub async fn apply(
     cancel: &CancellationToken,
     params: BudgetApplyParams,
 ) -> Result<BudgetApplyResult> {
+    Ok(apply_tracked(session, config, cancel, params).await?.result)
+}
+
+/// [`apply`], saying which messages it changed.
+async fn apply_tracked(
+    session: &mut Session,
+    config: &Effective,
+    cancel: &CancellationToken,
+    params: BudgetApplyParams,
+) -> Result<Applied> {
     let format = session.format_for(params.format, config.format).await?;
     let dialect = format.dialect();
     for (i, m) in params.messages.iter().enumerate() {
@@ -376,23 +407,28 @@ pub async fn apply(
     let loaded = session.load().await?;
 
     let mut over_limit = Vec::new();
+    // Rendering is the only change budgeting makes to a message.
+    let mut changed = vec![false; messages.len()];
     for unit_messages in &units {
         for &i in unit_messages {
-            budget::render_message_known(&mut messages[i], &loaded.state, &pcx, &digests[i]);
+            changed[i] |=
+                budget::render_message_known(&mut messages[i], &loaded.state, &pcx, &digests[i])
+                    > 0;
         }
         let refs: Vec<&Value> = unit_messages.iter().map(|&i| &messages[i]).collect();
         if budget::message_total(dialect, &refs, unit) > limits.max_message_chars {
             over_limit.extend(unit_messages.iter().copied());
         }
     }
-    Ok(BudgetApplyResult {
+    let result = BudgetApplyResult {
         messages: messages.into_iter().map(Message).collect(),
         records,
         persisted,
         failures,
         over_limit,
         cleared,
-    })
+    };
+    Ok(Applied { result, changed })
 }
 
 /// Bind decisions that came without their original (an inherited

@@ -233,7 +233,9 @@ pub fn dispatch(method: &str, cx: RequestCx, params: Value) -> Result<Pending> {
     }
 }
 
+pub use budget_apply::Applied;
 pub use budget_apply::apply as budget_apply;
 pub use budget_apply::apply_queued as budget_apply_queued;
+pub use budget_apply::apply_queued_tracked as budget_apply_queued_tracked;
 pub use budget_apply::reapply_known_queued;
 pub use pair_flush::flush_for_connection;

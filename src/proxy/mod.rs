@@ -234,7 +234,6 @@ impl Proxy {
             (body.len() > crate::transport::RELEASE_AFTER).then(crate::heap::LargeWork::begin);
         let mut record = Record {
             format: target.format().to_owned(),
-            chars_received: char_count(&body),
             ..Record::default()
         };
         let mut notes = HeaderMap::new();
@@ -253,10 +252,11 @@ impl Proxy {
                     BUDGET_HEADER,
                     HeaderValue::from_static("none; not a conversation"),
                 );
+                record.chars_received = char_count(&body);
+                record.chars_sent = record.chars_received;
                 (None, body)
             }
         };
-        record.chars_sent = char_count(&body);
         let session_dir = session.as_ref().map(|id| {
             crate::session::SessionKey {
                 data_dir: self.config.data_dir.clone(),
@@ -311,10 +311,19 @@ impl Proxy {
                 BUDGET_HEADER,
                 HeaderValue::from_static("none; the request body is not UTF-8"),
             );
+            record.chars_received = body.len() as u64;
+            record.chars_sent = record.chars_received;
             return Ok((named, body));
         };
+        // Counted once: a body forwarded as sent has as many again, and
+        // one toolwire rewrote is counted as it is written.
+        record.chars_received = text.chars().count() as u64;
+        record.chars_sent = record.chars_received;
         let key = route.conversation_key();
-        let parsed = match splice::Body::parse(text, key) {
+        // Parsed once; the conversation is then moved out of the parsed
+        // body, repaired and budgeted in place, and only the elements
+        // budgeting changed are read again to splice them into the text.
+        let mut parsed = match splice::Body::parse(text, key) {
             Ok(parsed) => parsed,
             Err(err) => {
                 notes.insert(BUDGET_HEADER, note(&format!("none; {err}")));
@@ -322,7 +331,8 @@ impl Proxy {
             }
         };
         let session = named.or_else(|| conversation::derive_session(route, &parsed.value));
-        let (Some(session), Some(original)) = (session.clone(), parsed.conversation(key)) else {
+        let (Some(session), Some(messages)) = (session.clone(), parsed.take_conversation(key))
+        else {
             notes.insert(
                 BUDGET_HEADER,
                 HeaderValue::from_static("none; no conversation"),
@@ -330,10 +340,8 @@ impl Proxy {
             return Ok((session, body));
         };
         let format = route.format();
-        let mut messages = original.clone();
-        if let Some((repaired, report)) =
-            crate::transcript::repair::repair_messages(format, &messages)
-        {
+        let (messages, repaired) = crate::transcript::repair::repair_owned(format, messages);
+        if let Some(report) = &repaired {
             tracing::info!(session = %session, dropped_tool_uses = ?report.dropped_tool_uses, dropped_tool_results = ?report.dropped_tool_results, moved_tool_results = ?report.moved_tool_results, "repaired the pairing of a request");
             notes.insert(
                 REPAIRED_HEADER,
@@ -346,7 +354,6 @@ impl Proxy {
                 )),
             );
             record.repaired = true;
-            messages = repaired;
         }
         let params_of = |messages: Vec<Value>| BudgetApplyParams {
             session_id: session.clone(),
@@ -358,9 +365,15 @@ impl Proxy {
             clearing: None,
         };
         let params = params_of(messages);
-        match crate::methods::budget_apply_queued(&self.registry, self.config.clone(), params).await
+        match crate::methods::budget_apply_queued_tracked(
+            &self.registry,
+            self.config.clone(),
+            params,
+        )
+        .await
         {
-            Ok(result) => {
+            Ok(applied) => {
+                let result = applied.result;
                 let persisted = result.persisted.len();
                 record.results_persisted = persisted as u64;
                 record.results_cleared = result.cleared.len() as u64;
@@ -369,13 +382,26 @@ impl Proxy {
                     notes.insert(CLEARED_HEADER, note(&id_list(&result.cleared)));
                 }
                 let budgeted: Vec<Value> = result.messages.into_iter().map(|m| m.0).collect();
-                match parsed.with_conversation(original, &budgeted) {
+                let spliced = if repaired.is_some() {
+                    // Elements dropped or moved: matched against the
+                    // conversation as sent, element by element.
+                    parsed
+                        .original_conversation()
+                        .and_then(|original| parsed.with_conversation(&original, &budgeted))
+                        .map(Some)
+                } else {
+                    parsed.with_changes(&budgeted, &applied.changed)
+                };
+                match spliced {
                     Ok(text) => {
                         notes.insert(
                             BUDGET_HEADER,
                             note(&format!("applied; persisted={persisted}")),
                         );
-                        Ok((Some(session), Bytes::from(text)))
+                        Ok((
+                            Some(session),
+                            text.map_or(body, |text| rewritten(text, record)),
+                        ))
                     }
                     Err(err) => {
                         record.budgeted = false;
@@ -392,20 +418,27 @@ impl Proxy {
                 // put back, so only fresh results go whole (the repair is
                 // a pure function of the conversation: the same again).
                 notes.insert(BUDGET_HEADER, note(&format!("failed; {err}")));
-                let messages = crate::transcript::repair::repair_messages(format, original)
-                    .map_or_else(|| original.clone(), |(repaired, _)| repaired);
-                let known = crate::methods::reapply_known_queued(
-                    &self.registry,
-                    self.config.clone(),
-                    params_of(messages),
-                )
-                .await;
-                let spliced = match known {
-                    Ok(Some(messages)) => {
-                        let messages: Vec<Value> = messages.into_iter().map(|m| m.0).collect();
-                        parsed.with_conversation(original, &messages).ok()
+                let spliced = match parsed.original_conversation() {
+                    Ok(original) => {
+                        let messages =
+                            crate::transcript::repair::repair_messages(format, &original)
+                                .map_or_else(|| original.clone(), |(repaired, _)| repaired);
+                        let known = crate::methods::reapply_known_queued(
+                            &self.registry,
+                            self.config.clone(),
+                            params_of(messages),
+                        )
+                        .await;
+                        match known {
+                            Ok(Some(messages)) => {
+                                let messages: Vec<Value> =
+                                    messages.into_iter().map(|m| m.0).collect();
+                                parsed.with_conversation(&original, &messages).ok()
+                            }
+                            _ => None,
+                        }
                     }
-                    _ => None,
+                    Err(_) => None,
                 };
                 match spliced {
                     Some(text) => {
@@ -416,7 +449,7 @@ impl Proxy {
                                 "known decisions put back, fresh results whole; {err}"
                             )),
                         );
-                        Ok((Some(session), Bytes::from(text)))
+                        Ok((Some(session), rewritten(text, record)))
                     }
                     None => {
                         tracing::warn!(session = %session, %err, "budgeting failed; forwarding the request as sent");
@@ -430,6 +463,12 @@ impl Proxy {
             }
         }
     }
+}
+
+/// A body toolwire wrote, counted for the usage record as it goes.
+fn rewritten(text: String, record: &mut Record) -> Bytes {
+    record.chars_sent = text.chars().count() as u64;
+    Bytes::from(text)
 }
 
 /// What a request is for: a conversation route, or another path of a

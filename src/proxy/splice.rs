@@ -10,13 +10,16 @@
 //! replaced, so a replaced tool result changes the bytes of that result's
 //! content and nothing else. This module knows no provider field names: it
 //! compares two JSON trees.
+//!
+//! The body is parsed once. Spans are found afterwards by a flat scan of
+//! text already known to be valid JSON ([`Spans`]), which skips strings by
+//! searching for their closing quote rather than reading them; only the
+//! values on the path to a change are scanned, and only a changed element
+//! of the conversation is read again into a value to compare with.
 
 use std::ops::Range;
 
-use serde::Deserialize;
-use serde::de::{MapAccess, Visitor};
 use serde_json::Value;
-use serde_json::value::RawValue;
 
 /// A body that is not one JSON object, or whose conversation field is not
 /// an array.
@@ -24,17 +27,18 @@ use serde_json::value::RawValue;
 #[error("{0}")]
 pub struct BodyError(pub String);
 
-/// The request body, parsed once, with the raw text of its conversation.
+/// The request body, parsed once, with the span of its conversation.
 pub struct Body<'a> {
     text: &'a str,
-    /// The whole body as a value (keys in order).
+    /// The whole body as a value (keys in order); the conversation is
+    /// missing from it once taken ([`Body::take_conversation`]).
     pub value: Value,
-    /// The span of the conversation array in `text`, when present.
+    /// The span of the conversation member's value in `text`, when present.
     conversation: Option<Range<usize>>,
 }
 
 impl<'a> Body<'a> {
-    /// Parse `text` and locate the array under the top-level `key`.
+    /// Parse `text` and locate the value of the top-level `key`.
     pub fn parse(text: &'a str, key: &str) -> Result<Body<'a>, BodyError> {
         // Nesting as deep as the JSON-RPC face accepts (a tool input the
         // model nested hundreds of levels is still a conversation to
@@ -43,14 +47,15 @@ impl<'a> Body<'a> {
         if !value.is_object() {
             return Err(BodyError("the request body is not a JSON object".into()));
         }
-        let entries: Entries = crate::json::from_slice(text.as_bytes()).map_err(malformed)?;
+        // Valid JSON from here on: the scan cannot go astray.
+        let whole = trimmed(text);
+        let members = Spans(text).members(whole).ok_or_else(unscannable)?;
         // A repeated key: JSON parsers keep the last one, and so do we.
-        let conversation = entries
-            .0
-            .iter()
+        let conversation = members
+            .into_iter()
             .rev()
-            .find(|(k, _)| k == key)
-            .map(|(_, raw)| span(text, raw));
+            .find(|(k, _)| key_is(&text[k.clone()], key))
+            .map(|(_, v)| v);
         Ok(Body {
             text,
             value,
@@ -63,17 +68,65 @@ impl<'a> Body<'a> {
         self.value.get(key).and_then(Value::as_array)
     }
 
+    /// The conversation array moved out of the parsed body (no copy), if
+    /// the body has one.
+    pub fn take_conversation(&mut self, key: &str) -> Option<Vec<Value>> {
+        match self.value.get_mut(key) {
+            Some(Value::Array(items)) => Some(std::mem::take(items)),
+            _ => None,
+        }
+    }
+
+    /// The conversation as sent, read again from the body's text (for the
+    /// rare paths that need it after [`Body::take_conversation`]).
+    pub fn original_conversation(&self) -> Result<Vec<Value>, BodyError> {
+        let range = self.conversation_span()?;
+        crate::json::request_from_slice(self.text[range].as_bytes())
+            .map_err(malformed)
+            .and_then(|value| match value {
+                Value::Array(items) => Ok(items),
+                _ => Err(no_conversation()),
+            })
+    }
+
+    fn conversation_span(&self) -> Result<Range<usize>, BodyError> {
+        self.conversation.clone().ok_or_else(no_conversation)
+    }
+
     /// The body with the conversation replaced by `new`, every unchanged
     /// byte as it was. `old` is the conversation as parsed from this body.
     pub fn with_conversation(&self, old: &[Value], new: &[Value]) -> Result<String, BodyError> {
-        let Some(range) = self.conversation.clone() else {
-            return Err(BodyError(
-                "the request has no conversation to change".into(),
-            ));
-        };
+        let range = self.conversation_span()?;
         let mut edits = Vec::new();
         diff_array(self.text, range, old, new, &mut edits)?;
         Ok(apply(self.text, edits))
+    }
+
+    /// The body with the conversation replaced by `new`, which has the
+    /// conversation's length and differs from it only in the elements
+    /// `changed` marks: only those are read again and compared, every other
+    /// byte is as it was. `None` when nothing changed (the body as sent).
+    pub fn with_changes(
+        &self,
+        new: &[Value],
+        changed: &[bool],
+    ) -> Result<Option<String>, BodyError> {
+        if !changed.iter().any(|&c| c) {
+            return Ok(None);
+        }
+        let range = self.conversation_span()?;
+        let spans = Spans(self.text);
+        let items = spans.elements(range).ok_or_else(unscannable)?;
+        if items.len() != new.len() || changed.len() != new.len() {
+            return Err(BodyError("the conversation changed under the proxy".into()));
+        }
+        let mut edits = Vec::new();
+        for ((item, n), _) in items.into_iter().zip(new).zip(changed).filter(|(_, c)| **c) {
+            let old: Value =
+                crate::json::from_slice(self.text[item.clone()].as_bytes()).map_err(malformed)?;
+            diff(self.text, item, &old, n, &mut edits)?;
+        }
+        Ok(Some(apply(self.text, edits)))
     }
 }
 
@@ -103,17 +156,16 @@ fn diff(
     if old == new {
         return Ok(());
     }
-    let raw = &text[range.clone()];
     match (old, new) {
         (Value::Object(o), Value::Object(n)) if o.keys().eq(n.keys()) => {
-            let entries: Entries = crate::json::from_slice(raw.as_bytes()).map_err(malformed)?;
+            let members = Spans(text).members(range.clone()).ok_or_else(unscannable)?;
             // Duplicate keys would make spans and values disagree.
-            if entries.0.len() != o.len() {
+            if members.len() != o.len() {
                 edits.push((range, compact(new)?));
                 return Ok(());
             }
-            for ((_, raw), (o, n)) in entries.0.iter().zip(o.values().zip(n.values())) {
-                diff(text, span(text, raw), o, n, edits)?;
+            for ((_, span), (o, n)) in members.into_iter().zip(o.values().zip(n.values())) {
+                diff(text, span, o, n, edits)?;
             }
             Ok(())
         }
@@ -132,14 +184,15 @@ fn diff_array(
     new: &[Value],
     edits: &mut Edits,
 ) -> Result<(), BodyError> {
-    let items: Vec<&RawValue> =
-        crate::json::from_slice(text[range.clone()].as_bytes()).map_err(malformed)?;
+    let items = Spans(text)
+        .elements(range.clone())
+        .ok_or_else(unscannable)?;
     if items.len() != old.len() {
         return Err(BodyError("the conversation changed under the proxy".into()));
     }
     if old.len() == new.len() {
-        for ((raw, o), n) in items.iter().zip(old).zip(new) {
-            diff(text, span(text, raw), o, n, edits)?;
+        for ((span, o), n) in items.into_iter().zip(old).zip(new) {
+            diff(text, span, o, n, edits)?;
         }
         return Ok(());
     }
@@ -153,7 +206,7 @@ fn diff_array(
         }
         match (next..old.len()).find(|&j| old[j] == *n) {
             Some(j) => {
-                out.push_str(items[j].get());
+                out.push_str(&text[items[j].clone()]);
                 next = j + 1;
             }
             None => out.push_str(&compact(n)?),
@@ -172,32 +225,154 @@ fn malformed(err: crate::json::ParseError) -> BodyError {
     BodyError(format!("the request body is not valid JSON: {err}"))
 }
 
-/// Where `raw` (borrowed from `text`) lies in `text`.
-fn span(text: &str, raw: &RawValue) -> Range<usize> {
-    let start = raw.get().as_ptr() as usize - text.as_ptr() as usize;
-    start..start + raw.get().len()
+fn unscannable() -> BodyError {
+    BodyError("the request body could not be scanned".into())
 }
 
-/// An object's members in order, each value as its raw text.
-struct Entries<'a>(Vec<(String, &'a RawValue)>);
+fn no_conversation() -> BodyError {
+    BodyError("the request has no conversation to change".into())
+}
 
-impl<'de> Deserialize<'de> for Entries<'de> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Entries<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a JSON object")
+/// `text` without the whitespace JSON allows around a value.
+fn trimmed(text: &str) -> Range<usize> {
+    let start = text.len() - text.trim_start_matches(is_space).len();
+    let end = text.trim_end_matches(is_space).len();
+    start..end.max(start)
+}
+
+fn is_space(c: char) -> bool {
+    matches!(c, ' ' | '\t' | '\n' | '\r')
+}
+
+/// Whether the raw key `raw` (quotes included) names `key`, escapes read.
+fn key_is(raw: &str, key: &str) -> bool {
+    let inner = raw.get(1..raw.len().saturating_sub(1)).unwrap_or("");
+    if !inner.contains('\\') {
+        return inner == key;
+    }
+    serde_json::from_str::<String>(raw).is_ok_and(|k| k == key)
+}
+
+/// Spans of the members of objects and the elements of arrays in a text
+/// that is valid JSON (parsed already). Never recurses (nesting depth does
+/// not matter) and never panics: a text it cannot follow gives `None`.
+struct Spans<'a>(&'a str);
+
+impl Spans<'_> {
+    /// `(key, value)` spans of the members of the object at `range`, in order.
+    fn members(&self, range: Range<usize>) -> Option<Vec<(Range<usize>, Range<usize>)>> {
+        let b = self.0.as_bytes();
+        let mut at = self.open(range.clone(), b'{')?;
+        let mut out = Vec::new();
+        if b.get(at) == Some(&b'}') {
+            return (at + 1 == range.end).then_some(out);
+        }
+        loop {
+            let key_end = self.value_end(at)?;
+            let key = at..key_end;
+            at = self.skip_space(key_end);
+            if b.get(at) != Some(&b':') {
+                return None;
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut out = Vec::new();
-                while let Some((k, v)) = map.next_entry::<String, &'de RawValue>()? {
-                    out.push((k, v));
-                }
-                Ok(Entries(out))
+            at = self.skip_space(at + 1);
+            let end = self.value_end(at)?;
+            out.push((key, at..end));
+            at = self.skip_space(end);
+            match b.get(at)? {
+                b',' => at = self.skip_space(at + 1),
+                b'}' => return (at + 1 == range.end).then_some(out),
+                _ => return None,
             }
         }
-        d.deserialize_map(V)
+    }
+
+    /// Spans of the elements of the array at `range`, in order.
+    fn elements(&self, range: Range<usize>) -> Option<Vec<Range<usize>>> {
+        let b = self.0.as_bytes();
+        let mut at = self.open(range.clone(), b'[')?;
+        let mut out = Vec::new();
+        if b.get(at) == Some(&b']') {
+            return (at + 1 == range.end).then_some(out);
+        }
+        loop {
+            let end = self.value_end(at)?;
+            out.push(at..end);
+            at = self.skip_space(end);
+            match b.get(at)? {
+                b',' => at = self.skip_space(at + 1),
+                b']' => return (at + 1 == range.end).then_some(out),
+                _ => return None,
+            }
+        }
+    }
+
+    /// Past the opening bracket of the value at `range` and its spaces.
+    fn open(&self, range: Range<usize>, bracket: u8) -> Option<usize> {
+        let b = self.0.as_bytes();
+        (range.start < range.end && range.end <= b.len() && b[range.start] == bracket)
+            .then(|| self.skip_space(range.start + 1))
+    }
+
+    fn skip_space(&self, mut at: usize) -> usize {
+        let b = self.0.as_bytes();
+        while b
+            .get(at)
+            .is_some_and(|c| matches!(c, b' ' | b'\t' | b'\n' | b'\r'))
+        {
+            at += 1;
+        }
+        at
+    }
+
+    /// Where the value starting at `at` ends.
+    fn value_end(&self, at: usize) -> Option<usize> {
+        let b = self.0.as_bytes();
+        match b.get(at)? {
+            b'"' => self.string_end(at),
+            b'{' | b'[' => {
+                let mut depth = 0usize;
+                let mut i = at;
+                loop {
+                    match b.get(i)? {
+                        b'"' => {
+                            i = self.string_end(i)?;
+                            continue;
+                        }
+                        b'{' | b'[' => depth += 1,
+                        b'}' | b']' => {
+                            depth = depth.checked_sub(1)?;
+                            if depth == 0 {
+                                return Some(i + 1);
+                            }
+                        }
+                        _ => {}
+                    }
+                    i += 1;
+                }
+            }
+            _ => {
+                let len = b[at..]
+                    .iter()
+                    .position(|c| matches!(c, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'))
+                    .unwrap_or(b.len() - at);
+                (len > 0).then_some(at + len)
+            }
+        }
+    }
+
+    /// Past the closing quote of the string whose opening quote is at `at`.
+    fn string_end(&self, at: usize) -> Option<usize> {
+        let b = self.0.as_bytes();
+        let mut i = at + 1;
+        loop {
+            i += memchr::memchr2(b'"', b'\\', b.get(i..)?)?;
+            if b[i] == b'"' {
+                return Some(i + 1);
+            }
+            // An escape: the character after the backslash is never the
+            // string's end (`\uXXXX` continues with hex digits).
+            i += 2;
+        }
     }
 }
 
@@ -250,5 +425,62 @@ mod tests {
         let out = body.with_conversation(&old, &new).unwrap();
         assert!(out.contains(r#""messages": [{"content": "hi \/ there", "role": "assistant"}],"#));
         assert!(out.ends_with("\n  \"stream\":true }"));
+    }
+
+    /// Budgeting marks the elements it changed: only they are read again,
+    /// and the body is the one the whole comparison gives; nothing marked,
+    /// the body as sent.
+    #[test]
+    fn marked_changes_splice_as_the_whole_comparison_does() {
+        let mut body = Body::parse(BODY, "messages").unwrap();
+        let old = body.conversation("messages").unwrap().clone();
+        let mut new = body.take_conversation("messages").unwrap();
+        assert_eq!(new, old);
+        assert!(body.conversation("messages").unwrap().is_empty());
+        assert_eq!(body.with_changes(&new, &[false, false]).unwrap(), None);
+        new[0]["content"][0]["content"] = json!("short");
+        let whole = body.with_conversation(&old, &new).unwrap();
+        assert_eq!(
+            body.with_changes(&new, &[true, false]).unwrap().as_deref(),
+            Some(whole.as_str())
+        );
+        assert_eq!(
+            body.with_changes(&new, &[true, true]).unwrap().as_deref(),
+            Some(whole.as_str())
+        );
+        assert_eq!(body.original_conversation().unwrap(), old);
+        assert!(body.with_changes(&new[..1], &[true]).is_err());
+    }
+
+    /// The scan finds the spans serde_json finds, through escapes, brackets
+    /// inside strings, numbers, literals and spaces, and the conversation
+    /// under an escaped or repeated key (the last one, as parsers keep).
+    #[test]
+    fn the_scan_finds_what_serde_json_finds() {
+        let text = r#" { "a\"]}" : [ 1 , -2.5e3,true,null , "x\\", "\u0022[{", {"k":"}"} ,[[]] ] ,
+            "m\u0065ssages":[{"v":1}], "messages" : [ {"v" : "\"}{["} , [ ] ] } "#;
+        let body = Body::parse(text, "messages").unwrap();
+        let old = body.conversation("messages").unwrap().clone();
+        assert_eq!(old, vec![json!({"v": "\"}{["}), json!([])]);
+        let mut new = old.clone();
+        new[0]["v"] = json!("y");
+        let out = body.with_changes(&new, &[true, false]).unwrap().unwrap();
+        assert_eq!(out, text.replace(r#""\"}{[""#, r#""y""#));
+        let spans = Spans(text);
+        let members = spans.members(trimmed(text)).unwrap();
+        let keys: Vec<&str> = members.iter().map(|(k, _)| &text[k.clone()]).collect();
+        assert_eq!(keys, [r#""a\"]}""#, r#""m\u0065ssages""#, r#""messages""#]);
+        let first: Vec<&str> = spans
+            .elements(members[0].1.clone())
+            .unwrap()
+            .into_iter()
+            .map(|r| &text[r])
+            .collect();
+        let raw: Vec<&serde_json::value::RawValue> =
+            serde_json::from_str(&text[members[0].1.clone()]).unwrap();
+        assert_eq!(first, raw.iter().map(|r| r.get()).collect::<Vec<_>>());
+        // A key spelled with escapes is the key it spells.
+        let escaped = Body::parse(r#"{"m\u0065ssages": [1], "x": 2}"#, "messages").unwrap();
+        assert_eq!(escaped.original_conversation().unwrap(), vec![json!(1)]);
     }
 }

@@ -552,31 +552,38 @@ pub fn repair_messages(
     format: Format,
     messages: &[Value],
 ) -> Option<(Vec<Value>, TranscriptRepairResult)> {
-    let parsed = Parsed {
-        lines: messages
-            .iter()
-            .map(|m| Line::Message {
-                value: m.clone(),
-                raw: None,
-            })
-            .collect(),
-        torn_lines: 0,
-        recognized: true,
-        first_type: None,
-    };
-    let mut lines = parsed.lines;
-    let mut report = TranscriptRepairResult::default();
-    if !repair_lines(format.dialect(), &mut lines, &mut report) {
-        return None;
+    match repair_owned(format, messages.to_vec()) {
+        (repaired, Some(report)) => Some((repaired, report)),
+        (_, None) => None,
     }
-    report.changed = true;
-    report.kept = lines.len();
-    let repaired = lines
+}
+
+/// [`repair_messages`] on messages the caller hands over: none is copied,
+/// and when the pairing needs no repair they come back exactly as given
+/// (the proxy's path, where copying a conversation of hundreds of KB on
+/// every request only to find it valid was a large part of its cost).
+pub fn repair_owned(
+    format: Format,
+    messages: Vec<Value>,
+) -> (Vec<Value>, Option<TranscriptRepairResult>) {
+    let mut lines: Vec<Line> = messages
+        .into_iter()
+        .map(|value| Line::Message { value, raw: None })
+        .collect();
+    let mut report = TranscriptRepairResult::default();
+    let changed = repair_lines(format.dialect(), &mut lines, &mut report);
+    let kept = lines.len();
+    let messages = lines
         .into_iter()
         .filter_map(|l| match l {
             Line::Message { value, .. } => Some(value),
             Line::Raw(_) => None,
         })
         .collect();
-    Some((repaired, report))
+    if !changed {
+        return (messages, None);
+    }
+    report.changed = true;
+    report.kept = kept;
+    (messages, Some(report))
 }
