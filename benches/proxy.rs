@@ -10,11 +10,17 @@
 //! - prompt cache hit rate over a 30-turn loop: through toolwire vs a
 //!   simulated proxy that truncates results afresh every turn.
 //!
-//! The proxy runs in process on the same runtime as the client and the
-//! fake provider, over real loopback TCP.
+//! The proxy is the real binary (`toolwire proxy`, as users run it) in a
+//! process of its own; the client and the fake provider run in this one,
+//! over real loopback TCP. So the direct baseline and the proxied figure
+//! share the client and the provider, and differ only by the hop through
+//! toolwire, whose work is not hidden in (or slowed by) the client's
+//! runtime.
 
 #[path = "../tests/fake_provider/mod.rs"]
 mod fake_provider;
+#[path = "../tests/common/proxy_process.rs"]
+mod proxy_process;
 mod support;
 
 use std::sync::Arc;
@@ -23,38 +29,34 @@ use std::time::{Duration, Instant};
 use fake_provider::FakeProvider;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
-use toolwire::config::{Config, Durability, ProxyConfig, Upstreams};
-use toolwire::proxy::Proxy;
-use toolwire::session::{DEFAULT_SESSION_IDLE, Registry, Storage};
 
 const REQUESTS: usize = 1000;
 const CONCURRENCY: usize = 16;
 const THROUGHPUT_REQUESTS: usize = 2000;
 const TURNS: usize = 30;
 
-async fn start_proxy(upstream: &str, dir: &std::path::Path) -> String {
-    let config = Config {
-        durability: Durability::None,
-        proxy: ProxyConfig {
-            upstreams: Upstreams {
-                anthropic: upstream.into(),
-                openai: upstream.into(),
-                gemini: upstream.into(),
-            },
-            ..ProxyConfig::default()
-        },
-        ..Config::default()
-    };
-    let effective = toolwire::config::resolve(dir, config);
-    let proxy = Proxy::new(
-        Registry::new(Storage::default(), DEFAULT_SESSION_IDLE),
-        effective,
-    )
-    .unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(proxy.serve(listener));
-    url
+/// A `toolwire proxy` process on a workspace of its own, in front of
+/// `upstream`; killed when dropped.
+struct ProxyProcess {
+    _child: tokio::process::Child,
+    url: String,
+}
+
+async fn start_proxy(upstream: &str, dir: &std::path::Path) -> ProxyProcess {
+    std::fs::create_dir_all(dir).unwrap();
+    let toml = format!(
+        "durability = \"none\"\n[proxy.upstreams]\nanthropic = \"{upstream}\"\nopenai = \"{upstream}\"\ngemini = \"{upstream}\"\n"
+    );
+    std::fs::write(dir.join("toolwire.toml"), toml).unwrap();
+    let (child, url, mut lines) =
+        proxy_process::start(dir, &["--listen", "127.0.0.1:0"], "toolwire=warn", "proxy").await;
+    // Keep reading its log, so the proxy never blocks on a full pipe.
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            eprintln!("proxy: {line}");
+        }
+    });
+    ProxyProcess { _child: child, url }
 }
 
 fn result_text(turn: usize, size: usize) -> String {
@@ -300,11 +302,12 @@ async fn cache_rate(dir: &std::path::Path) {
     let mut rates = Vec::new();
     for simulated in [false, true] {
         let fake = FakeProvider::start().await;
-        let url = if simulated {
-            fake.url()
+        let proxy = if simulated {
+            None
         } else {
-            start_proxy(&fake.url(), &dir.join("cache")).await
+            Some(start_proxy(&fake.url(), &dir.join("cache")).await)
         };
+        let url = proxy.as_ref().map_or_else(|| fake.url(), |p| p.url.clone());
         for turn in 1..=TURNS {
             let messages = conversation(turn, &sizes);
             let messages = if simulated {
@@ -374,12 +377,12 @@ async fn main() {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     let fake = FakeProvider::start().await;
-    let proxy = start_proxy(&fake.url(), dir.path()).await;
+    let proxy = start_proxy(&fake.url(), &dir.path().join("proxy")).await;
     if want("latency") {
-        latency(&fake, &proxy).await;
+        latency(&fake, &proxy.url).await;
     }
     if want("throughput") {
-        throughput(&fake, &proxy).await;
+        throughput(&fake, &proxy.url).await;
     }
     if want("cache") {
         cache_rate(dir.path()).await;
