@@ -122,8 +122,10 @@ impl<'a> Body<'a> {
         }
         let mut edits = Vec::new();
         for ((item, n), _) in items.into_iter().zip(new).zip(changed).filter(|(_, c)| **c) {
-            let old: Value =
-                crate::json::from_slice(self.text[item.clone()].as_bytes()).map_err(malformed)?;
+            // A changed element holds the result that was replaced: long
+            // strings, read as the body's were.
+            let old: Value = crate::json::lifted::from_slice(self.text[item.clone()].as_bytes())
+                .map_err(malformed)?;
             diff(self.text, item, &old, n, &mut edits)?;
         }
         Ok(Some(apply(self.text, edits)))
@@ -364,14 +366,23 @@ impl Spans<'_> {
     fn string_end(&self, at: usize) -> Option<usize> {
         let b = self.0.as_bytes();
         let mut i = at + 1;
+        // Tool output escapes a newline every line but rarely holds a
+        // quote: searching for quotes alone goes much further per step
+        // than stopping at every backslash.
         loop {
-            i += memchr::memchr2(b'"', b'\\', b.get(i..)?)?;
-            if b[i] == b'"' {
+            i += memchr::memchr(b'"', b.get(i..)?)?;
+            // Escaped when an odd number of backslashes stand before it
+            // (in valid JSON a backslash is an escape or escaped; the
+            // string's opening quote ends the count).
+            let backslashes = b[at + 1..i]
+                .iter()
+                .rev()
+                .take_while(|&&c| c == b'\\')
+                .count();
+            if backslashes % 2 == 0 {
                 return Some(i + 1);
             }
-            // An escape: the character after the backslash is never the
-            // string's end (`\uXXXX` continues with hex digits).
-            i += 2;
+            i += 1;
         }
     }
 }
