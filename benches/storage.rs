@@ -143,8 +143,23 @@ fn report(
     });
 }
 
-#[tokio::main(flavor = "multi_thread")]
-async fn main() {
+fn main() {
+    // The bench binary run again as the outside client of `stdio`.
+    let args: Vec<String> = std::env::args().collect();
+    if let [_, flag, durability, dir] = &args[..]
+        && flag == STDIO_CLIENT
+    {
+        stdio_client(durability, Path::new(dir));
+        return;
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(benches());
+}
+
+async fn benches() {
     support::begin("storage");
     let root = support::bench_root();
     let parts = support::Parts::from_args();
@@ -168,6 +183,10 @@ async fn main() {
     if want("resume") {
         settle();
         resume(root.path()).await;
+    }
+    if want("stdio") {
+        settle();
+        stdio(root.path());
     }
 }
 
@@ -250,6 +269,39 @@ impl Rate {
     }
 }
 
+/// The two lines of one committed pair, as a transcript holds them: what
+/// each baseline loop appends per pair.
+fn pair_lines() -> String {
+    let [a, u] = pair("toolu_base", "exit status 0");
+    format!("{}\n{}\n", line(&a), line(&u))
+}
+
+/// The baseline of every durable-commit figure: `sessions` threads, each
+/// appending `bytes` to a file of its own `pairs` times, with `write` +
+/// `fdatasync` each time.
+fn loops(dir: &Path, tag: &str, sessions: usize, pairs: usize, bytes: &[u8]) -> Rate {
+    let files: Vec<PathBuf> = (0..sessions)
+        .map(|i| dir.join(format!("loop-{tag}-{i}.jsonl")))
+        .collect();
+    let (t, cpu) = (Instant::now(), usage());
+    std::thread::scope(|s| {
+        for path in &files {
+            s.spawn(move || {
+                let mut f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .unwrap();
+                for _ in 0..pairs {
+                    f.write_all(bytes).unwrap();
+                    f.sync_data().unwrap();
+                }
+            });
+        }
+    });
+    Rate::since(t, cpu, sessions * pairs)
+}
+
 /// `TOOLWIRE_BENCH_DURABILITY=none` measures the commit path without its
 /// sync (the same baseline), to tell the sync's cost from the request's.
 fn durability() -> String {
@@ -267,31 +319,7 @@ async fn pairs(root: &Path) {
     const PAIRS: usize = 250;
     let dir = root.join("pairs");
     std::fs::create_dir_all(&dir).unwrap();
-    let [a, u] = pair("toolu_base", "exit status 0");
-    let bytes = format!("{}\n{}\n", line(&a), line(&u));
-    let loops = |tag: &str| -> Rate {
-        let files: Vec<PathBuf> = (0..SESSIONS)
-            .map(|i| dir.join(format!("loop-{tag}-{i}.jsonl")))
-            .collect();
-        let (t, cpu) = (Instant::now(), usage());
-        std::thread::scope(|s| {
-            for path in &files {
-                let bytes = bytes.as_bytes();
-                s.spawn(move || {
-                    let mut f = std::fs::OpenOptions::new()
-                        .create(true)
-                        .append(true)
-                        .open(path)
-                        .unwrap();
-                    for _ in 0..PAIRS {
-                        f.write_all(bytes).unwrap();
-                        f.sync_data().unwrap();
-                    }
-                });
-            }
-        });
-        Rate::since(t, cpu, SESSIONS * PAIRS)
-    };
+    let bytes = pair_lines();
     // The floor of any server that keeps the sync off its async workers:
     // 16 tasks on this runtime, each handing the same write + fdatasync of
     // its own file to a blocking thread and waiting for it, with no request
@@ -379,7 +407,13 @@ async fn pairs(root: &Path) {
     // Interleaved, so a disk that slows down through the run weighs on both.
     let mut rates = Vec::new();
     for round in 0..3 {
-        let base = loops(&format!("r{round}"));
+        let base = loops(
+            &dir,
+            &format!("r{round}"),
+            SESSIONS,
+            PAIRS,
+            bytes.as_bytes(),
+        );
         settle();
         let hand = handed(&format!("r{round}")).await;
         settle();
@@ -773,4 +807,316 @@ async fn resume(root: &Path) {
         "≥ 0.5×",
         Some(ratio >= 0.5),
     );
+}
+/// The flag that makes this bench binary the outside client of `stdio`.
+const STDIO_CLIENT: &str = "--stdio-client";
+const STDIO_SESSIONS: usize = 16;
+const STDIO_PAIRS: usize = 250;
+const STDIO_ROUNDS: usize = 5;
+
+/// What the client process measured of one run of `toolwire serve`.
+#[derive(serde::Deserialize, serde::Serialize)]
+struct Outside {
+    per_s: f64,
+    /// The client's own CPU (both its threads) per pair.
+    client_cpu_us: f64,
+    /// The server's CPU (all its threads) per pair.
+    server_cpu_us: f64,
+    /// The server's threads' context switches per pair.
+    server_switches: f64,
+}
+
+/// Durable pair commits as users reach them: `toolwire serve` over pipes,
+/// driven by a client in a process of its own (this binary run again)
+/// that keeps one pair in flight for each of 16 sessions over the one
+/// connection, against the same 16 `write` + `fdatasync` loops as `pairs`,
+/// in the same run on the same disk. The same client against a server
+/// with `durability: none` is its ceiling: unless that is well above the
+/// durable figure, the figure measures the client, not the commits.
+fn stdio(root: &Path) {
+    let dir = root.join("stdio");
+    std::fs::create_dir_all(&dir).unwrap();
+    let bytes = pair_lines();
+    let outside = |durability: &str, tag: &str| -> Outside {
+        let work = dir.join(format!("{durability}-{tag}"));
+        std::fs::create_dir_all(&work).unwrap();
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .arg(STDIO_CLIENT)
+            .arg(durability)
+            .arg(&work)
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "the stdio client failed");
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    // Interleaved, so a disk that slows down through the run weighs on all;
+    // each figure is the median of its rounds, each ratio the median of the
+    // rounds' own ratios (a machine shared with other work has bad rounds).
+    let mut rounds = Vec::new();
+    for round in 0..STDIO_ROUNDS {
+        let tag = format!("r{round}");
+        let base = loops(&dir, &tag, STDIO_SESSIONS, STDIO_PAIRS, bytes.as_bytes());
+        settle();
+        let durable = outside("fsync", &tag);
+        settle();
+        let ceiling = outside("none", &tag);
+        settle();
+        rounds.push((durable, ceiling, base));
+    }
+    type Round = (Outside, Outside, Rate);
+    let median = |f: &dyn Fn(&Round) -> f64| {
+        let mut v: Vec<f64> = rounds.iter().map(f).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let durable = median(&|r| r.0.per_s);
+    let ceiling = median(&|r| r.1.per_s);
+    let base = median(&|r| r.2.per_s);
+    type Pick = fn(&Round) -> &Outside;
+    let sides: [(&str, Pick); 2] = [("fsync", |r| &r.0), ("none", |r| &r.1)];
+    for (name, pick) in sides {
+        println!(
+            "  stdio {name:<5}  server {:5.1} us CPU, {:4.1} context switches; client {:5.1} us CPU per pair",
+            median(&|r| pick(r).server_cpu_us),
+            median(&|r| pick(r).server_switches),
+            median(&|r| pick(r).client_cpu_us),
+        );
+    }
+    println!(
+        "  loops        {:5.1} us CPU, {:4.1} context switches per pair",
+        median(&|r| r.2.cpu_us),
+        median(&|r| r.2.switches),
+    );
+    for (i, (d, c, b)) in rounds.iter().enumerate() {
+        println!(
+            "  round {i}: loops {:.0} /s, stdio fsync {:.0} /s ({:.2}x), none {:.0} /s ({:.2}x of fsync)",
+            b.per_s,
+            d.per_s,
+            d.per_s / b.per_s,
+            c.per_s,
+            c.per_s / d.per_s
+        );
+    }
+    let ratio = median(&|r| r.0.per_s / r.2.per_s);
+    let headroom = median(&|r| r.1.per_s / r.0.per_s);
+    report(
+        &format!(
+            "durable pair commits over stdio (`toolwire serve`, client in its own process), 16 sessions, median of {STDIO_ROUNDS} rounds"
+        ),
+        format!("{durable:.0} /s"),
+        format!("{base:.0} /s: 16 write+fdatasync loops"),
+        ratio,
+        "≥ 0.8×",
+        Some(ratio >= 0.8),
+    );
+    report(
+        "the same client against `durability: none` (its ceiling)",
+        format!("{ceiling:.0} /s"),
+        format!("{durable:.0} /s: the durable commits above"),
+        headroom,
+        "≥ 3×",
+        Some(headroom >= 3.0),
+    );
+}
+
+/// The client side of `stdio`, in its own process: start `toolwire serve`
+/// in `dir` over pipes, create 16 sessions, then time 250 pairs each with
+/// one pair (both halves sent together) in flight per session: each reply
+/// that acknowledges a session's pair sends that session's next one, in one
+/// write with every other pair the replies read so far made ready. One
+/// thread: it never waits to write (at most 16 pairs are in flight, far
+/// less than a pipe holds), and each hop between threads would add a
+/// wakeup to every round trip. Prints an [`Outside`].
+fn stdio_client(durability: &str, dir: &Path) {
+    use std::io::BufReader;
+    let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_toolwire"))
+        .arg("serve")
+        .current_dir(dir)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the toolwire binary cargo built for this bench");
+    let mut to = server.stdin.take().unwrap();
+    let mut from = Replies {
+        from: BufReader::with_capacity(1 << 16, server.stdout.take().unwrap()),
+        header: String::new(),
+        body: Vec::new(),
+    };
+    let frame = |id: usize, method: &str, params: Value| -> Vec<u8> {
+        let body = serde_json::to_vec(
+            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        )
+        .unwrap();
+        let mut out = format!("Content-Length: {}\r\n\r\n", body.len()).into_bytes();
+        out.extend_from_slice(&body);
+        out
+    };
+    let root = format!("file://{}", dir.display());
+    to.write_all(&frame(
+        0,
+        "initialize",
+        json!({"rootUri": root, "initializationOptions": {"durability": durability}}),
+    ))
+    .unwrap();
+    assert_eq!(from.next(), 0);
+    // Ids of the timed requests: FIRST + (session * pairs + pair) * 2 + half.
+    const FIRST: usize = 1000;
+    let append = |id: usize, s: usize, message: &Value| {
+        frame(
+            id,
+            "pair/append",
+            json!({"sessionId": format!("s-{s}"), "message": message}),
+        )
+    };
+    // Each session's first pair creates its transcript: not what is timed.
+    let mut out = Vec::new();
+    for s in 0..STDIO_SESSIONS {
+        for (half, m) in pair(&format!("toolu_{s}_first"), "exit status 0")
+            .iter()
+            .enumerate()
+        {
+            out.extend_from_slice(&append(1 + s * 2 + half, s, m));
+        }
+    }
+    to.write_all(&out).unwrap();
+    for _ in 0..STDIO_SESSIONS * 2 {
+        assert!(from.next() < FIRST);
+    }
+    // Every request framed before the clock starts.
+    let frames: Vec<Vec<Vec<u8>>> = (0..STDIO_SESSIONS)
+        .map(|s| {
+            (0..STDIO_PAIRS)
+                .map(|p| {
+                    let [a, u] = pair(&format!("toolu_{s}_{p}"), "exit status 0");
+                    let id = FIRST + (s * STDIO_PAIRS + p) * 2;
+                    let mut both = append(id, s, &a);
+                    both.extend_from_slice(&append(id + 1, s, &u));
+                    both
+                })
+                .collect()
+        })
+        .collect();
+    let pid = server.id();
+    let (server_cpu, server_switches) = (process_cpu(pid), process_switches(pid));
+    let (t, (cpu, _)) = (Instant::now(), usage());
+    out.clear();
+    for session in &frames {
+        out.extend_from_slice(&session[0]);
+    }
+    to.write_all(&out).unwrap();
+    let mut acked = [0; STDIO_SESSIONS];
+    let mut left = STDIO_SESSIONS * STDIO_PAIRS;
+    out.clear();
+    while left > 0 {
+        let k = from.next() - FIRST;
+        if k % 2 == 1 {
+            let s = k / 2 / STDIO_PAIRS;
+            acked[s] += 1;
+            left -= 1;
+            if acked[s] < STDIO_PAIRS {
+                out.extend_from_slice(&frames[s][acked[s]]);
+            }
+        }
+        // Once the replies already read are handled, before waiting for
+        // more.
+        if from.from.buffer().is_empty() && !out.is_empty() {
+            to.write_all(&out).unwrap();
+            out.clear();
+        }
+    }
+    let elapsed = t.elapsed();
+    let (cpu_now, _) = usage();
+    let server_cpu_now = process_cpu(pid);
+    let server_switches_now = process_switches(pid);
+    drop(to);
+    server.wait().unwrap();
+    let n = (STDIO_SESSIONS * STDIO_PAIRS) as f64;
+    let outside = Outside {
+        per_s: n / elapsed.as_secs_f64(),
+        client_cpu_us: (cpu_now - cpu).as_secs_f64() * 1e6 / n,
+        server_cpu_us: (server_cpu_now - server_cpu).as_secs_f64() * 1e6 / n,
+        server_switches: (server_switches_now - server_switches) as f64 / n,
+    };
+    println!("{}", serde_json::to_string(&outside).unwrap());
+}
+
+/// The replies `toolwire serve` writes, read with LSP framing.
+struct Replies {
+    from: std::io::BufReader<std::process::ChildStdout>,
+    header: String,
+    body: Vec<u8>,
+}
+
+impl Replies {
+    /// The id of the next reply, which must not be an error; notifications
+    /// are skipped.
+    fn next(&mut self) -> usize {
+        use std::io::{BufRead, Read};
+        /// A reply's id and whether it is an error.
+        #[derive(serde::Deserialize)]
+        struct Reply {
+            id: Option<usize>,
+            error: Option<serde::de::IgnoredAny>,
+        }
+        loop {
+            let mut len = None;
+            loop {
+                self.header.clear();
+                self.from.read_line(&mut self.header).unwrap();
+                assert!(!self.header.is_empty(), "toolwire serve closed its stdout");
+                let h = self.header.trim_end();
+                if h.is_empty() {
+                    break;
+                }
+                if let Some((name, value)) = h.split_once(':')
+                    && name.eq_ignore_ascii_case("content-length")
+                {
+                    len = value.trim().parse().ok();
+                }
+            }
+            self.body.resize(len.expect("a Content-Length header"), 0);
+            self.from.read_exact(&mut self.body).unwrap();
+            let reply: Reply = serde_json::from_slice(&self.body).unwrap();
+            assert!(
+                reply.error.is_none(),
+                "{}",
+                String::from_utf8_lossy(&self.body)
+            );
+            if let Some(id) = reply.id {
+                return id;
+            }
+        }
+    }
+}
+
+/// CPU time (user + system, all threads) process `pid` has used so far.
+fn process_cpu(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    // utime and stime: fields 14 and 15, counted from the state (field 3).
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // SAFETY: sysconf only reads a constant of the system.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Duration::from_secs_f64(ticks as f64 / hz as f64)
+}
+
+/// Context switches of all of process `pid`'s threads so far.
+fn process_switches(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("status")).ok())
+        .flat_map(|status| {
+            status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
 }
