@@ -7,9 +7,13 @@
 //! threads pays a handoff to a blocking thread per sync on top. Instead, a
 //! small commit is appended to its transcript (the page cache) and a copy of
 //! its bytes is queued here; one thread writes whatever is queued as one
-//! batch into a preallocated log file and syncs it once for every session
-//! in the batch. Writes inside a file's existing, already written blocks
-//! need no journal commit, so that sync is a data flush only.
+//! batch into a preallocated log file, and a few flusher threads sync it,
+//! once for every session in the batch. Writes inside a file's existing,
+//! already written blocks need no journal commit, so that sync is a data
+//! flush only. Several syncs may be in flight ([`FLUSHERS`]), each covering
+//! every batch written before it began; a batch's commits are answered
+//! once it and every batch before it are synced, so an answered commit
+//! never sits after a record that might be torn.
 //!
 //! The transcripts themselves are synced at a checkpoint: when the log is
 //! full, or when it has been idle for [`CHECKPOINT_AFTER`]. Only then is the
@@ -59,7 +63,7 @@
 //! checkpoint), could get an old record replayed if it is exactly as long
 //! as the old one was at that record.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::hash::{BuildHasher, RandomState};
 use std::io;
@@ -77,6 +81,15 @@ pub const SEGMENT: u64 = 1 << 20;
 /// The largest commit that goes through the log; a larger one syncs its
 /// transcript directly (copying it twice would cost more than its sync).
 pub const MAX_RECORD: usize = 64 << 10;
+
+/// How many syncs of the log may be in flight at once. With one at a time
+/// the device sits idle while the thread that waited for a sync is woken
+/// and writes the next batch, which on a busy machine takes milliseconds:
+/// 16 sessions each syncing a file of their own then outran the log. Syncs
+/// of one file overlap on the device as those of separate files do, and a
+/// sync covers every byte written to the file before it began, so each
+/// flusher takes every batch written since the last sync started.
+pub const FLUSHERS: usize = 4;
 
 /// How long the log may hold records with no new commit before the
 /// transcripts are synced and it is reset.
@@ -224,7 +237,10 @@ impl Wal {
         Ok(rx)
     }
 
-    /// The writing thread: one batch at a time, for the process's life.
+    /// The writing thread, for the process's life: it writes each batch of
+    /// queued records into the log as it comes and leaves the syncs to
+    /// [`FLUSHERS`] threads, so that several can be in flight; a commit is
+    /// acknowledged once its batch and every batch before it are synced.
     fn run(self: Arc<Self>) {
         let mut log = match Log::create(&self.dir) {
             Ok(log) => log,
@@ -234,6 +250,10 @@ impl Wal {
                 return;
             }
         };
+        let flushes = match Flushes::start(&log.file) {
+            Ok(flushes) => flushes,
+            Err(err) => return self.fail(&log, &err),
+        };
         let mut buf = Vec::new();
         loop {
             let batch = {
@@ -241,6 +261,9 @@ impl Wal {
                 while state.queue.is_empty() {
                     if state.closing {
                         drop(state);
+                        if let Err(err) = flushes.settle() {
+                            return self.fail(&log, &err);
+                        }
                         return self.close(log);
                     }
                     if log.dirty.is_empty() {
@@ -254,18 +277,19 @@ impl Wal {
                     state = next;
                     if timeout.timed_out() && state.queue.is_empty() {
                         drop(state);
-                        if let Err(err) = log.checkpoint() {
+                        if let Err(err) = flushes.settle().and_then(|()| log.checkpoint()) {
                             return self.fail(&log, &err);
                         }
                         state = self.lock();
                     }
                 }
                 // As many as fit after the records already in the log; a
-                // full log is checkpointed first.
+                // full log is checkpointed first, once every sync of what
+                // it holds is done.
                 let mut room = SEGMENT - log.pos;
                 if state.queue[0].0.encoded_len() as u64 > room {
                     drop(state);
-                    if let Err(err) = log.checkpoint() {
+                    if let Err(err) = flushes.settle().and_then(|()| log.checkpoint()) {
                         return self.fail(&log, &err);
                     }
                     state = self.lock();
@@ -287,16 +311,21 @@ impl Wal {
                 record.encode(log.generation, log.sequence, &mut buf);
                 log.sequence += 1;
             }
-            match log.append(&buf) {
+            match log.write(&buf) {
                 Ok(()) => {
+                    let mut acks = Vec::with_capacity(batch.len());
                     for (record, done) in batch {
                         log.dirty.insert(record.file, record.path);
-                        let _ = done.send(true);
+                        acks.push(done);
+                    }
+                    if let Err(err) = flushes.push(acks) {
+                        return self.fail(&log, &err);
                     }
                 }
                 Err(err) => {
                     // Dropping the batch's senders tells its waiters to
-                    // sync themselves.
+                    // sync themselves; the batches before it are still
+                    // acknowledged as their syncs finish.
                     drop(batch);
                     return self.fail(&log, &err);
                 }
@@ -377,9 +406,10 @@ impl Log {
         })
     }
 
-    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+    /// Write a batch after the records already in the log; the flushers
+    /// sync it.
+    fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.file.write_all_at(bytes, self.pos)?;
-        self.file.sync_data()?;
         self.pos += bytes.len() as u64;
         Ok(())
     }
@@ -411,6 +441,182 @@ impl Log {
         self.sequence = 0;
         self.pos = 0;
         Ok(())
+    }
+}
+
+/// The writing thread's hold on its flushers: however the thread ends (a
+/// panic included), they stop and drop what they have not synced, whose
+/// waiters then sync their transcripts themselves, so no commit waits on a
+/// batch nobody will sync.
+struct Flushers(Arc<Flushes>);
+
+impl Drop for Flushers {
+    fn drop(&mut self) {
+        self.0.stop();
+    }
+}
+
+impl std::ops::Deref for Flushers {
+    type Target = Flushes;
+    fn deref(&self) -> &Flushes {
+        &self.0
+    }
+}
+
+/// The batches written to the log and not yet acknowledged, shared by the
+/// writing thread and the flusher threads that sync them.
+struct Flushes {
+    state: Mutex<Flushing>,
+    /// A batch was written, or the flushers are to stop.
+    work: Condvar,
+    /// A sync finished.
+    done: Condvar,
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+#[derive(Default)]
+struct Flushing {
+    /// Oldest first; each batch's commits are acknowledged once it and
+    /// every batch before it are synced.
+    batches: VecDeque<Written>,
+    /// The id the next written batch gets.
+    next_id: u64,
+    /// The first batch no started sync covers.
+    uncovered: u64,
+    /// A sync failed: no later batch is acknowledged (a sync after a
+    /// failed one may report success for pages the kernel gave up on).
+    failed: Option<io::ErrorKind>,
+    stop: bool,
+}
+
+struct Written {
+    id: u64,
+    acks: Vec<oneshot::Sender<bool>>,
+    synced: bool,
+}
+
+impl Flushes {
+    fn lock(&self) -> MutexGuard<'_, Flushing> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Start the flusher threads of the log `file`.
+    fn start(file: &File) -> io::Result<Flushers> {
+        let flushes = Arc::new(Flushes {
+            state: Mutex::new(Flushing::default()),
+            work: Condvar::new(),
+            done: Condvar::new(),
+            threads: Mutex::new(Vec::new()),
+        });
+        let mut threads = Vec::new();
+        for _ in 0..FLUSHERS {
+            let file = file.try_clone()?;
+            let me = flushes.clone();
+            let spawned = std::thread::Builder::new()
+                .name("toolwire-wal-sync".into())
+                .spawn(move || me.flush(&file));
+            match spawned {
+                Ok(thread) => threads.push(thread),
+                // Fewer flushers only means fewer syncs in flight.
+                Err(_) if !threads.is_empty() => break,
+                Err(err) => return Err(err),
+            }
+        }
+        *flushes.threads.lock().unwrap_or_else(|p| p.into_inner()) = threads;
+        Ok(Flushers(flushes))
+    }
+
+    /// Hand a written batch's waiters to the flushers.
+    fn push(&self, acks: Vec<oneshot::Sender<bool>>) -> io::Result<()> {
+        let mut state = self.lock();
+        if let Some(kind) = state.failed {
+            // Dropped: its waiters sync their transcripts themselves.
+            return Err(kind.into());
+        }
+        let id = state.next_id;
+        state.next_id += 1;
+        state.batches.push_back(Written {
+            id,
+            acks,
+            synced: false,
+        });
+        drop(state);
+        self.work.notify_one();
+        Ok(())
+    }
+
+    /// Wait until every written batch is synced and acknowledged (before a
+    /// checkpoint resets the log), or a sync has failed.
+    fn settle(&self) -> io::Result<()> {
+        let mut state = self.lock();
+        loop {
+            if let Some(kind) = state.failed {
+                return Err(kind.into());
+            }
+            if state.batches.is_empty() {
+                return Ok(());
+            }
+            state = self.done.wait(state).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// End the flushers; a batch not yet synced is dropped, and its
+    /// waiters sync their transcripts themselves.
+    fn stop(&self) {
+        let mut state = self.lock();
+        state.stop = true;
+        state.batches.clear();
+        drop(state);
+        self.work.notify_all();
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
+        for thread in threads {
+            let _ = thread.join();
+        }
+    }
+
+    /// One flusher: sync every batch written since the last sync started,
+    /// then acknowledge the synced batches at the front.
+    fn flush(&self, file: &File) {
+        let mut state = self.lock();
+        loop {
+            if state.stop {
+                return;
+            }
+            let last = state.batches.back().map(|b| b.id);
+            let Some(last) = last.filter(|&last| last >= state.uncovered) else {
+                state = self.work.wait(state).unwrap_or_else(|p| p.into_inner());
+                continue;
+            };
+            let covered = state.uncovered..last + 1;
+            state.uncovered = last + 1;
+            drop(state);
+            let synced = file.sync_data();
+            state = self.lock();
+            match synced {
+                Ok(()) if state.failed.is_none() => {
+                    for batch in &mut state.batches {
+                        if covered.contains(&batch.id) {
+                            batch.synced = true;
+                        }
+                    }
+                    while state.batches.front().is_some_and(|b| b.synced) {
+                        let Some(batch) = state.batches.pop_front() else {
+                            break;
+                        };
+                        for ack in batch.acks {
+                            let _ = ack.send(true);
+                        }
+                    }
+                }
+                Ok(()) => {}
+                Err(err) => {
+                    state.failed.get_or_insert(err.kind());
+                    // Every waiter syncs its transcript itself.
+                    state.batches.clear();
+                }
+            }
+            self.done.notify_all();
+        }
     }
 }
 
@@ -834,6 +1040,39 @@ mod tests {
         drop(live);
         assert_eq!(recover(&wal).unwrap().restored, 5);
         assert_eq!(std::fs::read(&t).unwrap(), b"kept\n");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_written_batch_is_answered_once_synced() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = File::create(dir.path().join("log")).unwrap();
+        let flushes = Flushes::start(&file).unwrap();
+        let mut answers = Vec::new();
+        for _ in 0..200 {
+            let (tx, rx) = oneshot::channel();
+            flushes.push(vec![tx]).unwrap();
+            answers.push(rx);
+        }
+        flushes.settle().unwrap();
+        for answer in answers {
+            assert_eq!(answer.await, Ok(true));
+        }
+    }
+
+    #[tokio::test]
+    async fn after_a_failed_sync_no_batch_is_answered_as_logged() {
+        // A pipe cannot be synced (EINVAL): every sync of it fails.
+        let (_read, write) = std::io::pipe().unwrap();
+        let file = File::from(std::os::fd::OwnedFd::from(write));
+        let flushes = Flushes::start(&file).unwrap();
+        let (tx, rx) = oneshot::channel();
+        flushes.push(vec![tx]).unwrap();
+        // Dropped, not answered: its waiter syncs its transcript itself.
+        assert!(rx.await.is_err());
+        assert!(flushes.settle().is_err());
+        let (tx, rx) = oneshot::channel();
+        assert!(flushes.push(vec![tx]).is_err());
+        assert!(rx.await.is_err());
     }
 
     /// A fresh data directory and its (not yet made) log.
