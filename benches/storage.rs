@@ -1,12 +1,14 @@
 //! Storage benchmarks: fork, durable commits, reconstruct. Each figure is
 //! printed next to a baseline measured in the same run, with the ratio.
 //!
-//!     cargo bench --bench storage                 # all three
-//!     cargo bench --bench storage -- fork pairs   # a subset (fork pairs reconstruct resume)
+//!     cargo bench --bench storage                 # all five
+//!     cargo bench --bench storage -- fork pairs   # a subset (fork pairs reconstruct resume stdio)
 //!     TOOLWIRE_BENCH_DURABILITY=none cargo bench --bench storage -- pairs
 //!
 //! The server runs in process behind an in-memory connection, so the
-//! figures are toolwire's own costs and not a pipe's.
+//! figures are toolwire's own costs and not a pipe's, except in `stdio`:
+//! there `toolwire serve` runs over pipes, driven by this binary run again
+//! as a client process (`--stdio-client`).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

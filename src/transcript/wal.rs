@@ -418,20 +418,35 @@ impl Log {
     /// first record is cleared on the disk before a new generation starts
     /// from the top.
     fn checkpoint(&mut self) -> io::Result<()> {
-        for ((dev, ino), path) in &self.dirty {
-            match File::open(path) {
-                Ok(file) => {
-                    let meta = file.metadata()?;
-                    // Replaced (repaired) since: the old inode is gone.
-                    if (meta.dev(), meta.ino()) == (*dev, *ino) {
-                        file.sync_data()?;
-                    }
+        // Side by side: each transcript's sync waits for a journal commit,
+        // and the file system commits the ones in flight together. One
+        // after another, 16 sessions' transcripts took 30 ms on a busy
+        // machine, during which no commit was answered.
+        let dirty: Vec<_> = self.dirty.iter().collect();
+        let part = dirty.len().div_ceil(CHECKPOINT_THREADS).max(1);
+        std::thread::scope(|scope| {
+            let mut synced = Ok(());
+            let mut threads = Vec::new();
+            for files in dirty.chunks(part) {
+                let sync = move || {
+                    files
+                        .iter()
+                        .try_for_each(|(file, path)| sync_transcript(**file, path))
+                };
+                match std::thread::Builder::new().spawn_scoped(scope, sync) {
+                    Ok(thread) => threads.push(thread),
+                    // No thread to spare: this one syncs them.
+                    Err(_) => synced = synced.and_then(|()| sync()),
                 }
-                // Removed (collected) since.
-                Err(err) if err.kind() == io::ErrorKind::NotFound => {}
-                Err(err) => return Err(err),
             }
-        }
+            for thread in threads {
+                let outcome = thread
+                    .join()
+                    .unwrap_or_else(|_| Err(io::Error::other("a transcript's sync panicked")));
+                synced = synced.and(outcome);
+            }
+            synced
+        })?;
         self.dirty.clear();
         if self.pos > 0 {
             self.file.write_all_at(&[0; 4], 0)?;
@@ -617,6 +632,25 @@ impl Flushes {
             }
             self.done.notify_all();
         }
+    }
+}
+
+/// How many threads a checkpoint syncs its transcripts on.
+const CHECKPOINT_THREADS: usize = 16;
+
+/// Sync a transcript the log has records for, unless it was replaced
+/// (repaired: the old inode is gone) or removed (collected) since.
+fn sync_transcript((dev, ino): (u64, u64), path: &Path) -> io::Result<()> {
+    match File::open(path) {
+        Ok(file) => {
+            let meta = file.metadata()?;
+            if (meta.dev(), meta.ino()) == (dev, ino) {
+                file.sync_data()?;
+            }
+            Ok(())
+        }
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(err) => Err(err),
     }
 }
 
