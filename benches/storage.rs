@@ -622,6 +622,18 @@ fn wc_l(path: &Path) -> (Duration, u64) {
     (t.elapsed(), lines)
 }
 
+/// `toolwire serve` (this build's) in `dir`, over pipes.
+fn serve_process(dir: &Path) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_toolwire"))
+        .arg("serve")
+        .current_dir(dir)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn toolwire serve")
+}
+
 /// A `toolwire serve` process (this build's) and a client of it over its
 /// stdio, as harnesses reach it.
 struct Proc {
@@ -633,14 +645,7 @@ struct Proc {
 
 impl Proc {
     fn start(dir: &Path) -> Proc {
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_toolwire"))
-            .arg("serve")
-            .current_dir(dir)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("spawn toolwire serve");
+        let mut child = serve_process(dir);
         let stdin = child.stdin.take().unwrap();
         let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
         let mut p = Proc {
@@ -932,14 +937,7 @@ fn stdio(root: &Path) {
 /// wakeup to every round trip. Prints an [`Outside`].
 fn stdio_client(durability: &str, dir: &Path) {
     use std::io::BufReader;
-    let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_toolwire"))
-        .arg("serve")
-        .current_dir(dir)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("the toolwire binary cargo built for this bench");
+    let mut server = serve_process(dir);
     let mut to = server.stdin.take().unwrap();
     let mut from = Replies {
         from: BufReader::with_capacity(1 << 16, server.stdout.take().unwrap()),
