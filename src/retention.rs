@@ -99,42 +99,75 @@ pub struct Progress {
     pub total: u64,
 }
 
-/// One session as found on disk.
+/// One session as the scan found it: what choosing its fate and acting on
+/// it needs, and no more. Its listing and its own references are read,
+/// judged and dropped while the session is scanned, so a run holds a few
+/// hundred bytes a session whatever the number of its outputs (the
+/// outputs a sweep would remove excepted: the report names each anyway).
 #[derive(Debug, Default)]
 struct Found {
-    transcript: Option<fs::Metadata>,
-    bak: Option<u64>,
+    /// Its transcript as scanned; a removal goes ahead only if it is
+    /// still this file, unchanged.
+    transcript: Option<Stamp>,
+    bak: bool,
     /// Its transcript's decisions checkpoint: size.
     checkpoint: Option<u64>,
     dir: bool,
-    /// Artifacts: name, size, modification time.
-    artifacts: Vec<(String, u64, SystemTime)>,
-    /// Temporary files in the artifact directory.
-    temps: Vec<(String, u64, SystemTime)>,
-    /// Line indexes kept beside its artifacts (`<artifact>.idx`, see
-    /// [`crate::artifact::index`]): name and size. Never outputs: they go
-    /// with their artifact, or once it is gone.
-    line_indexes: Vec<(String, u64)>,
     last_written: Option<SystemTime>,
     bytes: u64,
-    /// `(session, artifact name)` its replacements point at.
-    refs: HashSet<(String, String)>,
     held: bool,
+    /// `(session, artifact name)` its replacements point at in other
+    /// sessions (a fork's lines point at its parent's artifacts): they
+    /// keep those sessions, and those artifacts, while it is kept.
+    foreign: Vec<(String, String)>,
     /// Hard links a fork made to its parents' transcripts
     /// (`<id>.jsonl.base-*`, see [`crate::transcript::fork`]): name and
     /// status-change time.
     links: Vec<(String, SystemTime)>,
-    /// Its artifacts on object storage: name, size, last modified.
-    objects: Vec<(String, u64, SystemTime)>,
-    /// Line indexes on object storage (`<artifact>.idx`): name, size, last
-    /// modified. They go with their artifact.
-    indexes: Vec<(String, u64, SystemTime)>,
+    /// What a sweep would remove, as judged from the scan (all older than
+    /// the grace period): temporary files of its artifact directory;
+    temps: Vec<(String, u64)>,
+    /// its artifacts there that none of its own replacements points at;
+    unreferenced: Vec<(String, u64)>,
+    /// line indexes kept there beside artifacts (`<artifact>.idx`, see
+    /// [`crate::artifact::index`]; never outputs, whatever their age) that
+    /// go with one of `unreferenced` (`false`) or alone, their artifact
+    /// being gone (`true`);
+    line_indexes: Vec<(String, u64, bool)>,
+    /// the same on object storage;
+    objects: Vec<(String, u64)>,
+    /// and line indexes there (`<artifact>.idx`) that go with one of
+    /// `objects` (`false`) or alone, their artifact being gone (`true`).
+    indexes: Vec<(String, u64, bool)>,
+}
+
+/// Which transcript file a scan saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    ino: u64,
+    len: u64,
+    modified: Option<SystemTime>,
+}
+
+impl Stamp {
+    fn of(meta: &fs::Metadata) -> Stamp {
+        Stamp {
+            ino: meta.ino(),
+            len: meta.len(),
+            modified: meta.modified().ok(),
+        }
+    }
 }
 
 /// Run retention over `data_dir` and, when saved outputs are on object
 /// storage, over `objects` by the same rules (listed, then deleted one by
 /// one). `is_open(id)` says whether this process holds the session open (it
 /// is then never touched).
+///
+/// Memory stays bounded by the number of sessions, never by the number of
+/// outputs: the scan takes the sessions one at a time in sorted order and
+/// keeps of each only its [`Found`] summary; acting on them takes them
+/// one at a time again, re-listing what it removes.
 pub fn collect(
     data_dir: &Path,
     objects: Option<&ObjectArtifacts>,
@@ -145,32 +178,32 @@ pub fn collect(
 ) -> Result<GcReport> {
     let sessions_dir = data_dir.join("sessions");
     let storage = |err: io::Error| Error::storage(&sessions_dir, &err);
+    let bucket = |objects: &ObjectArtifacts, err: io::Error| {
+        Error::storage(Path::new(&objects.url_of(&objects.sessions())), &err)
+    };
     let mut report = GcReport::default();
     let entries = match fs::read_dir(&sessions_dir) {
         Ok(entries) => Some(entries),
         Err(err) if err.kind() == io::ErrorKind::NotFound => None,
         Err(err) => return Err(storage(err)),
     };
-    let mut listed = match objects {
-        Some(objects) => list_objects(objects)
-            .map_err(|err| Error::storage(Path::new(&objects.url_of(&objects.sessions())), &err))?,
-        None => HashMap::new(),
+    // The sessions the bucket holds outputs of: their names only.
+    let in_bucket: HashSet<String> = match objects {
+        Some(objects) => object_sessions(objects)
+            .map_err(|err| bucket(objects, err))?
+            .into_iter()
+            .collect(),
+        None => HashSet::new(),
     };
-    if entries.is_none() && listed.is_empty() {
+    if entries.is_none() && in_bucket.is_empty() {
         return Ok(report);
     }
 
     // Scan: which sessions there are, and the leftovers beside them.
-    let mut ids: Vec<String> = Vec::new();
-    let mut seen: HashSet<String> = HashSet::new();
+    let mut ids: Vec<String> = in_bucket.iter().cloned().collect();
     let mut top_leftovers: Vec<(PathBuf, u64, bool)> = Vec::new();
     let mut links: HashMap<String, Vec<(String, SystemTime)>> = HashMap::new();
     let mut checkpoints: HashMap<String, u64> = HashMap::new();
-    for id in listed.keys() {
-        if seen.insert(id.clone()) {
-            ids.push(id.clone());
-        }
-    }
     for entry in entries.into_iter().flatten() {
         let entry = entry.map_err(storage)?;
         let name = entry.file_name().to_string_lossy().into_owned();
@@ -186,9 +219,7 @@ pub fn collect(
                 .entry(id.to_owned())
                 .or_default()
                 .push((name.clone(), changed));
-            if seen.insert(id.to_owned()) {
-                ids.push(id.to_owned());
-            }
+            ids.push(id.to_owned());
             continue;
         }
         // A transcript's decisions checkpoint goes with its session; one
@@ -199,9 +230,7 @@ pub fn collect(
         {
             if fs::symlink_metadata(sessions_dir.join(format!("{id}.jsonl"))).is_ok() {
                 checkpoints.insert(id.to_owned(), meta.len());
-                if seen.insert(id.to_owned()) {
-                    ids.push(id.to_owned());
-                }
+                ids.push(id.to_owned());
             } else if is_old(&meta, policy) {
                 top_leftovers.push((entry.path(), meta.len(), false));
             }
@@ -224,35 +253,30 @@ pub fn collect(
         };
         if let Some(id) = id
             && SessionId::try_from(id.to_owned()).is_ok()
-            && seen.insert(id.to_owned())
         {
             ids.push(id.to_owned());
         }
     }
-    ids.sort();
+    // A session's names (transcript, backup, checkpoint, directory,
+    // links) meet here.
+    ids.sort_unstable();
+    ids.dedup();
+    ids.shrink_to_fit();
     let total = ids.len() as u64;
-    let mut found: HashMap<String, Found> = HashMap::with_capacity(ids.len());
+    let mut found: Vec<Found> = Vec::with_capacity(ids.len());
     for (i, id) in ids.iter().enumerate() {
-        let mut f = scan(&sessions_dir, id).map_err(storage)?;
+        let listed = match objects {
+            Some(objects) if in_bucket.contains(id) => {
+                list_session(objects, id).map_err(|err| bucket(objects, err))?
+            }
+            _ => Vec::new(),
+        };
+        let mut f = scan(&sessions_dir, id, listed, policy).map_err(storage)?;
         f.held = f.held || is_open(id);
         f.links = links.remove(id).unwrap_or_default();
         f.checkpoint = checkpoints.remove(id);
         f.bytes += f.checkpoint.unwrap_or(0);
-        for (name, size, modified) in listed.remove(id).unwrap_or_default() {
-            f.bytes += size;
-            if f.transcript.is_none() {
-                f.last_written = f.last_written.max(Some(modified));
-            }
-            if is_artifact_name(&name) {
-                f.objects.push((name, size, modified));
-            } else if name
-                .strip_suffix(INDEX_SUFFIX)
-                .is_some_and(is_artifact_name)
-            {
-                f.indexes.push((name, size, modified));
-            }
-        }
-        found.insert(id.clone(), f);
+        found.push(f);
         if i.is_multiple_of(64) || i as u64 + 1 == total {
             progress(Progress {
                 phase: "scanning",
@@ -261,29 +285,28 @@ pub fn collect(
             });
         }
     }
+    drop(in_bucket);
 
     let remove = choose_sessions(&ids, &found, policy);
 
-    // References of every kept session, by the session they point into.
+    // What kept sessions point at in other sessions, by the session they
+    // point into (their own outputs were judged by the scan).
     let mut referenced: HashMap<&str, HashSet<&str>> = HashMap::new();
-    for (id, f) in &found {
-        if remove.contains(id) {
+    for (i, f) in found.iter().enumerate() {
+        if remove[i] {
             continue;
         }
-        for (session, name) in &f.refs {
+        for (session, name) in &f.foreign {
             referenced.entry(session).or_default().insert(name);
         }
     }
 
-    let mut done = 0u64;
-    for id in &ids {
-        done += 1;
-        let f = &found[id];
+    for (i, id) in ids.iter().enumerate() {
+        let done = i as u64 + 1;
+        let f = &found[i];
         if f.held {
             report.kept += 1;
-            continue;
-        }
-        if remove.contains(id) {
+        } else if remove[i] {
             let removed = if dry_run {
                 Some(f.bytes)
             } else {
@@ -293,12 +316,8 @@ pub fn collect(
                 {
                     // After the journal, as on disk: never a journal
                     // pointing at removed objects.
-                    for (name, _, _) in f.objects.iter().chain(&f.indexes) {
-                        let key = objects.key(id, name);
-                        objects.delete(&key).map_err(|err| {
-                            Error::storage(Path::new(&objects.url_of(&key)), &err)
-                        })?;
-                    }
+                    delete_session_objects(objects, id)
+                        .map_err(|err| Error::storage(Path::new(&objects.session_url(id)), &err))?;
                 }
                 removed
             };
@@ -316,7 +335,6 @@ pub fn collect(
                 id,
                 f,
                 referenced: referenced.get(id.as_str()),
-                policy,
                 dry_run,
             };
             sweep_session(&sweep, &mut report).map_err(storage)?;
@@ -354,32 +372,47 @@ fn is_old(meta: &fs::Metadata, policy: &Policy) -> bool {
         .unwrap_or(false)
 }
 
-fn scan(sessions_dir: &Path, id: &str) -> io::Result<Found> {
+/// Scan one session: its transcript (for its references), its backup, its
+/// artifact directory and `listed`, its objects in the bucket.
+fn scan(sessions_dir: &Path, id: &str, listed: Listed, policy: &Policy) -> io::Result<Found> {
     let mut f = Found::default();
+    let old = |modified: SystemTime| modified + policy.grace < policy.now;
+    // The artifacts its own replacements point at.
+    let mut own: HashSet<String> = HashSet::new();
     let transcript = sessions_dir.join(format!("{id}.jsonl"));
     match fs::symlink_metadata(&transcript) {
         Ok(meta) if meta.is_file() => {
             f.bytes += meta.len();
             f.last_written = meta.modified().ok();
             f.held = is_locked(&transcript)?;
-            f.refs = match references(&transcript) {
-                Ok(refs) => refs,
+            match references(&transcript) {
+                Ok(refs) => {
+                    for (session, name) in refs {
+                        if session == id {
+                            own.insert(name);
+                        } else {
+                            f.foreign.push((session, name));
+                        }
+                    }
+                }
                 // A fork whose parent's bytes are gone or changed: what it
                 // points at is unknown, so nothing of it is touched.
-                Err(err) if err.kind() == io::ErrorKind::InvalidData => {
-                    f.held = true;
-                    HashSet::new()
-                }
+                Err(err) if err.kind() == io::ErrorKind::InvalidData => f.held = true,
                 Err(err) => return Err(err),
-            };
-            f.transcript = Some(meta);
+            }
+            f.foreign.sort_unstable();
+            f.foreign.shrink_to_fit();
+            f.transcript = Some(Stamp::of(&meta));
         }
         Ok(_) => f.held = true, // not a plain file: not ours to judge
         Err(err) if err.kind() == io::ErrorKind::NotFound => {}
         Err(err) => return Err(err),
     }
+    // Without a journal, what its replacements point at is unknown: its
+    // artifacts are left alone (only its temporary files go).
+    let journaled = f.transcript.is_some();
     if let Ok(meta) = fs::symlink_metadata(sessions_dir.join(format!("{id}.jsonl.bak"))) {
-        f.bak = Some(meta.len());
+        f.bak = true;
         f.bytes += meta.len();
     }
     let dir = sessions_dir.join(id);
@@ -397,6 +430,10 @@ fn scan(sessions_dir: &Path, id: &str) -> io::Result<Found> {
                 Err(err) if err.kind() == io::ErrorKind::NotFound => None,
                 Err(err) => return Err(err),
             };
+            // This directory's line indexes and artifacts, to pair them
+            // once it is read.
+            let mut indexes: Vec<(String, u64)> = Vec::new();
+            let mut present: HashSet<String> = HashSet::new();
             for entry in entries.into_iter().flatten() {
                 let entry = entry?;
                 let name = entry.file_name().to_string_lossy().into_owned();
@@ -409,18 +446,67 @@ fn scan(sessions_dir: &Path, id: &str) -> io::Result<Found> {
                 if journal_less {
                     f.last_written = f.last_written.max(Some(modified));
                 }
+                if is_index_name(&name) {
+                    indexes.push((name, meta.len()));
+                    continue;
+                }
+                if is_artifact_name(&name) {
+                    present.insert(name.clone());
+                }
+                if !old(modified) {
+                    continue;
+                }
                 if name.starts_with(TEMP_PREFIX) {
-                    f.temps.push((name, meta.len(), modified));
-                } else if is_artifact_name(&name) {
-                    f.artifacts.push((name, meta.len(), modified));
-                } else if is_index_name(&name) {
-                    f.line_indexes.push((name, meta.len()));
+                    f.temps.push((name, meta.len()));
+                } else if journaled && is_artifact_name(&name) && !own.contains(&name) {
+                    f.unreferenced.push((name, meta.len()));
+                }
+            }
+            // Indexes go with their artifacts, and alone once those are
+            // gone.
+            let going: HashSet<&str> = f.unreferenced.iter().map(|(n, _)| n.as_str()).collect();
+            for (name, size) in indexes {
+                let artifact = name.strip_suffix(INDEX_SUFFIX).unwrap_or(&name);
+                let alone = !present.contains(artifact);
+                if alone || going.contains(artifact) {
+                    f.line_indexes.push((name, size, alone));
                 }
             }
         }
         Ok(_) => f.held = true,
         Err(err) if err.kind() == io::ErrorKind::NotFound => {}
         Err(err) => return Err(err),
+    }
+    // Its objects: every one weighs; of the artifacts and their indexes,
+    // the ones nothing of its own points at are judged here.
+    let mut artifacts: HashSet<&str> = HashSet::new();
+    for (name, size, modified) in &listed {
+        f.bytes += size;
+        if f.transcript.is_none() {
+            f.last_written = f.last_written.max(Some(*modified));
+        }
+        if is_artifact_name(name) {
+            artifacts.insert(name);
+            if journaled && old(*modified) && !own.contains(name) {
+                f.objects.push((name.clone(), *size));
+            }
+        }
+    }
+    if journaled {
+        let doomed: HashSet<&str> = f.objects.iter().map(|(n, _)| n.as_str()).collect();
+        for (name, size, modified) in &listed {
+            let Some(artifact) = name
+                .strip_suffix(INDEX_SUFFIX)
+                .filter(|a| is_artifact_name(a))
+            else {
+                continue;
+            };
+            if doomed.contains(artifact) {
+                f.indexes.push((name.clone(), *size, false));
+            } else if !artifacts.contains(artifact) && old(*modified) {
+                f.indexes.push((name.clone(), *size, true));
+            }
+        }
     }
     Ok(f)
 }
@@ -458,42 +544,37 @@ fn references(transcript: &Path) -> io::Result<HashSet<(String, String)>> {
     Ok(refs)
 }
 
-/// Sessions to remove whole: expired ones, then the least recently written
-/// while the store is over its size limit; never a held one, nor one that
-/// a kept session points into.
-fn choose_sessions(
-    ids: &[String],
-    found: &HashMap<String, Found>,
-    policy: &Policy,
-) -> HashSet<String> {
-    let mut remove: HashSet<String> = HashSet::new();
+/// Sessions to remove whole (by index into `ids`): expired ones, then the
+/// least recently written while the store is over its size limit; never a
+/// held one, nor one that a kept session points into.
+fn choose_sessions(ids: &[String], found: &[Found], policy: &Policy) -> Vec<bool> {
+    let mut remove = vec![false; ids.len()];
     let cutoff = policy.max_age.and_then(|age| policy.now.checked_sub(age));
-    for id in ids {
-        let f = &found[id];
+    for (i, f) in found.iter().enumerate() {
         if !f.held
             && let (Some(cutoff), Some(written)) = (cutoff, f.last_written)
             && written < cutoff
         {
-            remove.insert(id.clone());
+            remove[i] = true;
         }
     }
     if let Some(limit) = policy.max_total_bytes {
-        let mut total: u64 = ids
+        let mut total: u64 = found
             .iter()
-            .filter(|id| !remove.contains(*id))
-            .map(|id| found[id].bytes)
+            .zip(&remove)
+            .filter(|(_, gone)| !**gone)
+            .map(|(f, _)| f.bytes)
             .sum();
-        let mut oldest: Vec<&String> = ids
-            .iter()
-            .filter(|id| !remove.contains(*id) && !found[*id].held)
+        let mut oldest: Vec<usize> = (0..ids.len())
+            .filter(|&i| !remove[i] && !found[i].held)
             .collect();
-        oldest.sort_by_key(|id| (found[*id].last_written, (*id).clone()));
-        for id in oldest {
+        oldest.sort_by_key(|&i| (found[i].last_written, &ids[i]));
+        for i in oldest {
             if total <= limit {
                 break;
             }
-            total -= found[id].bytes;
-            remove.insert(id.clone());
+            total -= found[i].bytes;
+            remove[i] = true;
         }
     }
     // A session a kept one points into stays, and then so does any it
@@ -501,17 +582,18 @@ fn choose_sessions(
     loop {
         let pointed: HashSet<&str> = found
             .iter()
-            .filter(|(id, _)| !remove.contains(*id))
-            .flat_map(|(id, f)| {
-                f.refs
-                    .iter()
-                    .map(|(s, _)| s.as_str())
-                    .filter(move |s| *s != id.as_str())
-            })
+            .zip(&remove)
+            .filter(|(_, gone)| !**gone)
+            .flat_map(|(f, _)| f.foreign.iter().map(|(s, _)| s.as_str()))
             .collect();
-        let before = remove.len();
-        remove.retain(|id| !pointed.contains(id.as_str()));
-        if remove.len() == before {
+        let mut changed = false;
+        for (i, id) in ids.iter().enumerate() {
+            if remove[i] && pointed.contains(id.as_str()) {
+                remove[i] = false;
+                changed = true;
+            }
+        }
+        if !changed {
             return remove;
         }
     }
@@ -532,11 +614,7 @@ fn remove_session(sessions_dir: &Path, id: &str, f: &Found) -> io::Result<Option
     let _transcript_lock = match &f.transcript {
         Some(before) => match lock_now(&transcript)? {
             Some(lock) => {
-                let now = lock.metadata()?;
-                if now.ino() != before.ino()
-                    || now.len() != before.len()
-                    || now.modified().ok() != before.modified().ok()
-                {
+                if Stamp::of(&lock.metadata()?) != *before {
                     return Ok(None);
                 }
                 Some(lock)
@@ -558,7 +636,7 @@ fn remove_session(sessions_dir: &Path, id: &str, f: &Found) -> io::Result<Option
     if f.transcript.is_some() {
         remove_file_if_there(&transcript)?;
     }
-    if f.bak.is_some() {
+    if f.bak {
         remove_file_if_there(&sessions_dir.join(format!("{id}.jsonl.bak")))?;
     }
     // Its links to its parents' bytes (the parents keep their own names).
@@ -586,14 +664,13 @@ struct Sweep<'a> {
     f: &'a Found,
     /// Its artifacts that other kept sessions point at.
     referenced: Option<&'a HashSet<&'a str>>,
-    policy: &'a Policy,
     dry_run: bool,
 }
 
 impl Sweep<'_> {
-    /// Older than the grace period.
-    fn old(&self, modified: SystemTime) -> bool {
-        modified + self.policy.grace < self.policy.now
+    /// Whether another kept session points at artifact `name` of this one.
+    fn pointed_at(&self, name: &str) -> bool {
+        self.referenced.is_some_and(|r| r.contains(name))
     }
 }
 
@@ -604,52 +681,36 @@ fn sweep_session(sweep: &Sweep, report: &mut GcReport) -> io::Result<()> {
         sessions_dir,
         id,
         f,
-        referenced,
-        policy,
         dry_run,
+        ..
     } = *sweep;
-    let old = |modified: SystemTime| modified + policy.grace < policy.now;
-    let temps: Vec<&(String, u64, SystemTime)> = f.temps.iter().filter(|t| old(t.2)).collect();
-    // Without a journal, what its replacements point at is unknown: its
-    // artifacts are left alone (only its temporary files go).
-    let unreferenced: Vec<&(String, u64, SystemTime)> = if f.transcript.is_some() {
-        f.artifacts
-            .iter()
-            .filter(|(name, _, modified)| {
-                old(*modified)
-                    && !f.refs.contains(&(id.to_owned(), name.clone()))
-                    && !referenced.is_some_and(|r| r.contains(name.as_str()))
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
+    let unreferenced: Vec<&(String, u64)> = f
+        .unreferenced
+        .iter()
+        .filter(|(name, _)| !sweep.pointed_at(name))
+        .collect();
     // Indexes go with their artifacts, and alone once those are gone.
-    let indexes = orphan_indexes(
-        f.line_indexes
-            .iter()
-            .map(|(name, _)| name.as_str())
-            .chain(f.artifacts.iter().map(|(name, _, _)| name.as_str())),
-        unreferenced.iter().map(|(name, _, _)| name.as_str()),
-    );
-    if temps.is_empty() && unreferenced.is_empty() && indexes.is_empty() {
+    let going: HashSet<&str> = unreferenced.iter().map(|(n, _)| n.as_str()).collect();
+    let indexes: Vec<(&str, u64)> = f
+        .line_indexes
+        .iter()
+        .filter(|(name, _, alone)| {
+            *alone || going.contains(name.strip_suffix(INDEX_SUFFIX).unwrap_or(name))
+        })
+        .map(|(name, size, _)| (name.as_str(), *size))
+        .collect();
+    if f.temps.is_empty() && unreferenced.is_empty() && indexes.is_empty() {
         return Ok(());
     }
     let results = sessions_dir.join(id).join("tool-results");
-    let index_bytes = |name: &str| {
-        f.line_indexes
-            .iter()
-            .find(|(n, _)| n == name)
-            .map_or(0, |(_, size)| *size)
-    };
     if dry_run {
-        for (name, bytes, _) in temps.into_iter().chain(unreferenced) {
+        for (name, bytes) in f.temps.iter().chain(unreferenced) {
             report
                 .artifacts_removed
                 .push(results.join(name).display().to_string());
             report.bytes_freed += bytes;
         }
-        report.bytes_freed += indexes.iter().map(|name| index_bytes(name)).sum::<u64>();
+        report.bytes_freed += indexes.iter().map(|(_, size)| size).sum::<u64>();
         return Ok(());
     }
     let Some(_lock) = lock_now(&sessions_dir.join(id))? else {
@@ -658,7 +719,7 @@ fn sweep_session(sweep: &Sweep, report: &mut GcReport) -> io::Result<()> {
     // Under the lock no apply is between writing and journaling: read the
     // references again, they are now complete.
     let fresh = references(&sessions_dir.join(format!("{id}.jsonl")))?;
-    for (name, bytes, _) in temps {
+    for (name, bytes) in &f.temps {
         if remove_file_if_there(&results.join(name))? {
             report
                 .artifacts_removed
@@ -666,7 +727,7 @@ fn sweep_session(sweep: &Sweep, report: &mut GcReport) -> io::Result<()> {
             report.bytes_freed += bytes;
         }
     }
-    for (name, bytes, _) in unreferenced {
+    for (name, bytes) in unreferenced {
         if fresh.contains(&(id.to_owned(), name.clone())) {
             continue;
         }
@@ -682,9 +743,9 @@ fn sweep_session(sweep: &Sweep, report: &mut GcReport) -> io::Result<()> {
     // next run finds that index alone and removes it). An index whose
     // artifact stays because a reference appeared since the scan goes
     // too: it is only a cache, rebuilt by the next read.
-    for name in indexes {
+    for (name, size) in indexes {
         if remove_file_if_there(&results.join(name))? {
-            report.bytes_freed += index_bytes(name);
+            report.bytes_freed += size;
         }
     }
     Ok(())
@@ -753,30 +814,63 @@ fn sweep_links(
 /// Objects of one session: name, size, last modified.
 pub(crate) type Listed = Vec<(String, u64, SystemTime)>;
 
-/// The objects under the store's `sessions/`, by session:
-/// `sessions/<id>/tool-results/<name>` gives `(name, size, last modified)`
-/// under `id`. Anything else there is not ours and left alone.
-pub(crate) fn list_objects(objects: &ObjectArtifacts) -> io::Result<HashMap<String, Listed>> {
-    let root = objects.sessions();
-    let mut by_session: HashMap<String, Listed> = HashMap::new();
+/// The sessions the bucket holds objects of, sorted: the folders under the
+/// store's `sessions/` that are session ids, from a delimited listing (the
+/// names only, not their objects).
+pub(crate) fn object_sessions(objects: &ObjectArtifacts) -> io::Result<Vec<String>> {
+    let mut ids: Vec<String> = objects
+        .list_dirs(&objects.sessions())?
+        .into_iter()
+        .filter(|id| SessionId::try_from(id.clone()).is_ok())
+        .collect();
+    ids.sort_unstable();
+    Ok(ids)
+}
+
+/// The objects of session `id`: `sessions/<id>/tool-results/<name>` gives
+/// `(name, size, last modified)`. Anything else there is not ours and left
+/// alone.
+pub(crate) fn list_session(objects: &ObjectArtifacts, id: &str) -> io::Result<Listed> {
+    let root = objects.sessions().join(id);
+    let mut listed = Vec::new();
     for meta in objects.list(&root)? {
         let Some(rest) = meta.location.prefix_match(&root) else {
             continue;
         };
         let parts: Vec<String> = rest.map(|p| p.as_ref().to_owned()).collect();
-        let [id, dir, name] = &parts[..] else {
+        let [dir, name] = &parts[..] else {
             continue;
         };
-        if dir != "tool-results" || SessionId::try_from(id.clone()).is_err() {
+        if dir != "tool-results" {
             continue;
         }
-        by_session.entry(id.clone()).or_default().push((
+        listed.push((
             name.clone(),
             meta.size,
             SystemTime::from(meta.last_modified),
         ));
     }
-    Ok(by_session)
+    Ok(listed)
+}
+
+/// Whether `name` is an output toolwire writes to a bucket: an artifact or
+/// an artifact's line index.
+pub(crate) fn is_output_object(name: &str) -> bool {
+    is_artifact_name(name)
+        || name
+            .strip_suffix(INDEX_SUFFIX)
+            .is_some_and(is_artifact_name)
+}
+
+/// Delete a removed session's outputs from the bucket (listed now: its
+/// journal is gone, so whatever is there is nobody's).
+fn delete_session_objects(objects: &ObjectArtifacts, id: &str) -> io::Result<()> {
+    for (name, _, _) in list_session(objects, id)? {
+        if is_output_object(&name) {
+            objects.delete(&objects.key(id, &name))?;
+        }
+    }
+    Ok(())
 }
 
 /// [`sweep_session`] on object storage: in a kept session with a journal,
@@ -788,28 +882,23 @@ fn sweep_objects(
     report: &mut GcReport,
 ) -> io::Result<()> {
     let (id, f) = (sweep.id, sweep.f);
-    // Without a journal, what its replacements point at is unknown.
-    if f.transcript.is_none() {
+    if f.objects.is_empty() && f.indexes.is_empty() {
         return Ok(());
     }
     // Read again now: an apply that journaled since the scan is seen.
     let fresh = references(&sweep.sessions_dir.join(format!("{id}.jsonl")))?;
-    let kept = |name: &str| {
-        fresh.contains(&(id.to_owned(), name.to_owned()))
-            || f.refs.contains(&(id.to_owned(), name.to_owned()))
-            || sweep.referenced.is_some_and(|r| r.contains(name))
-    };
-    let mut doomed: Vec<(&str, u64)> = Vec::new();
-    for (name, size, modified) in &f.objects {
-        if sweep.old(*modified) && !kept(name) {
-            doomed.push((name, *size));
-        }
-    }
-    for (name, size, modified) in &f.indexes {
+    let kept =
+        |name: &str| fresh.contains(&(id.to_owned(), name.to_owned())) || sweep.pointed_at(name);
+    let mut doomed: Vec<(&str, u64)> = f
+        .objects
+        .iter()
+        .filter(|(name, _)| !kept(name))
+        .map(|(name, size)| (name.as_str(), *size))
+        .collect();
+    let going: HashSet<&str> = doomed.iter().map(|(name, _)| *name).collect();
+    for (name, size, alone) in &f.indexes {
         let artifact = name.strip_suffix(INDEX_SUFFIX).unwrap_or(name);
-        let artifact_there = f.objects.iter().any(|(n, _, _)| n == artifact);
-        let artifact_goes = doomed.iter().any(|(n, _)| *n == artifact);
-        if artifact_goes || (!artifact_there && sweep.old(*modified)) {
+        if *alone || going.contains(artifact) {
             doomed.push((name, *size));
         }
     }

@@ -341,6 +341,19 @@ impl ObjectArtifacts {
         listed.map_err(unavailable)
     }
 
+    /// The names of the "folders" directly under `prefix` (the common
+    /// prefixes of a delimited listing), without their objects: gc learns
+    /// which sessions the bucket holds without listing every output.
+    pub fn list_dirs(&self, prefix: &Path) -> io::Result<Vec<String>> {
+        let listed = wait(self.store.list_with_delimiter(Some(prefix)))?;
+        let listed = listed.map_err(unavailable)?;
+        Ok(listed
+            .common_prefixes
+            .iter()
+            .filter_map(|p| p.filename().map(str::to_owned))
+            .collect())
+    }
+
     /// Remove an object; `false` when it was not there.
     pub fn delete(&self, key: &Path) -> io::Result<bool> {
         match wait(self.store.delete(key))? {

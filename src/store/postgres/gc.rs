@@ -27,7 +27,7 @@
 //! the references again before deleting an output, so it sees every
 //! decision an apply made with the outputs it wrote or found.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -50,21 +50,29 @@ pub async fn collect(
     let mut report = GcReport::default();
     let sessions_dir = data_dir.join("sessions");
     let rows = store.overview().await?;
-    let mut listed = match &objects {
-        Some(objects) => list(objects).await?,
-        None => HashMap::new(),
+    // The sessions the bucket holds outputs of, by name only: each one's
+    // objects are listed when it is weighed, swept or removed, and
+    // dropped after, so no run holds a listing of every output.
+    let in_bucket: HashSet<String> = match &objects {
+        Some(objects) => sessions_in(objects).await?.into_iter().collect(),
+        None => HashSet::new(),
     };
-    let weighed: Vec<(SessionRow, u64)> = rows
-        .into_iter()
-        .map(|row| {
-            let outputs = dir_bytes(&sessions_dir.join(&row.session))
-                + listed
-                    .get(&row.session)
-                    .map_or(0, |l| l.iter().map(|(_, size, _)| size).sum());
-            let bytes = row.bytes + outputs;
-            (row, bytes)
-        })
-        .collect();
+    let mut weighed: Vec<(SessionRow, u64)> = Vec::with_capacity(rows.len());
+    for row in rows {
+        let mut outputs = dir_bytes(&sessions_dir.join(&row.session));
+        if let Some(objects) = objects
+            .as_ref()
+            .filter(|_| in_bucket.contains(&row.session))
+        {
+            outputs += list(objects, &row.session)
+                .await?
+                .iter()
+                .map(|(_, size, _)| size)
+                .sum::<u64>();
+        }
+        let bytes = row.bytes + outputs;
+        weighed.push((row, bytes));
+    }
     let remove = choose(&weighed, policy);
 
     for (row, bytes) in &weighed {
@@ -94,8 +102,9 @@ pub async fn collect(
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
             Err(err) => return Err(Error::storage(&dir, &err)),
         }
-        if let Some(objects) = &objects {
-            let names = listed.remove(id).unwrap_or_default();
+        if let Some(objects) = objects.as_ref().filter(|_| in_bucket.contains(id)) {
+            // Listed now: the rows are gone, whatever is there is nobody's.
+            let names = list(objects, id).await?;
             delete(
                 objects,
                 id,
@@ -116,8 +125,8 @@ pub async fn collect(
         .filter(|id| !remove.contains(id))
         .collect();
     let known: HashSet<String> = weighed.iter().map(|(r, _)| r.session.clone()).collect();
-    let mut orphans: Vec<String> = listed
-        .keys()
+    let mut orphans: Vec<String> = in_bucket
+        .iter()
         .cloned()
         .chain(dir_sessions(&sessions_dir))
         .filter(|id| !known.contains(id))
@@ -128,7 +137,10 @@ pub async fn collect(
     let refs = store.references().await?;
     for id in &sweep {
         let files = files_of(&sessions_dir, id);
-        let in_bucket = listed.remove(id).unwrap_or_default();
+        let in_bucket = match objects.as_ref().filter(|_| in_bucket.contains(id)) {
+            Some(objects) => list(objects, id).await?,
+            None => Vec::new(),
+        };
         let doomed = unreferenced(id, &files, &in_bucket, &refs, policy);
         if doomed.is_empty() {
             continue;
@@ -360,11 +372,22 @@ async fn delete(
     .map_err(|err| Error::storage(Path::new(&url), &err))
 }
 
-/// Every output in the bucket, by session.
-async fn list(objects: &Arc<ObjectArtifacts>) -> Result<HashMap<String, Listed>> {
+/// The sessions the bucket holds outputs of (their names only).
+async fn sessions_in(objects: &Arc<ObjectArtifacts>) -> Result<Vec<String>> {
     let objects = objects.clone();
     let url = objects.url_of(&objects.sessions());
-    tokio::task::spawn_blocking(move || crate::retention::list_objects(&objects))
+    tokio::task::spawn_blocking(move || crate::retention::object_sessions(&objects))
+        .await
+        .map_err(|err| Error::Internal(format!("gc task failed: {err}")))?
+        .map_err(|err| Error::storage(Path::new(&url), &err))
+}
+
+/// The outputs of session `id` in the bucket.
+async fn list(objects: &Arc<ObjectArtifacts>, id: &str) -> Result<Listed> {
+    let objects = objects.clone();
+    let id = id.to_owned();
+    let url = objects.session_url(&id);
+    tokio::task::spawn_blocking(move || crate::retention::list_session(&objects, &id))
         .await
         .map_err(|err| Error::Internal(format!("gc task failed: {err}")))?
         .map_err(|err| Error::storage(Path::new(&url), &err))
