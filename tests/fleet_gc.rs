@@ -355,3 +355,86 @@ async fn gc_in_a_loop_against_two_replicas_applying_never_leaves_a_preview_witho
         "no session was applied again after gc removed it"
     );
 }
+
+/// A saved output that only another session's decision points at (as a
+/// decision bound to an inherited replacement names its parent's output)
+/// is referenced: the sweep, which reads each session's own references
+/// when it comes to it and holds only those across sessions, keeps it in a
+/// dry run and a real one alike, and removes it once nothing points at it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_output_only_another_sessions_decision_points_at_is_kept() {
+    let (db, store) = common::pg::migrated_database();
+    let data = tempfile::tempdir().unwrap();
+    let data_dir = data.path().canonicalize().unwrap();
+    let server = Server::new(toolwire::session::Storage {
+        shared: Some(Arc::new(Postgres::connect(&db, 4).unwrap())),
+        ..Default::default()
+    });
+    let (mut c, _task) = common::connect(server);
+    let ws = tempfile::tempdir().unwrap();
+    c.initialize(
+        ws.path(),
+        json!({"dataDir": data_dir, "durability": "none", "limits": {"maxResultChars": 1000}}),
+    )
+    .await;
+    for session in ["a", "b"] {
+        let messages = conversation(&ids(&[&format!("{session}-1")]));
+        let reply = c
+            .call(
+                "budget/apply",
+                json!({"sessionId": session, "messages": messages}),
+            )
+            .await;
+        assert_eq!(reply["persisted"].as_array().map(Vec::len), Some(1));
+    }
+    // An output of `a` that none of a's decisions names, and a decision of
+    // `b` that names it.
+    let shared = data_dir.join("sessions/a/tool-results/shared.txt");
+    std::fs::write(&shared, "pointed at from b").unwrap();
+    let preview = format!(
+        "<persisted-output>\nOutput too large (17 bytes). Full output saved to: {}\n\nPreview (first 17 bytes):\npointed at from b\n</persisted-output>",
+        shared.display()
+    );
+    let client = sql(&db).await;
+    client
+        .execute(
+            "INSERT INTO toolwire_decisions (session, tool_use_id, digest, replacement)
+             VALUES ('b', 'inherited'::bytea, '', $1)",
+            &[&preview.as_bytes()],
+        )
+        .await
+        .unwrap();
+
+    let run = |dry_run: bool| {
+        let (store, data_dir) = (&store, &data_dir);
+        async move {
+            let policy = Policy {
+                max_age: None,
+                max_total_bytes: None,
+                grace: toolwire::retention::GRACE,
+                // Past the grace period of everything written so far.
+                now: SystemTime::now() + 2 * toolwire::retention::GRACE,
+            };
+            toolwire::store::postgres::gc::collect(store, data_dir, None, &policy, dry_run)
+                .await
+                .unwrap()
+        }
+    };
+    let dry = run(true).await;
+    let real = run(false).await;
+    assert_eq!(real, dry, "a real run removes what the dry run listed");
+    assert!(real.artifacts_removed.is_empty(), "{real:?}");
+    assert!(shared.exists(), "b's decision keeps a's output");
+
+    client
+        .execute(
+            "DELETE FROM toolwire_decisions WHERE session = 'b' AND tool_use_id = 'inherited'::bytea",
+            &[],
+        )
+        .await
+        .unwrap();
+    let real = run(false).await;
+    assert_eq!(real.artifacts_removed, [shared.display().to_string()]);
+    assert!(!shared.exists());
+    assert_eq!(real.kept, 2);
+}

@@ -134,14 +134,25 @@ pub async fn collect(
     orphans.sort();
     orphans.dedup();
     sweep.extend(orphans);
-    let refs = store.references().await?;
+    // What decisions point at across sessions, held whole (it is only
+    // what forks inherited); what a session's own decisions point at is
+    // read when that session is swept.
+    let foreign = store.foreign_references().await?;
     for id in &sweep {
         let files = files_of(&sessions_dir, id);
         let in_bucket = match objects.as_ref().filter(|_| in_bucket.contains(id)) {
             Some(objects) => list(objects, id).await?,
             None => Vec::new(),
         };
-        let doomed = unreferenced(id, &files, &in_bucket, &refs, policy);
+        if files.is_empty() && in_bucket.is_empty() {
+            continue;
+        }
+        let mut refs = match known.contains(id) {
+            true => store.references_into(id, false).await?,
+            false => HashSet::new(),
+        };
+        refs.extend(foreign.get(id).into_iter().flatten().cloned());
+        let doomed = unreferenced(&files, &in_bucket, &refs, policy);
         if doomed.is_empty() {
             continue;
         }
@@ -162,8 +173,8 @@ pub async fn collect(
         };
         // Under the holds no apply is between writing and committing: the
         // references read now are complete.
-        let fresh = store.references().await?;
-        let doomed = unreferenced(id, &files, &in_bucket, &fresh, policy);
+        let fresh = store.references_into(id, true).await?;
+        let doomed = unreferenced(&files, &in_bucket, &fresh, policy);
         let removed = remove_outputs(&sessions_dir, objects.as_ref(), id, &doomed).await;
         held.release().await;
         for (what, size) in removed? {
@@ -262,18 +273,18 @@ impl Doomed {
     }
 }
 
-/// The outputs of `id` older than the grace period that no reference in
-/// `refs` names (an artifact's line index goes with it, or alone once its
-/// artifact is gone), and its temporary leftovers.
+/// The outputs of one session older than the grace period that no
+/// reference into it (`refs`, by name) names (an artifact's line index
+/// goes with it, or alone once its artifact is gone), and its temporary
+/// leftovers.
 fn unreferenced(
-    id: &str,
     files: &Listed,
     in_bucket: &Listed,
-    refs: &HashSet<(String, String)>,
+    refs: &HashSet<String>,
     policy: &Policy,
 ) -> Doomed {
     let old = |modified: &SystemTime| *modified + policy.grace < policy.now;
-    let free = |name: &str| !refs.contains(&(id.to_owned(), name.to_owned()));
+    let free = |name: &str| !refs.contains(name);
     let local = files;
     let files: Vec<(String, u64)> = local
         .iter()
@@ -295,14 +306,15 @@ fn unreferenced(
         .filter(|(name, _, modified)| is_artifact_name(name) && old(modified) && free(name))
         .map(|(name, size, _)| (name.clone(), *size))
         .collect();
+    let there: HashSet<&str> = in_bucket.iter().map(|(n, _, _)| n.as_str()).collect();
+    let going: HashSet<&str> = objects.iter().map(|(n, _)| n.as_str()).collect();
     let indexes: Vec<(String, u64)> = in_bucket
         .iter()
         .filter(|(name, _, modified)| {
             let Some(artifact) = name.strip_suffix(INDEX_SUFFIX) else {
                 return false;
             };
-            let there = in_bucket.iter().any(|(n, _, _)| n == artifact);
-            objects.iter().any(|(n, _)| n == artifact) || (!there && old(modified))
+            going.contains(artifact) || (!there.contains(artifact) && old(modified))
         })
         .map(|(name, size, _)| (name.clone(), *size))
         .collect();

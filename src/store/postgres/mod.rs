@@ -9,6 +9,8 @@
 
 pub mod gc;
 
+use std::collections::{HashMap, HashSet};
+
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use futures_util::future::BoxFuture;
 use tokio_postgres::NoTls;
@@ -461,23 +463,58 @@ impl Postgres {
         Ok(deleted == 1)
     }
 
-    /// The saved outputs every decision in the store points at, as
-    /// `(session, name)`: the session whose directory or prefix holds it.
-    pub async fn references(&self) -> Result<std::collections::HashSet<(String, String)>> {
+    /// The saved outputs that decisions point at in sessions other than
+    /// their own (a decision bound to an inherited replacement names its
+    /// parent's output), by the session pointed into. The decisions are
+    /// streamed and only these few are kept: gc never holds every
+    /// decision, nor every output referenced.
+    pub async fn foreign_references(&self) -> Result<HashMap<String, HashSet<String>>> {
+        use futures_util::TryStreamExt;
         let client = self.client().await?;
         let rows = client
-            .query(
-                "SELECT replacement FROM toolwire_decisions WHERE replacement IS NOT NULL",
-                &[],
+            .query_raw(
+                "SELECT session, replacement FROM toolwire_decisions WHERE replacement IS NOT NULL",
+                std::iter::empty::<&str>(),
             )
+            .await
+            .map_err(|err| db_error("gc", err))?;
+        futures_util::pin_mut!(rows);
+        let mut foreign: HashMap<String, HashSet<String>> = HashMap::new();
+        while let Some(row) = rows.try_next().await.map_err(|err| db_error("gc", err))? {
+            let session: &str = row.get(0);
+            let bytes: &[u8] = row.get(1);
+            if let Some((target, name)) = target_of(bytes)
+                && target != session
+            {
+                foreign.entry(target).or_default().insert(name);
+            }
+        }
+        Ok(foreign)
+    }
+
+    /// The saved outputs of `session` that decisions point at now: its
+    /// own decisions' (by the table's key), and, with `others`, any other
+    /// session's (found by the session's name in the replacement: a
+    /// preview names the session's folder verbatim).
+    pub async fn references_into(&self, session: &str, others: bool) -> Result<HashSet<String>> {
+        let client = self.client().await?;
+        let sql = if others {
+            "SELECT replacement FROM toolwire_decisions
+              WHERE replacement IS NOT NULL
+                AND (session = $1 OR position(convert_to($1, 'UTF8') in replacement) > 0)"
+        } else {
+            "SELECT replacement FROM toolwire_decisions
+              WHERE replacement IS NOT NULL AND session = $1"
+        };
+        let rows = client
+            .query(sql, &[&session])
             .await
             .map_err(|err| db_error("gc", err))?;
         Ok(rows
             .iter()
-            .filter_map(|row| {
-                let bytes: &[u8] = row.get(0);
-                crate::budget::preview::preview_target(std::str::from_utf8(bytes).ok()?)
-            })
+            .filter_map(|row| target_of(row.get(0)))
+            .filter(|(target, _)| target == session)
+            .map(|(_, name)| name)
             .collect())
     }
 
@@ -709,6 +746,11 @@ SELECT NULL::bigint, NULL::bytea, p.pair, s.incarnation
   FROM toolwire_sessions s LEFT JOIN toolwire_pending_pairs p ON p.session = s.session
  WHERE s.session = $1
  ORDER BY 1 NULLS LAST";
+
+/// The `(session, output name)` a replacement's preview names.
+fn target_of(replacement: &[u8]) -> Option<(String, String)> {
+    crate::budget::preview::preview_target(std::str::from_utf8(replacement).ok()?)
+}
 
 /// Serialize the commits of one session (see the migration).
 const LOCK_SQL: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 16))";
