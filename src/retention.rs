@@ -307,20 +307,16 @@ pub fn collect(
         if f.held {
             report.kept += 1;
         } else if remove[i] {
-            let removed = if dry_run {
-                Some(f.bytes)
-            } else {
-                let removed = remove_session(&sessions_dir, id, f).map_err(storage)?;
-                if removed.is_some()
-                    && let Some(objects) = objects
-                {
-                    // After the journal, as on disk: never a journal
-                    // pointing at removed objects.
-                    delete_session_objects(objects, id)
-                        .map_err(|err| Error::storage(Path::new(&objects.session_url(id)), &err))?;
-                }
-                removed
-            };
+            let removed = remove_session(&sessions_dir, id, f, dry_run).map_err(storage)?;
+            if removed.is_some()
+                && !dry_run
+                && let Some(objects) = objects
+            {
+                // After the journal, as on disk: never a journal pointing
+                // at removed objects.
+                delete_session_objects(objects, id)
+                    .map_err(|err| Error::storage(Path::new(&objects.session_url(id)), &err))?;
+            }
             match removed {
                 Some(bytes) => {
                     report.sessions_removed.push(id.clone());
@@ -599,20 +595,24 @@ fn choose_sessions(ids: &[String], found: &[Found], policy: &Policy) -> Vec<bool
     }
 }
 
-/// Remove a session as a unit, holding its locks; `None` when a client
-/// took it or wrote to it since the scan (it is then kept).
-fn remove_session(sessions_dir: &Path, id: &str, f: &Found) -> io::Result<Option<u64>> {
-    let dir = sessions_dir.join(id);
-    let transcript = sessions_dir.join(format!("{id}.jsonl"));
-    let _dir_lock = match f.dir {
-        true => match lock_now(&dir)? {
+/// A session's locks, held by gc while it removes the session.
+struct Taken {
+    _dir: Option<File>,
+    _transcript: Option<File>,
+}
+
+/// Take a session's locks without waiting; `None` when a client took it
+/// or wrote to it since the scan (it is then kept).
+fn take_session(sessions_dir: &Path, id: &str, f: &Found) -> io::Result<Option<Taken>> {
+    let dir = match f.dir {
+        true => match lock_now(&sessions_dir.join(id))? {
             Some(lock) => Some(lock),
             None => return Ok(None),
         },
         false => None,
     };
-    let _transcript_lock = match &f.transcript {
-        Some(before) => match lock_now(&transcript)? {
+    let transcript = match &f.transcript {
+        Some(before) => match lock_now(&sessions_dir.join(format!("{id}.jsonl")))? {
             Some(lock) => {
                 if Stamp::of(&lock.metadata()?) != *before {
                     return Ok(None);
@@ -623,6 +623,30 @@ fn remove_session(sessions_dir: &Path, id: &str, f: &Found) -> io::Result<Option
         },
         None => None,
     };
+    Ok(Some(Taken {
+        _dir: dir,
+        _transcript: transcript,
+    }))
+}
+
+/// Remove a session as a unit, holding its locks; `None` when a client
+/// took it or wrote to it since the scan (it is then kept). A dry run
+/// takes the locks and lets go at once, so it lists what a real run
+/// would now remove.
+fn remove_session(
+    sessions_dir: &Path,
+    id: &str,
+    f: &Found,
+    dry_run: bool,
+) -> io::Result<Option<u64>> {
+    let dir = sessions_dir.join(id);
+    let transcript = sessions_dir.join(format!("{id}.jsonl"));
+    let Some(_taken) = take_session(sessions_dir, id, f)? else {
+        return Ok(None);
+    };
+    if dry_run {
+        return Ok(Some(f.bytes));
+    }
     // The checkpoint before its transcript: a crash between leaves a
     // transcript read whole on resume, never a checkpoint of nothing.
     if f.checkpoint.is_some()
@@ -703,6 +727,11 @@ fn sweep_session(sweep: &Sweep, report: &mut GcReport) -> io::Result<()> {
         return Ok(());
     }
     let results = sessions_dir.join(id).join("tool-results");
+    // A dry run takes the lock too (and lets go at once), so it lists
+    // what a real run would now remove, not what an apply holds.
+    let Some(_lock) = lock_now(&sessions_dir.join(id))? else {
+        return Ok(());
+    };
     if dry_run {
         for (name, bytes) in f.temps.iter().chain(unreferenced) {
             report
@@ -713,9 +742,6 @@ fn sweep_session(sweep: &Sweep, report: &mut GcReport) -> io::Result<()> {
         report.bytes_freed += indexes.iter().map(|(_, size)| size).sum::<u64>();
         return Ok(());
     }
-    let Some(_lock) = lock_now(&sessions_dir.join(id))? else {
-        return Ok(());
-    };
     // Under the lock no apply is between writing and journaling: read the
     // references again, they are now complete.
     let fresh = references(&sessions_dir.join(format!("{id}.jsonl")))?;

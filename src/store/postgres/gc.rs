@@ -156,13 +156,6 @@ pub async fn collect(
         if doomed.is_empty() {
             continue;
         }
-        if dry_run {
-            for (what, size) in doomed.names(&sessions_dir, objects.as_deref(), id) {
-                report.artifacts_removed.push(what);
-                report.bytes_freed += size;
-            }
-            continue;
-        }
         let what = if objects.is_some() {
             Hold::Outputs
         } else {
@@ -171,6 +164,16 @@ pub async fn collect(
         let Some(held) = hold(store, &sessions_dir, id, what).await? else {
             continue;
         };
+        if dry_run {
+            // Held and let go at once, as for a removal: a dry run lists
+            // what a real run now would remove, not what an apply holds.
+            held.release().await;
+            for (what, size) in doomed.names(&sessions_dir, objects.as_deref(), id) {
+                report.artifacts_removed.push(what);
+                report.bytes_freed += size;
+            }
+            continue;
+        }
         // Under the holds no apply is between writing and committing: the
         // references read now are complete.
         let fresh = store.references_into(id, true).await?;
