@@ -60,6 +60,14 @@ fn main() {
     }
 }
 
+/// Peak resident memory of the largest child waited for so far, in KiB.
+fn children_maxrss() -> i64 {
+    // SAFETY: getrusage fills the struct it is given.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) };
+    usage.ru_maxrss
+}
+
 /// Run `cmd`, returning its wall time and its own peak resident memory
 /// (KiB), as the kernel counted it for that one process (`wait4`'s
 /// `ru_maxrss`): not the largest of every child so far, which would let
