@@ -103,7 +103,7 @@ def from_lines(path):
             "machine": f"{m['cpu']}, {m['cores']} cores, {m['memory']}, {m['disk']}, {m['os']}, {m['rust']}",
             "load": f"`{run['load']}` before, `{last['load']}` after (`/proc/loadavg`: 1, 5, 15 minutes, running/tasks)",
             "source": "the rows the benches recorded in this run"
-            + (f"; benches that started and recorded nothing (failed): {', '.join(silent)}" if silent else ""),
+            + (f"; bench targets that started and recorded nothing (failed, or ran none of their figures): {', '.join(silent)}" if silent else ""),
         },
         "rows": [
             {k: r[k] for k in ("bench", "figure", "toolwire", "baseline", "ratio", "target", "holds")}
