@@ -756,9 +756,10 @@ async fn resume(root: &Path) {
             json!({"sessionId": "r", "transcript": path.display().to_string()}),
         );
         rebuilt.push(t.elapsed());
+        // Every line `wc` counted, and the message the resume appended.
         assert_eq!(
             r["messagesRead"].as_u64().unwrap() + r["recordsRead"].as_u64().unwrap(),
-            lines
+            lines + 1
         );
         p.stop();
     }
@@ -770,7 +771,7 @@ async fn resume(root: &Path) {
             rebuilt,
         ),
         (
-            format!("resume (first state/get), {} MB", bytes >> 20),
+            format!("resume (first request, pair/append), {} MB", bytes >> 20),
             resumed,
         ),
     ] {

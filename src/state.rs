@@ -398,6 +398,23 @@ impl ReplacementState {
     where
         I: IntoIterator<Item = (Id, Digest, Option<Replacement>)>,
     {
+        let decisions = decisions.into_iter();
+        // A state read back takes thousands of decisions at once: its
+        // tables are made at their size, not grown through every doubling.
+        let (many, _) = decisions.size_hint();
+        if self.shards.is_empty() && many >= SHARDS * 64 {
+            let per = many / SHARDS + many / (SHARDS * 8);
+            self.shards = Arc::new(
+                (0..SHARDS)
+                    .map(|_| {
+                        Some(Arc::new(Shard::with_capacity_and_hasher(
+                            per,
+                            IdHash::default(),
+                        )))
+                    })
+                    .collect(),
+            );
+        }
         for (id, digest, replacement) in decisions {
             // An id met for the first time (nearly every one while a
             // session is read back) is decided here with one lookup: the

@@ -141,20 +141,58 @@ async fn reconstruct(
     }
 
     let inherited = params.inherited_replacements.unwrap_or_default();
-    // The client's records for seen results, then every journaled record
-    // (a decision that was sent, as on load); each other seen result gets
-    // its inherited replacement, else none. Records bind to their original
-    // when they carry a digest.
-    // Which ids were seen matters only to the client's records and the
-    // inherited replacements: without them (a resume from a transcript),
-    // the set is not built.
-    let seen_ids: HashSet<&str> = if client_records.replacements.is_empty() && inherited.is_empty()
-    {
-        HashSet::new()
-    } else {
-        image.seen.iter().map(|(id, _)| &**id).collect()
-    };
     let mut state = ReplacementState::default();
+    if client_records.replacements.is_empty() && inherited.is_empty() {
+        // A transcript alone (a resume): its decisions as on load, the
+        // image's own entries moved into the state rather than copied.
+        let replaced = std::mem::take(&mut image.replacements);
+        let seen = std::mem::take(&mut image.seen);
+        state.commit_decisions(
+            replaced
+                .into_iter()
+                .map(|(id, digest, r)| (id, digest, Some(r)))
+                .chain(seen.into_iter().map(|(id, digest)| (id, digest, None))),
+        );
+    } else {
+        decide_with_client(&mut state, &image, &client_records, &inherited);
+    }
+    // Clearings (the client's and the journal's) end sending a result
+    // whole: over the decisions, as on load.
+    state.clear(client_records.cleared.iter().chain(&image.cleared).cloned());
+
+    cx.check_cancelled()?;
+    let loaded = session.load().await?;
+    loaded.exists = true;
+    loaded.format.get_or_insert(format);
+    loaded.state = state;
+    // The new state lives in memory only (see `Session::settle_idle`).
+    loaded.journaled = false;
+    for (id, name) in image.undecided_names.drain() {
+        loaded.tool_names.insert_mut(id, name);
+    }
+    let result = StateReconstructResult {
+        seen_count: loaded.state.seen_count(),
+        replacement_count: loaded.state.replacement_count(),
+        messages_read: image.messages,
+        records_read: image.records + client_records.records,
+        skipped_lines: image.skipped,
+    };
+    session.publish();
+    Ok(result)
+}
+
+/// The decisions of `image` with the client's records and inherited
+/// replacements: the client's records for seen results, then every
+/// journaled record (a decision that was sent, as on load); each other
+/// seen result gets its inherited replacement, else none. Records bind to
+/// their original when they carry a digest.
+fn decide_with_client(
+    state: &mut ReplacementState,
+    image: &SessionImage,
+    client_records: &SessionImage,
+    inherited: &std::collections::BTreeMap<String, String>,
+) {
+    let seen_ids: HashSet<&str> = image.seen.iter().map(|(id, _)| &**id).collect();
     state.commit_decisions(
         client_records
             .replacements
@@ -169,7 +207,7 @@ async fn reconstruct(
         .seen
         .iter()
         .map(|(id, digest)| {
-            let replacement = (!inherited.is_empty() && !state.is_decided(id))
+            let replacement = (!state.is_decided(id))
                 .then(|| inherited.get(&**id).map(|r| Replacement::new(r)))
                 .flatten();
             (id.clone(), *digest, replacement)
@@ -198,29 +236,6 @@ async fn reconstruct(
         });
     state.commit_decisions(unseen_records.chain(inherited_unseen).collect::<Vec<_>>());
     drop(seen_ids);
-    // Clearings (the client's and the journal's) end sending a result
-    // whole: over the decisions, as on load.
-    state.clear(client_records.cleared.iter().chain(&image.cleared).cloned());
-
-    cx.check_cancelled()?;
-    let loaded = session.load().await?;
-    loaded.exists = true;
-    loaded.format.get_or_insert(format);
-    loaded.state = state;
-    // The new state lives in memory only (see `Session::settle_idle`).
-    loaded.journaled = false;
-    for (id, name) in image.undecided_names.drain() {
-        loaded.tool_names.insert_mut(id, name);
-    }
-    let result = StateReconstructResult {
-        seen_count: loaded.state.seen_count(),
-        replacement_count: loaded.state.replacement_count(),
-        messages_read: image.messages,
-        records_read: image.records + client_records.records,
-        skipped_lines: image.skipped,
-    };
-    session.publish();
-    Ok(result)
 }
 
 /// Where a transcript is read from: a toolwire transcript file, streamed,
