@@ -27,7 +27,7 @@
 //! the references again before deleting an output, so it sees every
 //! decision an apply made with the outputs it wrote or found.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -37,6 +37,9 @@ use crate::artifact::objects::{INDEX_SUFFIX, ObjectArtifacts};
 use crate::artifact::{TEMP_PREFIX, is_artifact_name};
 use crate::error::{Error, Result};
 use crate::retention::{GcReport, Listed, Policy};
+
+/// How many sessions' own references one query reads.
+const REFERENCES_BATCH: usize = 256;
 
 /// One run over the shared store and the saved outputs in `data_dir` and,
 /// when configured, in `objects`.
@@ -136,9 +139,19 @@ pub async fn collect(
     sweep.extend(orphans);
     // What decisions point at across sessions, held whole (it is only
     // what forks inherited); what a session's own decisions point at is
-    // read when that session is swept.
+    // read for a batch of sessions at a time, as the sweep comes to them.
     let foreign = store.foreign_references().await?;
-    for id in &sweep {
+    let mut own: HashMap<String, HashSet<String>> = HashMap::new();
+    for (i, id) in sweep.iter().enumerate() {
+        if i % REFERENCES_BATCH == 0 {
+            let batch: Vec<&str> = sweep[i..]
+                .iter()
+                .take(REFERENCES_BATCH)
+                .filter(|id| known.contains(*id))
+                .map(String::as_str)
+                .collect();
+            own = store.own_references(&batch).await?;
+        }
         let files = files_of(&sessions_dir, id);
         let in_bucket = match objects.as_ref().filter(|_| in_bucket.contains(id)) {
             Some(objects) => list(objects, id).await?,
@@ -147,10 +160,7 @@ pub async fn collect(
         if files.is_empty() && in_bucket.is_empty() {
             continue;
         }
-        let mut refs = match known.contains(id) {
-            true => store.references_into(id, false).await?,
-            false => HashSet::new(),
-        };
+        let mut refs = own.remove(id).unwrap_or_default();
         refs.extend(foreign.get(id).into_iter().flatten().cloned());
         let doomed = unreferenced(&files, &in_bucket, &refs, policy);
         if doomed.is_empty() {
@@ -176,7 +186,7 @@ pub async fn collect(
         }
         // Under the holds no apply is between writing and committing: the
         // references read now are complete.
-        let fresh = store.references_into(id, true).await?;
+        let fresh = store.references_into(id).await?;
         let doomed = unreferenced(&files, &in_bucket, &fresh, policy);
         let removed = remove_outputs(&sessions_dir, objects.as_ref(), id, &doomed).await;
         held.release().await;

@@ -492,22 +492,46 @@ impl Postgres {
         Ok(foreign)
     }
 
-    /// The saved outputs of `session` that decisions point at now: its
-    /// own decisions' (by the table's key), and, with `others`, any other
-    /// session's (found by the session's name in the replacement: a
-    /// preview names the session's folder verbatim).
-    pub async fn references_into(&self, session: &str, others: bool) -> Result<HashSet<String>> {
+    /// The saved outputs that each of `sessions` points at in itself, by
+    /// its own decisions (read by the table's key), by session: gc reads a
+    /// batch of sessions at a time, in few round trips and bounded memory.
+    pub async fn own_references(
+        &self,
+        sessions: &[&str],
+    ) -> Result<HashMap<String, HashSet<String>>> {
         let client = self.client().await?;
-        let sql = if others {
-            "SELECT replacement FROM toolwire_decisions
-              WHERE replacement IS NOT NULL
-                AND (session = $1 OR position(convert_to($1, 'UTF8') in replacement) > 0)"
-        } else {
-            "SELECT replacement FROM toolwire_decisions
-              WHERE replacement IS NOT NULL AND session = $1"
-        };
         let rows = client
-            .query(sql, &[&session])
+            .query(
+                "SELECT session, replacement FROM toolwire_decisions
+                  WHERE replacement IS NOT NULL AND session = ANY($1)",
+                &[&sessions],
+            )
+            .await
+            .map_err(|err| db_error("gc", err))?;
+        let mut own: HashMap<String, HashSet<String>> = HashMap::new();
+        for row in &rows {
+            let session: &str = row.get(0);
+            if let Some((target, name)) = target_of(row.get(1))
+                && target == session
+            {
+                own.entry(target).or_default().insert(name);
+            }
+        }
+        Ok(own)
+    }
+
+    /// The saved outputs of `session` that any decision points at now: its
+    /// own, and any other session's (found by the session's name in the
+    /// replacement: a preview names the session's folder verbatim).
+    pub async fn references_into(&self, session: &str) -> Result<HashSet<String>> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT replacement FROM toolwire_decisions
+                  WHERE replacement IS NOT NULL
+                    AND (session = $1 OR position(convert_to($1, 'UTF8') in replacement) > 0)",
+                &[&session],
+            )
             .await
             .map_err(|err| db_error("gc", err))?;
         Ok(rows
