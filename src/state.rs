@@ -401,9 +401,13 @@ impl ReplacementState {
         let decisions = decisions.into_iter();
         // A state read back takes thousands of decisions at once: its
         // tables are made at their size, not grown through every doubling.
+        // No slack is added: the tables keep an eighth free of their own,
+        // and a slack on top of it (a hint also counts an id's record and
+        // its `seen` once each) doubled them past the size growth gives,
+        // 5 MB more for a 100k-id session.
         let (many, _) = decisions.size_hint();
         if self.shards.is_empty() && many >= SHARDS * 64 {
-            let per = many / SHARDS + many / (SHARDS * 8);
+            let per = many / SHARDS;
             self.shards = Arc::new(
                 (0..SHARDS)
                     .map(|_| {
