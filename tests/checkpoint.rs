@@ -38,7 +38,7 @@ fn frame(id: usize, method: &str, params: Value) -> Vec<u8> {
 /// The requests of a session: committed pairs, results replaced by
 /// `budget/apply` (journaled `replacement` lines) and kept whole (`seen`
 /// lines).
-fn script(steps: usize) -> Vec<(&'static str, Value)> {
+fn script_of(steps: usize) -> Vec<(&'static str, Value)> {
     let mut out = Vec::new();
     for i in 0..steps {
         let id = format!("toolu_{i}");
@@ -83,7 +83,8 @@ async fn kill_9_at_any_instant_never_resumes_wrong_decisions() {
     if !local_transcripts("kill_9_at_any_instant_never_resumes_wrong_decisions") {
         return;
     }
-    let script = script(24);
+    let script = script_of(24);
+    let long_script = script_of(240);
     let mut proved = 0;
     let trials = 28u64;
     for trial in 0..trials {
@@ -96,16 +97,20 @@ async fn kill_9_at_any_instant_never_resumes_wrong_decisions() {
         let mut child = spawn(dir.path(), hook);
         let options = json!({"durability": durability});
         if hook.is_some() {
-            // It dies on its own, at the hook (or, should the script end
-            // first, when its input ends): the requests are written
+            // It dies on its own, at the hook: the requests are written
             // without waiting for replies, and a pipe it closed by dying
-            // ends the writing.
+            // ends the writing. A checkpoint job still running when the
+            // next one falls due absorbs it, so how many writes a script
+            // makes depends on how fast each runs (a loaded machine makes
+            // fewer): this script goes on ten times as long as the one
+            // whose commits are checked, to reach the hook however the
+            // writes coalesce.
             let mut input = frame(
                 0,
                 "initialize",
                 json!({"rootUri": file_uri(dir.path()), "initializationOptions": options}),
             );
-            for (i, (method, params)) in script.iter().enumerate() {
+            for (i, (method, params)) in long_script.iter().enumerate() {
                 input.extend(frame(i + 1, method, params.clone()));
             }
             let mut stdin = child.stdin.take().unwrap();

@@ -356,14 +356,19 @@ async fn a_fork_killed_half_way_leaves_no_fork_or_a_whole_one() {
         c.initialize(dir.path(), json!({"durability": "fsync"}))
             .await;
         c.call("state/get", json!({"sessionId": "p"})).await;
+        let mut forks = Vec::new();
         for i in 0..200 {
-            c.start(
-                "state/fork",
-                json!({"sessionId": "p", "newSessionId": format!("k{trial}-{i}")}),
-            )
-            .await;
+            forks.push(
+                c.start(
+                    "state/fork",
+                    json!({"sessionId": "p", "newSessionId": format!("k{trial}-{i}")}),
+                )
+                .await,
+            );
         }
-        tokio::time::sleep(Duration::from_millis(5 + trial * 7)).await;
+        // Killed once a few forks (more each trial) have answered, while
+        // the rest are still being made: no clock decides what finished.
+        c.response(forks[(trial * 3) as usize]).await;
         child.start_kill().unwrap();
         child.wait().await.unwrap();
     }
