@@ -340,21 +340,21 @@ pub struct ContentHead<'a>(Vec<BlockHead<'a>>);
 #[derive(Deserialize)]
 pub struct BlockHead<'a> {
     #[serde(rename = "type", borrow, default, deserialize_with = "text")]
-    kind: Option<Cow<'a, str>>,
+    pub(crate) kind: Option<Cow<'a, str>>,
     #[serde(borrow, default, deserialize_with = "text")]
-    id: Option<Cow<'a, str>>,
+    pub(crate) id: Option<Cow<'a, str>>,
     #[serde(borrow, default, deserialize_with = "text")]
-    tool_use_id: Option<Cow<'a, str>>,
+    pub(crate) tool_use_id: Option<Cow<'a, str>>,
     #[serde(borrow, default, deserialize_with = "text")]
-    name: Option<Cow<'a, str>>,
+    pub(crate) name: Option<Cow<'a, str>>,
     #[serde(borrow)]
-    content: Option<&'a RawValue>,
+    pub(crate) content: Option<&'a RawValue>,
 }
 
 /// An optional string, borrowed from the line unless it has escapes
 /// (serde's own `Option<Cow<str>>` always copies); `null` is none, and
 /// anything but a string is refused, as it would be.
-fn text<'de, D: serde::Deserializer<'de>>(
+pub(crate) fn text<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> std::result::Result<Option<Cow<'de, str>>, D::Error> {
     struct Text;

@@ -159,6 +159,11 @@ pub enum Original<'a> {
     Raw(&'a [u8]),
     /// Its parsed value (dialects whose skim parses the whole message).
     Value(Value),
+    /// Only its digest in [`Digest::NEW`], made where the content was read
+    /// (a foreign session file is read in windows that are gone by the time
+    /// its messages are taken in). Such a file has no records, so no id of
+    /// it is digested in a legacy kind.
+    Digested(Digest),
 }
 
 impl Original<'_> {
@@ -177,6 +182,10 @@ impl Original<'_> {
                 Err(_) => Digest::of_json_bytes_as(kind, raw),
             },
             Original::Value(value) => Digest::of_value_as(kind, value),
+            Original::Digested(digest) => {
+                debug_assert_eq!(digest.kind(), Some(kind), "a digest asked in another kind");
+                *digest
+            }
         }
     }
 }

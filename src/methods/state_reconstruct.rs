@@ -23,6 +23,7 @@ use crate::state::{Replacement, ReplacementState};
 use crate::transcript::checkpoint;
 use crate::transcript::fork::Logical;
 use crate::transcript::import;
+use crate::transcript::reader::claude_code::ClaudeCodeFile;
 use crate::transcript::reader::{self, ReadLimits, SessionImage};
 
 impl SessionMethod for StateReconstruct {
@@ -72,6 +73,9 @@ async fn reconstruct(
                 };
                 let source = match content {
                     import::Content::Transcript { .. } => Source::File(path.clone()),
+                    import::Content::Agent(import::Agent::ClaudeCode) => {
+                        Source::ClaudeCode(path.clone())
+                    }
                     _ => Source::Bytes(import::transcript_bytes(path)?.1),
                 };
                 (
@@ -87,6 +91,10 @@ async fn reconstruct(
     // another, the transcript is read whole.
     let source = match source {
         Some(Source::Checkpoint(c)) if c.format != format => Some(Source::File(c.path)),
+        // Read in another format, the converted session is read as such.
+        Some(Source::ClaudeCode(path)) if format != Format::Anthropic => {
+            Some(Source::Bytes(import::transcript_bytes(&path)?.1))
+        }
         other => other,
     };
     let dialect = format.dialect();
@@ -244,6 +252,9 @@ fn decide_with_client(
 enum Source {
     File(std::path::PathBuf),
     Checkpoint(Box<Checkpointed>),
+    /// A Claude Code session read in its own format: read straight into
+    /// the image (`reader::claude_code`), not converted first.
+    ClaudeCode(std::path::PathBuf),
     Bytes(Vec<u8>),
 }
 
@@ -291,6 +302,26 @@ fn read_transcript(
     progress: impl Fn(u64, u64),
 ) -> Result<SessionImage> {
     const STEP: u64 = 8 << 20;
+    if let Source::ClaudeCode(path) = source {
+        let (_, logical) = Logical::open_path(path).map_err(|err| Error::storage(path, &err))?;
+        let total = logical.len();
+        let reader = logical.reader().map_err(|err| Error::storage(path, &err))?;
+        let file = match ClaudeCodeFile::read(reader, &cancelled, |done| progress(done, total)) {
+            Ok(file) => file,
+            Err(_) if cancelled() => return Err(Error::Cancelled),
+            Err(err) => return Err(Error::storage(path, &err)),
+        };
+        if file
+            .feed(&mut image, ReadLimits::default().max_line)
+            .is_some()
+        {
+            image.finish_lenient();
+            return Ok(image);
+        }
+        // A message too long for a transcript line: read converted below,
+        // where the reader skips it.
+    }
+    let converted;
     let mut next_report = STEP;
     let mut start = 0;
     let (reader, total, path): (Box<dyn std::io::Read>, u64, &std::path::Path) = match source {
@@ -314,6 +345,14 @@ fn read_transcript(
             let total = logical.len();
             let reader = logical.reader().map_err(|err| Error::storage(path, &err))?;
             (Box::new(reader), total, path)
+        }
+        Source::ClaudeCode(path) => {
+            converted = import::transcript_bytes(path)?.1;
+            (
+                Box::new(&converted[..]),
+                converted.len() as u64,
+                path.as_path(),
+            )
         }
         Source::Bytes(bytes) => (
             Box::new(&bytes[..]),

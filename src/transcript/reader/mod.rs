@@ -7,6 +7,7 @@
 //! the JSON parser without being copied or allocated. `transcript/repair`,
 //! which rewrites lines, parses them whole with [`parse_line`].
 
+pub mod claude_code;
 mod shadow;
 
 use std::borrow::Cow;

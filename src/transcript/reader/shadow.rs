@@ -190,7 +190,7 @@ impl<'l> Rebase<'l, '_> {
                         false => (Some(Original::Raw(raw)), digest),
                     }
                 }
-                Some(Original::Value(_)) => return None,
+                Some(Original::Value(_) | Original::Digested(_)) => return None,
                 None => {
                     // Only a preview: one that is short stays as it was.
                     (None, None)

@@ -1,0 +1,622 @@
+//! A Claude Code session file read straight into a [`SessionImage`], for
+//! `state/reconstruct` of such a file passed by path.
+//!
+//! The general way (`transcript::import::claude_code::convert`, then the
+//! reader over the converted transcript) parses every line into a
+//! `serde_json::Value`, builds the conversation and serializes it back out
+//! before reading it again: a few times the file's size in copies and
+//! allocations. Here each line is parsed once into borrowed fields (the
+//! tree links, the message's role and id, its tool blocks; every other
+//! field skipped by the parser), a small owned record is kept per line
+//! (ids, tool names, each result's digest made right away) and the file is
+//! read a window at a time into one buffer. The conversion's rules are then
+//! applied to the records: the walk up `parentUuid` from the main line's
+//! leaf, responses joined by `message.id`, consecutive user lines merged,
+//! API-error lines skipped (see `import/claude_code.rs` for why each).
+//!
+//! The outcome is the image the general way builds, on every input: a line
+//! the fast parse cannot vouch for (not UTF-8, an escape that may be a lone
+//! surrogate, nesting that may be deeper than [`crate::json::MAX_DEPTH`],
+//! a field of an unusual type, a key written twice) is parsed as a value
+//! instead and judged exactly as the conversion and the reader judge it. A
+//! merged message whose converted line could exceed the reader's line limit
+//! makes [`read`] decline, so the caller takes the general way.
+
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
+use std::io;
+
+use serde::Deserialize;
+use serde::de::value::MapAccessDeserializer;
+use serde_json::{Map, Value};
+
+use super::{Helper, SessionImage};
+use crate::format::anthropic::{self, BlockHead};
+use crate::format::{Digest, Original, Side, Skim, SkimResult, is_compact_json};
+
+/// How much of the file is read at a time (a longer line grows it).
+const WINDOW: usize = 8 << 20;
+/// A window's lines are split between two threads from this size on.
+const PARALLEL_FROM: usize = 1 << 20;
+
+/// What a Claude Code file says, reduced to what its conversation's state
+/// is built from: one record per readable line, in order.
+pub struct ClaudeCodeFile {
+    lines: Vec<Rec>,
+}
+
+/// One readable line (a JSON object).
+#[derive(Debug, Default)]
+struct Rec {
+    uuid: Option<Box<str>>,
+    /// Whether the line has a `uuid` key at all (a leaf needs one).
+    has_uuid: bool,
+    parent: Option<Box<str>>,
+    side_chain: bool,
+    api_error: bool,
+    /// The message of a `user` or `assistant` line whose `message` is an
+    /// object.
+    message: Option<Msg>,
+    /// The line's length: its message serializes to no more than this.
+    len: usize,
+}
+
+#[derive(Debug)]
+struct Msg {
+    /// `None` when `role` is missing or not a string.
+    role: Option<Role>,
+    id: Option<Box<str>>,
+    content: Content,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    User,
+    Assistant,
+    /// A string that is neither.
+    Other,
+}
+
+impl Role {
+    fn of(role: &str) -> Role {
+        match role {
+            "user" => Role::User,
+            "assistant" => Role::Assistant,
+            _ => Role::Other,
+        }
+    }
+
+    fn side(self) -> Option<Side> {
+        match self {
+            Role::User => Some(Side::User),
+            Role::Assistant => Some(Side::Assistant),
+            Role::Other => None,
+        }
+    }
+}
+
+/// A message's `content`, as far as joining and skimming go: joined
+/// messages have every part's content turned into blocks (a string into a
+/// text block, nothing for an empty string or null), which makes some
+/// contents readable that are not on their own and the other way round.
+#[derive(Debug)]
+enum Content {
+    Absent,
+    Null,
+    Text,
+    Blocks(Blocks),
+    /// An object: one block once joined, unreadable on its own.
+    Single(Blocks),
+    /// A number or boolean: unreadable either way.
+    Bad,
+}
+
+#[derive(Debug, Default)]
+struct Blocks {
+    events: Vec<Event>,
+    /// Whether every block reads as the reader reads a block.
+    valid: bool,
+}
+
+/// What a block means to the state.
+#[derive(Debug)]
+enum Event {
+    Call(Box<str>, Box<str>),
+    /// A result: its id and its original's digest (`None` when it is a
+    /// preview, not an original).
+    Result(Box<str>, Option<Digest>),
+    /// A compaction block: the provider drops the calls before it.
+    Compaction,
+}
+
+impl Event {
+    fn of(block: BlockHead) -> Option<Event> {
+        match block.kind.as_deref() {
+            Some("tool_use") => Some(Event::Call(
+                block.id.unwrap_or_default().into(),
+                block.name.unwrap_or_default().into(),
+            )),
+            Some("compaction") => Some(Event::Compaction),
+            Some("tool_result") => {
+                let raw = block
+                    .content
+                    .map_or(&b"null"[..], |raw| raw.get().as_bytes());
+                Some(Event::Result(
+                    block.tool_use_id.unwrap_or_default().into(),
+                    result_digest(raw),
+                ))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The digest of a result's content as the converted transcript would
+/// hold it (compact, as serde_json writes it), `None` for a preview.
+/// Content already in that form (as Claude Code writes it) is taken as it
+/// stands; any other spelling is parsed and written compact first, so a
+/// preview is told by the same bytes.
+fn result_digest(raw: &[u8]) -> Option<Digest> {
+    if is_compact_json(raw) {
+        return (!anthropic::is_replacement_json(raw))
+            .then(|| Original::Raw(raw).digest(Digest::NEW));
+    }
+    let compact = crate::json::from_slice::<Value>(raw)
+        .ok()
+        .and_then(|value| serde_json::to_vec(&value).ok());
+    let compact = compact.as_deref().unwrap_or(raw);
+    (!anthropic::is_replacement_json(compact)).then(|| Original::Raw(compact).digest(Digest::NEW))
+}
+
+impl ClaudeCodeFile {
+    /// Read a Claude Code session file: every line, a window at a time,
+    /// until the end of what `reader` gives (Claude Code may be appending:
+    /// a torn last line is read as the conversion reads it).
+    /// `cancelled` is asked before each read; `progress` is told the bytes
+    /// read so far after each.
+    pub fn read(
+        mut reader: impl io::Read,
+        cancelled: impl Fn() -> bool,
+        mut progress: impl FnMut(u64),
+    ) -> io::Result<ClaudeCodeFile> {
+        let mut buf = vec![0u8; WINDOW];
+        let mut lines = Vec::new();
+        let mut filled = 0;
+        let mut total = 0u64;
+        loop {
+            if cancelled() {
+                return Err(io::Error::new(
+                    io::ErrorKind::Interrupted,
+                    "reading cancelled",
+                ));
+            }
+            if filled == buf.len() {
+                // One line fills the window: make room for the rest of it.
+                buf.resize(buf.len() * 2, 0);
+            }
+            let n = match reader.read(&mut buf[filled..]) {
+                Ok(n) => n,
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+                Err(err) => return Err(err),
+            };
+            filled += n;
+            total += n as u64;
+            if n == 0 {
+                // The rest is the last line, with or without its newline.
+                parse_region(&buf[..filled], &mut lines);
+                return Ok(ClaudeCodeFile { lines });
+            }
+            if filled < buf.len() {
+                continue;
+            }
+            progress(total);
+            let end = memchr::memrchr(b'\n', &buf[..filled]).map_or(0, |i| i + 1);
+            parse_region(&buf[..end], &mut lines);
+            buf.copy_within(end..filled, 0);
+            filled -= end;
+        }
+    }
+
+    /// Take the conversation in, message by message, as the reader takes
+    /// in the converted transcript; `None` (nothing taken in) when a
+    /// message's converted line could be longer than `max_line`, which the
+    /// reader would skip: then the caller converts the file instead.
+    pub fn feed(&self, image: &mut SessionImage, max_line: usize) -> Option<()> {
+        let messages = self.conversation();
+        // `{"type":"message","message":` … `}`, and per part a comma and a
+        // text block's wrapper at most.
+        if messages.iter().any(|m| {
+            m.parts
+                .iter()
+                .map(|&i| self.lines[i].len + 32)
+                .sum::<usize>()
+                + 64
+                > max_line
+        }) {
+            return None;
+        }
+        for message in &messages {
+            match self.skim(message) {
+                Some(skim) => image.add_message(None, skim),
+                None => image.skipped += 1,
+            }
+        }
+        Some(())
+    }
+
+    /// The conversation as the conversion builds it: the line indices of
+    /// each message's parts.
+    fn conversation(&self) -> Vec<Merged> {
+        let lines = &self.lines;
+        let mut by_uuid: HashMap<&str, usize> = HashMap::with_capacity(lines.len());
+        for (i, line) in lines.iter().enumerate() {
+            if let Some(uuid) = &line.uuid {
+                by_uuid.insert(uuid, i);
+            }
+        }
+        let leaf = lines
+            .iter()
+            .rposition(|line| line.message.is_some() && !line.side_chain && line.has_uuid);
+        let mut path = Vec::new();
+        let mut walked = HashSet::new();
+        let mut at = leaf;
+        while let Some(i) = at {
+            if !walked.insert(i) {
+                break; // a cycle: what was walked stands, as in the conversion
+            }
+            path.push(i);
+            at = lines[i]
+                .parent
+                .as_deref()
+                .and_then(|p| by_uuid.get(p).copied());
+        }
+        path.reverse();
+
+        let mut out: Vec<Merged> = Vec::new();
+        let mut response_at: HashMap<&str, usize> = HashMap::new();
+        for i in path {
+            let line = &lines[i];
+            let Some(message) = &line.message else {
+                continue;
+            };
+            if line.api_error {
+                continue;
+            }
+            if message.role == Some(Role::Assistant)
+                && let Some(id) = &message.id
+            {
+                if let Some(&k) = response_at.get(&**id) {
+                    out[k].parts.push(i);
+                    continue;
+                }
+                response_at.insert(id, out.len());
+            }
+            if message.role == Some(Role::User)
+                && let Some(last) = out.last_mut()
+                && last.role == Some(Role::User)
+            {
+                last.parts.push(i);
+                continue;
+            }
+            out.push(Merged {
+                role: message.role,
+                parts: vec![i],
+            });
+        }
+        out
+    }
+
+    /// The skim the reader makes of a message's converted line; `None`
+    /// when it would not read it.
+    fn skim(&self, message: &Merged) -> Option<Skim<'_>> {
+        let role = message.role?;
+        let parts = message
+            .parts
+            .iter()
+            .filter_map(|&i| self.lines[i].message.as_ref().map(|m| &m.content));
+        let joined = message.parts.len() > 1;
+        let mut events = Vec::new();
+        for content in parts {
+            match content {
+                Content::Blocks(blocks) => {
+                    if !blocks.valid {
+                        return None;
+                    }
+                    events.extend(&blocks.events);
+                }
+                Content::Single(blocks) if joined => {
+                    if !blocks.valid {
+                        return None;
+                    }
+                    events.extend(&blocks.events);
+                }
+                Content::Text | Content::Absent => {}
+                Content::Null if joined => {}
+                Content::Null | Content::Single(_) | Content::Bad => return None,
+            }
+        }
+        let side = role.side();
+        let mut skim = Skim {
+            side,
+            ..Skim::default()
+        };
+        for event in events {
+            match event {
+                Event::Call(id, name) if side == Some(Side::Assistant) => {
+                    skim.calls.push((Cow::Borrowed(id), Cow::Borrowed(name)))
+                }
+                Event::Compaction => skim.calls.clear(),
+                Event::Result(id, digest) if side == Some(Side::User) => {
+                    skim.results.push(SkimResult {
+                        id: Cow::Borrowed(id),
+                        original: digest.map(Original::Digested),
+                        digest: *digest,
+                    })
+                }
+                _ => {}
+            }
+        }
+        Some(skim)
+    }
+}
+
+/// One message of the conversation.
+struct Merged {
+    role: Option<Role>,
+    parts: Vec<usize>,
+}
+
+/// Parse the lines of `region` into `out`, in order: on two threads when
+/// it is large and a spare core is free.
+fn parse_region(region: &[u8], out: &mut Vec<Rec>) {
+    let helper = (region.len() >= PARALLEL_FROM).then(Helper::take).flatten();
+    let Some(helper) = helper else {
+        parse_lines(region, out);
+        return;
+    };
+    let half = region.len() / 2;
+    let mid = memchr::memchr(b'\n', &region[half..]).map_or(region.len(), |i| half + i + 1);
+    let later = std::thread::scope(|scope| {
+        let other = std::thread::Builder::new()
+            .name("toolwire-reader".into())
+            .stack_size(crate::process::THREAD_STACK)
+            .spawn_scoped(scope, || {
+                let mut later = Vec::new();
+                parse_lines(&region[mid..], &mut later);
+                later
+            });
+        parse_lines(&region[..mid], out);
+        other.ok().and_then(|other| other.join().ok())
+    });
+    drop(helper);
+    match later {
+        Some(mut later) => out.append(&mut later),
+        None => parse_lines(&region[mid..], out),
+    }
+}
+
+/// Each non-blank line of `region` (the last one may lack its newline)
+/// that is a JSON object, as a record.
+fn parse_lines(region: &[u8], out: &mut Vec<Rec>) {
+    for line in region.split(|&b| b == b'\n') {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        if let Some(rec) = parse_line(line) {
+            out.push(rec);
+        }
+    }
+}
+
+/// One line as a record; `None` when it is not a JSON object.
+fn parse_line(line: &[u8]) -> Option<Rec> {
+    let fast = vouched(line)
+        .then(|| serde_json::from_slice::<MapOnly<FastLine>>(line).ok())
+        .flatten();
+    let mut rec = match fast {
+        Some(MapOnly(fast)) => fast.rec(),
+        None => match crate::json::from_slice::<Value>(line) {
+            Ok(Value::Object(obj)) => rec_of_value(&obj),
+            _ => return None,
+        },
+    };
+    rec.len = line.len();
+    Some(rec)
+}
+
+/// Whether the fast parse reads `line` as the value parse would: valid
+/// UTF-8 (fields the fast parse skips are not checked by it), no `\ud…`
+/// escape (a lone surrogate is refused by the value parse only), and
+/// fewer brackets than the deepest nesting accepted.
+fn vouched(line: &[u8]) -> bool {
+    static SURROGATE: std::sync::LazyLock<[memchr::memmem::Finder<'static>; 2]> =
+        std::sync::LazyLock::new(|| [b"\\ud", b"\\uD"].map(memchr::memmem::Finder::new));
+    std::str::from_utf8(line).is_ok()
+        && SURROGATE.iter().all(|f| f.find(line).is_none())
+        && memchr::memchr2_iter(b'[', b'{', line)
+            .nth(crate::json::MAX_DEPTH)
+            .is_none()
+}
+
+/// A line's record from its value, as the conversion reads the value.
+fn rec_of_value(obj: &Map<String, Value>) -> Rec {
+    let text = |key| obj.get(key).and_then(Value::as_str).map(Box::from);
+    let is_true = |key| obj.get(key) == Some(&Value::Bool(true));
+    let is_message = matches!(
+        obj.get("type").and_then(Value::as_str),
+        Some("user" | "assistant")
+    );
+    Rec {
+        uuid: text("uuid"),
+        has_uuid: obj.contains_key("uuid"),
+        parent: text("parentUuid"),
+        side_chain: is_true("isSidechain"),
+        api_error: is_true("isApiErrorMessage"),
+        message: match obj.get("message") {
+            Some(Value::Object(message)) if is_message => Some(msg_of_value(message)),
+            _ => None,
+        },
+        len: 0,
+    }
+}
+
+fn msg_of_value(message: &Map<String, Value>) -> Msg {
+    Msg {
+        role: message.get("role").and_then(Value::as_str).map(Role::of),
+        id: message.get("id").and_then(Value::as_str).map(Box::from),
+        content: match message.get("content") {
+            None => Content::Absent,
+            Some(Value::Null) => Content::Null,
+            Some(Value::String(_)) => Content::Text,
+            Some(Value::Array(blocks)) => Content::Blocks(blocks_of_values(blocks)),
+            Some(block @ Value::Object(_)) => {
+                Content::Single(blocks_of_values(std::slice::from_ref(block)))
+            }
+            Some(_) => Content::Bad,
+        },
+    }
+}
+
+/// Blocks judged as the reader judges them: written compact, as the
+/// converted line holds them, and read as a block.
+fn blocks_of_values(blocks: &[Value]) -> Blocks {
+    let mut out = Blocks {
+        events: Vec::new(),
+        valid: true,
+    };
+    for block in blocks {
+        let bytes = serde_json::to_vec(block).unwrap_or_default();
+        match crate::json::from_slice::<BlockHead>(&bytes) {
+            Ok(head) => out.events.extend(Event::of(head)),
+            Err(_) => out.valid = false,
+        }
+    }
+    out
+}
+
+/// A line read by the fast parse: any field of another type than these
+/// (or written twice) fails it, and the line is read as a value instead.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FastLine<'a> {
+    #[serde(rename = "type", borrow, default, deserialize_with = "anthropic::text")]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    uuid: Option<Option<Cow<'a, str>>>,
+    #[serde(borrow, default, deserialize_with = "anthropic::text")]
+    parent_uuid: Option<Cow<'a, str>>,
+    is_sidechain: Option<bool>,
+    is_api_error_message: Option<bool>,
+    #[serde(borrow)]
+    message: Option<MapOnly<FastMessage<'a>>>,
+}
+
+impl FastLine<'_> {
+    fn rec(self) -> Rec {
+        let is_message = matches!(self.kind.as_deref(), Some("user" | "assistant"));
+        Rec {
+            has_uuid: self.uuid.is_some(),
+            uuid: self.uuid.flatten().map(|u| Box::from(&*u)),
+            parent: self.parent_uuid.map(|p| Box::from(&*p)),
+            side_chain: self.is_sidechain == Some(true),
+            api_error: self.is_api_error_message == Some(true),
+            message: self.message.filter(|_| is_message).map(|MapOnly(m)| Msg {
+                role: m.role.as_deref().map(Role::of),
+                id: m.id.map(|id| Box::from(&*id)),
+                content: match m.content {
+                    None => Content::Absent,
+                    Some(FastContent::Null) => Content::Null,
+                    Some(FastContent::Text) => Content::Text,
+                    Some(FastContent::Blocks(blocks)) => Content::Blocks(blocks),
+                },
+            }),
+            len: 0,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct FastMessage<'a> {
+    #[serde(borrow, default, deserialize_with = "anthropic::text")]
+    role: Option<Cow<'a, str>>,
+    #[serde(borrow, default, deserialize_with = "anthropic::text")]
+    id: Option<Cow<'a, str>>,
+    /// `null` is a content of its own here (unreadable unless joined).
+    #[serde(default, deserialize_with = "some_content")]
+    content: Option<FastContent>,
+}
+
+fn some_content<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<FastContent>, D::Error> {
+    FastContent::deserialize(d).map(Some)
+}
+
+/// A message's content by the fast parse: a string, null, or an array of
+/// objects (anything else fails the parse).
+enum FastContent {
+    Null,
+    Text,
+    Blocks(Blocks),
+}
+
+impl<'de> Deserialize<'de> for FastContent {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = FastContent;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string, null or an array of blocks")
+            }
+            fn visit_str<E>(self, _: &str) -> Result<FastContent, E> {
+                Ok(FastContent::Text)
+            }
+            fn visit_unit<E>(self) -> Result<FastContent, E> {
+                Ok(FastContent::Null)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<FastContent, A::Error> {
+                let mut blocks = Blocks {
+                    events: Vec::new(),
+                    valid: true,
+                };
+                while let Some(MapOnly(block)) = seq.next_element::<MapOnly<BlockHead>>()? {
+                    blocks.events.extend(Event::of(block));
+                }
+                Ok(FastContent::Blocks(blocks))
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}
+
+/// `T` read from a JSON object only (serde's derived structs also take an
+/// array of their fields, which the value parse would not see as one).
+struct MapOnly<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for MapOnly<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Visit<T> {
+            type Value = MapOnly<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<MapOnly<T>, A::Error> {
+                T::deserialize(MapAccessDeserializer::new(map)).map(MapOnly)
+            }
+        }
+        d.deserialize_map(Visit(std::marker::PhantomData))
+    }
+}
+
+/// A field that may be null: `Some(None)` when present as null, so a
+/// missing field (`None` by default) is told from it.
+fn present<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Option<Cow<'de, str>>>, D::Error> {
+    anthropic::text(d).map(Some)
+}
