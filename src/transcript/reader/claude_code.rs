@@ -30,7 +30,7 @@ use serde::Deserialize;
 use serde::de::value::MapAccessDeserializer;
 use serde_json::{Map, Value};
 
-use super::{Helper, SessionImage};
+use super::{Helper, SessionImage, fill};
 use crate::format::anthropic::{self, BlockHead};
 use crate::format::{Digest, Original, Side, Skim, SkimResult, is_compact_json};
 
@@ -157,6 +157,12 @@ impl Event {
 /// stands; any other spelling is parsed and written compact first, so a
 /// preview is told by the same bytes.
 fn result_digest(raw: &[u8]) -> Option<Digest> {
+    if raw.first() == Some(&b'"') && is_compact_json(raw) {
+        // What `Original::digest` does with a compact string (no cache
+        // marker can be in one), without checking its form twice.
+        return (!anthropic::is_replacement_json(raw))
+            .then(|| Digest::of_json_bytes_as(Digest::NEW, raw));
+    }
     if is_compact_json(raw) {
         return (!anthropic::is_replacement_json(raw))
             .then(|| Original::Raw(raw).digest(Digest::NEW));
@@ -179,41 +185,71 @@ impl ClaudeCodeFile {
         cancelled: impl Fn() -> bool,
         mut progress: impl FnMut(u64),
     ) -> io::Result<ClaudeCodeFile> {
-        let mut buf = vec![0u8; WINDOW];
         let mut lines = Vec::new();
-        let mut filled = 0;
-        let mut total = 0u64;
+        let mut cur = vec![0u8; WINDOW];
+        // Read into while `cur`'s lines are parsed; allocated when needed.
+        let mut next: Vec<u8> = Vec::new();
+        let (mut filled, mut eof) = fill(&mut reader, &mut cur, 0, &cancelled)?;
+        let mut total = filled as u64;
         loop {
-            if cancelled() {
-                return Err(io::Error::new(
-                    io::ErrorKind::Interrupted,
-                    "reading cancelled",
-                ));
-            }
-            if filled == buf.len() {
-                // One line fills the window: make room for the rest of it.
-                buf.resize(buf.len() * 2, 0);
-            }
-            let n = match reader.read(&mut buf[filled..]) {
-                Ok(n) => n,
-                Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
-                Err(err) => return Err(err),
-            };
-            filled += n;
-            total += n as u64;
-            if n == 0 {
+            progress(total);
+            if eof {
                 // The rest is the last line, with or without its newline.
-                parse_region(&buf[..filled], &mut lines);
+                parse_lines(&cur[..filled], &mut lines);
                 return Ok(ClaudeCodeFile { lines });
             }
-            if filled < buf.len() {
+            let end = memchr::memrchr(b'\n', &cur[..filled]).map_or(0, |i| i + 1);
+            if end == 0 {
+                // One line fills the window: make room for the rest of it.
+                cur.resize(cur.len() * 2, 0);
+                let before = filled;
+                (filled, eof) = fill(&mut reader, &mut cur, filled, &cancelled)?;
+                total += (filled - before) as u64;
                 continue;
             }
-            progress(total);
-            let end = memchr::memrchr(b'\n', &buf[..filled]).map_or(0, |i| i + 1);
-            parse_region(&buf[..end], &mut lines);
-            buf.copy_within(end..filled, 0);
-            filled -= end;
+            let carry = filled - end;
+            if next.len() != cur.len() {
+                next = vec![0; cur.len()];
+            }
+            next[..carry].copy_from_slice(&cur[end..filled]);
+            let region = &cur[..end];
+            let helper = (region.len() >= PARALLEL_FROM).then(Helper::take).flatten();
+            let read = match helper {
+                // The helper parses the later part while this thread reads
+                // the next window and then parses the earlier part (the
+                // smaller, by what reading costs).
+                Some(helper) => {
+                    let from = region.len() * 2 / 5;
+                    let mid = memchr::memchr(b'\n', &region[from..])
+                        .map_or(region.len(), |i| from + i + 1);
+                    let (later, read) = std::thread::scope(|scope| {
+                        let other = std::thread::Builder::new()
+                            .name("toolwire-reader".into())
+                            .stack_size(crate::process::THREAD_STACK)
+                            .spawn_scoped(scope, || {
+                                let mut later = Vec::new();
+                                parse_lines(&region[mid..], &mut later);
+                                later
+                            });
+                        let read = fill(&mut reader, &mut next, carry, &cancelled);
+                        parse_lines(&region[..mid], &mut lines);
+                        (other.ok().and_then(|other| other.join().ok()), read)
+                    });
+                    drop(helper);
+                    match later {
+                        Some(mut later) => lines.append(&mut later),
+                        None => parse_lines(&region[mid..], &mut lines),
+                    }
+                    read
+                }
+                None => {
+                    parse_lines(region, &mut lines);
+                    fill(&mut reader, &mut next, carry, &cancelled)
+                }
+            };
+            (filled, eof) = read?;
+            total += (filled - carry) as u64;
+            std::mem::swap(&mut cur, &mut next);
         }
     }
 
@@ -366,35 +402,6 @@ struct Merged {
     parts: Vec<usize>,
 }
 
-/// Parse the lines of `region` into `out`, in order: on two threads when
-/// it is large and a spare core is free.
-fn parse_region(region: &[u8], out: &mut Vec<Rec>) {
-    let helper = (region.len() >= PARALLEL_FROM).then(Helper::take).flatten();
-    let Some(helper) = helper else {
-        parse_lines(region, out);
-        return;
-    };
-    let half = region.len() / 2;
-    let mid = memchr::memchr(b'\n', &region[half..]).map_or(region.len(), |i| half + i + 1);
-    let later = std::thread::scope(|scope| {
-        let other = std::thread::Builder::new()
-            .name("toolwire-reader".into())
-            .stack_size(crate::process::THREAD_STACK)
-            .spawn_scoped(scope, || {
-                let mut later = Vec::new();
-                parse_lines(&region[mid..], &mut later);
-                later
-            });
-        parse_lines(&region[..mid], out);
-        other.ok().and_then(|other| other.join().ok())
-    });
-    drop(helper);
-    match later {
-        Some(mut later) => out.append(&mut later),
-        None => parse_lines(&region[mid..], out),
-    }
-}
-
 /// Each non-blank line of `region` (the last one may lack its newline)
 /// that is a JSON object, as a record.
 fn parse_lines(region: &[u8], out: &mut Vec<Rec>) {
@@ -410,9 +417,9 @@ fn parse_lines(region: &[u8], out: &mut Vec<Rec>) {
 
 /// One line as a record; `None` when it is not a JSON object.
 fn parse_line(line: &[u8]) -> Option<Rec> {
-    let fast = vouched(line)
-        .then(|| serde_json::from_slice::<MapOnly<FastLine>>(line).ok())
-        .flatten();
+    // Valid UTF-8 checked once here, then read as text: the parser does not
+    // check the long strings again.
+    let fast = vouched(line).and_then(|text| serde_json::from_str::<MapOnly<FastLine>>(text).ok());
     let mut rec = match fast {
         Some(MapOnly(fast)) => fast.rec(),
         None => match crate::json::from_slice::<Value>(line) {
@@ -424,18 +431,24 @@ fn parse_line(line: &[u8]) -> Option<Rec> {
     Some(rec)
 }
 
-/// Whether the fast parse reads `line` as the value parse would: valid
+/// `line` as text when the fast parse reads it as the value parse would: valid
 /// UTF-8 (fields the fast parse skips are not checked by it), no `\ud…`
 /// escape (a lone surrogate is refused by the value parse only), and
 /// fewer brackets than the deepest nesting accepted.
-fn vouched(line: &[u8]) -> bool {
-    static SURROGATE: std::sync::LazyLock<[memchr::memmem::Finder<'static>; 2]> =
-        std::sync::LazyLock::new(|| [b"\\ud", b"\\uD"].map(memchr::memmem::Finder::new));
-    std::str::from_utf8(line).is_ok()
-        && SURROGATE.iter().all(|f| f.find(line).is_none())
-        && memchr::memchr2_iter(b'[', b'{', line)
-            .nth(crate::json::MAX_DEPTH)
-            .is_none()
+fn vouched(line: &[u8]) -> Option<&str> {
+    // `\u` is rare in what serde_json or JSON.stringify write (control
+    // characters only): each is looked at.
+    static ESCAPE: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\\u"));
+    let surrogate = ESCAPE
+        .find_iter(line)
+        .any(|at| matches!(line.get(at + 2), Some(b'd' | b'D')));
+    let shallow = memchr::memchr2_iter(b'[', b'{', line)
+        .nth(crate::json::MAX_DEPTH)
+        .is_none();
+    (!surrogate && shallow)
+        .then(|| std::str::from_utf8(line).ok())
+        .flatten()
 }
 
 /// A line's record from its value, as the conversion reads the value.
