@@ -23,7 +23,7 @@
 //! makes [`read`] decline, so the caller takes the general way.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io;
 
 use serde::Deserialize;
@@ -294,10 +294,10 @@ impl ClaudeCodeFile {
             .iter()
             .rposition(|line| line.message.is_some() && !line.side_chain && line.has_uuid);
         let mut path = Vec::new();
-        let mut walked = HashSet::new();
+        let mut walked = vec![false; lines.len()];
         let mut at = leaf;
         while let Some(i) = at {
-            if !walked.insert(i) {
+            if std::mem::replace(&mut walked[i], true) {
                 break; // a cycle: what was walked stands, as in the conversion
             }
             path.push(i);
@@ -405,7 +405,11 @@ struct Merged {
 /// Each non-blank line of `region` (the last one may lack its newline)
 /// that is a JSON object, as a record.
 fn parse_lines(region: &[u8], out: &mut Vec<Rec>) {
-    for line in region.split(|&b| b == b'\n') {
+    let mut start = 0;
+    let ends = memchr::memchr_iter(b'\n', region).chain([region.len()]);
+    for end in ends {
+        let line = &region[start..end];
+        start = end + 1;
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
