@@ -430,7 +430,20 @@ impl Registry {
 
 async fn run_worker(mut session: Session, mut queue: mpsc::UnboundedReceiver<Job>, idle: Duration) {
     loop {
-        let job = match tokio::time::timeout(idle, queue.recv()).await {
+        // A job already queued is taken without arming the idle timer:
+        // under load most are, and a timer armed and cancelled per job is
+        // work on every request.
+        let next = match queue.try_recv() {
+            Ok(job) => {
+                // What `recv` would charge: a long queue still lets the
+                // worker's other tasks run in turn.
+                tokio::task::consume_budget().await;
+                Ok(Some(job))
+            }
+            Err(mpsc::error::TryRecvError::Disconnected) => Ok(None),
+            Err(mpsc::error::TryRecvError::Empty) => tokio::time::timeout(idle, queue.recv()).await,
+        };
+        let job = match next {
             Ok(Some(job)) => job,
             Ok(None) => break,
             Err(_) => {

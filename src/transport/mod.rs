@@ -100,6 +100,11 @@ where
     let task = tokio::spawn(async move {
         let mut framed = FramedWrite::new(writer, codec);
         while let Some(first) = rx.recv().await {
+            // Let every task that is ready run first: replies that come
+            // ready together (each session answering the pairs one read
+            // brought) then leave in one write, not one write each, which
+            // costs both processes a syscall and a wakeup per reply.
+            tokio::task::yield_now().await;
             // Write everything queued, then flush once.
             let (mut large, mut release) = (false, false);
             let mut next = Some(first);
