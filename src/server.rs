@@ -362,26 +362,15 @@ impl Connection {
             cancel: token,
         };
         let inflight = self.inflight.clone();
-        let done = move || {
+        let sink = sink.clone();
+        let respond = methods::Respond::new(move |result| {
             inflight
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(&key);
-        };
-        match methods::dispatch(method, cx, params) {
-            Err(err) => {
-                done();
-                sink.reply(&id, Err(err));
-            }
-            Ok(pending) => {
-                let sink = sink.clone();
-                tokio::spawn(async move {
-                    let result = pending.await;
-                    done();
-                    sink.reply_encoded(&id, result);
-                });
-            }
-        }
+            sink.reply_encoded(&id, result);
+        });
+        methods::dispatch(method, cx, params, respond);
     }
 
     fn initialize(&mut self, raw: Value) -> Result<Value> {
