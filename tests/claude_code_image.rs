@@ -145,7 +145,15 @@ fn a_large_session_reads_as_its_conversion_does() {
 
 /// A tool result's content, as Claude Code or another writer spells it.
 fn result_content() -> impl Strategy<Value = Value> {
+    // Long enough to be read through the shadow (strings of 128 bytes on).
+    let long = "caf\u{e9} a/b \"q\" hello \\ \t\n done\n".repeat(12);
     prop_oneof![
+        Just(json!(long.clone())),
+        Just(json!(format!("<persisted-output>\n{long}"))),
+        Just(
+            json!([{"type": "text", "text": long.clone()}, {"type": "image", "source": {"data": long.clone()}}])
+        ),
+        Just(json!([{"type": "text", "text": long, "cache_control": {"type": "ephemeral"}}])),
         Just(json!("plain output")),
         Just(json!("caf\u{e9} a/b \"q\" \\ \t\n done")),
         Just(json!("<persisted-output>\nkept preview")),
@@ -159,10 +167,19 @@ fn result_content() -> impl Strategy<Value = Value> {
     ]
 }
 
+/// A call id: mostly short, sometimes long (emptied in a shadow) or empty.
+fn call_id() -> impl Strategy<Value = String> {
+    prop_oneof![
+        8 => (0..6u8).prop_map(|i| format!("t{i}")),
+        1 => (0..2u8).prop_map(|i| format!("t{i}{}", "L".repeat(130))),
+        1 => Just(String::new()),
+    ]
+}
+
 fn block() -> impl Strategy<Value = Value> {
     prop_oneof![
-        3 => (0..6u8, prop_oneof![Just("Bash"), Just("Read")]).prop_map(|(i, name)| json!({"type": "tool_use", "id": format!("t{i}"), "name": name, "input": {"p": "a/b"}})),
-        3 => (0..6u8, result_content(), any::<bool>()).prop_map(|(i, content, err)| json!({"type": "tool_result", "tool_use_id": format!("t{i}"), "content": content, "is_error": err})),
+        3 => (call_id(), prop_oneof![Just("Bash"), Just("Read")]).prop_map(|(id, name)| json!({"type": "tool_use", "id": id, "name": name, "input": {"p": "a/b"}})),
+        3 => (call_id(), result_content(), any::<bool>()).prop_map(|(id, content, err)| json!({"type": "tool_result", "tool_use_id": id, "content": content, "is_error": err})),
         2 => Just(json!({"type": "text", "text": "hello"})),
         1 => Just(json!({"type": "thinking", "thinking": "hm", "signature": "s"})),
         1 => Just(json!({"type": "compaction", "content": "summary"})),
@@ -217,6 +234,7 @@ fn tree_id() -> impl Strategy<Value = Value> {
         8 => Just(json!("SELF")),
         8 => Just(json!("PREV")),
         6 => (0..12u8).prop_map(|i| json!(format!("n{i}"))),
+        1 => Just(json!(format!("n1{}", "L".repeat(130)))),
         1 => Just(Value::Null),
         1 => Just(json!(9)),
     ]

@@ -130,7 +130,12 @@ enum Event {
 }
 
 impl Event {
-    fn of(block: BlockHead) -> Option<Event> {
+    /// What `block` means; a result's digest is made of its raw content
+    /// by `digest`.
+    fn of<'a>(
+        block: BlockHead<'a>,
+        digest: impl FnOnce(&'a [u8]) -> Option<Digest>,
+    ) -> Option<Event> {
         match block.kind.as_deref() {
             Some("tool_use") => Some(Event::Call(
                 block.id.unwrap_or_default().into(),
@@ -143,11 +148,21 @@ impl Event {
                     .map_or(&b"null"[..], |raw| raw.get().as_bytes());
                 Some(Event::Result(
                     block.tool_use_id.unwrap_or_default().into(),
-                    result_digest(raw),
+                    digest(raw),
                 ))
             }
             _ => None,
         }
+    }
+
+    /// Its ids and name, for a look at each.
+    fn texts(&self) -> impl Iterator<Item = &str> {
+        let (a, b) = match self {
+            Event::Call(id, name) => (Some(&**id), Some(&**name)),
+            Event::Result(id, _) => (Some(&**id), None),
+            Event::Compaction => (None, None),
+        };
+        a.into_iter().chain(b)
     }
 }
 
@@ -420,12 +435,34 @@ fn parse_lines(region: &[u8], out: &mut Vec<Rec>) {
 }
 
 /// One line as a record; `None` when it is not a JSON object.
+///
+/// A line with long strings (tool output) is read through its shadow
+/// (`super::shadow`: the same line with its long strings emptied, each
+/// scanned 64 bytes at a time instead of by serde_json), any other line
+/// by the fast parse, and a line neither can vouch for as a value.
 fn parse_line(line: &[u8]) -> Option<Rec> {
+    let shadowed = super::shadow::with(line, |shadow, rebase| {
+        let MapOnly(fast) = serde_json::from_str::<MapOnly<FastLine>>(vouched(shadow)?).ok()?;
+        // An empty id may be a long one emptied: read the line itself.
+        fast.rec(
+            |text| !text.is_empty(),
+            |raw| {
+                let (text, known) = rebase.content(raw)?;
+                Some(match known {
+                    Some(digest) => (!anthropic::is_replacement_json(text)).then_some(digest),
+                    None => result_digest(text),
+                })
+            },
+        )
+    });
     // Valid UTF-8 checked once here, then read as text: the parser does not
     // check the long strings again.
-    let fast = vouched(line).and_then(|text| serde_json::from_str::<MapOnly<FastLine>>(text).ok());
-    let mut rec = match fast {
-        Some(MapOnly(fast)) => fast.rec(),
+    let fast = || {
+        let MapOnly(fast) = serde_json::from_str::<MapOnly<FastLine>>(vouched(line)?).ok()?;
+        fast.rec(|_| true, |raw| Some(result_digest(raw)))
+    };
+    let mut rec = match shadowed.or_else(fast) {
+        Some(rec) => rec,
         None => match crate::json::from_slice::<Value>(line) {
             Ok(Value::Object(obj)) => rec_of_value(&obj),
             _ => return None,
@@ -504,7 +541,7 @@ fn blocks_of_values(blocks: &[Value]) -> Blocks {
     for block in blocks {
         let bytes = serde_json::to_vec(block).unwrap_or_default();
         match crate::json::from_slice::<BlockHead>(&bytes) {
-            Ok(head) => out.events.extend(Event::of(head)),
+            Ok(head) => out.events.extend(Event::of(head, result_digest)),
             Err(_) => out.valid = false,
         }
     }
@@ -528,27 +565,60 @@ struct FastLine<'a> {
     message: Option<MapOnly<FastMessage<'a>>>,
 }
 
-impl FastLine<'_> {
-    fn rec(self) -> Rec {
+impl<'a> FastLine<'a> {
+    /// The line's record. Each id and name it keeps must pass `kept`, and
+    /// `digest` must digest each result's raw content, or there is none.
+    fn rec(
+        self,
+        kept: impl Fn(&str) -> bool,
+        digest: impl Fn(&'a [u8]) -> Option<Option<Digest>>,
+    ) -> Option<Rec> {
         let is_message = matches!(self.kind.as_deref(), Some("user" | "assistant"));
-        Rec {
-            has_uuid: self.uuid.is_some(),
-            uuid: self.uuid.flatten().map(|u| Box::from(&*u)),
-            parent: self.parent_uuid.map(|p| Box::from(&*p)),
-            side_chain: self.is_sidechain == Some(true),
-            api_error: self.is_api_error_message == Some(true),
-            message: self.message.filter(|_| is_message).map(|MapOnly(m)| Msg {
+        let text = |t: Option<Cow<str>>| match t {
+            Some(t) if !kept(&t) => Err(()),
+            t => Ok(t.map(|t| Box::from(&*t))),
+        };
+        let message = match self.message.filter(|_| is_message) {
+            None => None,
+            Some(MapOnly(m)) => Some(Msg {
                 role: m.role.as_deref().map(Role::of),
-                id: m.id.map(|id| Box::from(&*id)),
+                id: text(m.id).ok()?,
                 content: match m.content {
                     None => Content::Absent,
                     Some(FastContent::Null) => Content::Null,
                     Some(FastContent::Text) => Content::Text,
-                    Some(FastContent::Blocks(blocks)) => Content::Blocks(blocks),
+                    Some(FastContent::Blocks(heads)) => {
+                        let mut events = Vec::with_capacity(heads.len());
+                        let mut failed = false;
+                        for head in heads {
+                            let event = Event::of(head, |raw| {
+                                digest(raw).unwrap_or_else(|| {
+                                    failed = true;
+                                    None
+                                })
+                            });
+                            events.extend(event);
+                        }
+                        if failed || events.iter().flat_map(Event::texts).any(|t| !kept(t)) {
+                            return None;
+                        }
+                        Content::Blocks(Blocks {
+                            events,
+                            valid: true,
+                        })
+                    }
                 },
             }),
+        };
+        Some(Rec {
+            has_uuid: self.uuid.is_some(),
+            uuid: text(self.uuid.flatten()).ok()?,
+            parent: text(self.parent_uuid).ok()?,
+            side_chain: self.is_sidechain == Some(true),
+            api_error: self.is_api_error_message == Some(true),
+            message,
             len: 0,
-        }
+        })
     }
 }
 
@@ -559,51 +629,50 @@ struct FastMessage<'a> {
     #[serde(borrow, default, deserialize_with = "anthropic::text")]
     id: Option<Cow<'a, str>>,
     /// `null` is a content of its own here (unreadable unless joined).
-    #[serde(default, deserialize_with = "some_content")]
-    content: Option<FastContent>,
+    #[serde(borrow, default, deserialize_with = "some_content")]
+    content: Option<FastContent<'a>>,
 }
 
-fn some_content<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<FastContent>, D::Error> {
+fn some_content<'de: 'a, 'a, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<FastContent<'a>>, D::Error> {
     FastContent::deserialize(d).map(Some)
 }
 
 /// A message's content by the fast parse: a string, null, or an array of
 /// objects (anything else fails the parse).
-enum FastContent {
+enum FastContent<'a> {
     Null,
     Text,
-    Blocks(Blocks),
+    Blocks(Vec<BlockHead<'a>>),
 }
 
-impl<'de> Deserialize<'de> for FastContent {
+impl<'de: 'a, 'a> Deserialize<'de> for FastContent<'a> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Visit;
-        impl<'de> serde::de::Visitor<'de> for Visit {
-            type Value = FastContent;
+        struct Visit<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visit<'a> {
+            type Value = FastContent<'a>;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("a string, null or an array of blocks")
             }
-            fn visit_str<E>(self, _: &str) -> Result<FastContent, E> {
+            fn visit_str<E>(self, _: &str) -> Result<FastContent<'a>, E> {
                 Ok(FastContent::Text)
             }
-            fn visit_unit<E>(self) -> Result<FastContent, E> {
+            fn visit_unit<E>(self) -> Result<FastContent<'a>, E> {
                 Ok(FastContent::Null)
             }
             fn visit_seq<A: serde::de::SeqAccess<'de>>(
                 self,
                 mut seq: A,
-            ) -> Result<FastContent, A::Error> {
-                let mut blocks = Blocks {
-                    events: Vec::new(),
-                    valid: true,
-                };
-                while let Some(MapOnly(block)) = seq.next_element::<MapOnly<BlockHead>>()? {
-                    blocks.events.extend(Event::of(block));
+            ) -> Result<FastContent<'a>, A::Error> {
+                let mut blocks = Vec::new();
+                while let Some(MapOnly(block)) = seq.next_element::<MapOnly<BlockHead<'a>>>()? {
+                    blocks.push(block);
                 }
                 Ok(FastContent::Blocks(blocks))
             }
         }
-        d.deserialize_any(Visit)
+        d.deserialize_any(Visit(std::marker::PhantomData))
     }
 }
 

@@ -59,6 +59,24 @@ thread_local! {
 /// ordinary parse should read it: it has no long string, is no message,
 /// or has a long string the shadow cannot stand in for.
 pub fn head(line: &[u8]) -> Option<Head<'_>> {
+    with(line, |shadow, rebase| {
+        let head = super::parse_head_plain(crate::format::Format::Anthropic, shadow)?;
+        let Head::Message(skim) = head else {
+            return None;
+        };
+        rebase.skim(skim).map(Head::Message)
+    })
+}
+
+/// `f` of `line`'s shadow and the map from it back onto the line; `None`
+/// when the line has no long string or one the shadow cannot stand in for
+/// (then the caller reads the line itself). The shadow's bytes are checked
+/// by nothing here but the scan of the long strings: the caller's parse of
+/// the shadow checks the rest.
+pub(super) fn with<'l, R>(
+    line: &'l [u8],
+    f: impl FnOnce(&[u8], &Rebase<'l, '_>) -> Option<R>,
+) -> Option<R> {
     SHADOW.with(|cell| {
         let mut cell = cell.try_borrow_mut().ok()?;
         let (shadow, holes) = &mut *cell;
@@ -67,17 +85,12 @@ pub fn head(line: &[u8]) -> Option<Head<'_>> {
         if !make_shadow(line, shadow, holes) {
             return None;
         }
-        let head = super::parse_head_plain(crate::format::Format::Anthropic, shadow)?;
-        let Head::Message(skim) = head else {
-            return None;
-        };
-        Rebase {
+        let rebase = Rebase {
             line,
             shadow,
             holes,
-        }
-        .skim(skim)
-        .map(Head::Message)
+        };
+        f(shadow, &rebase)
     })
 }
 
@@ -115,7 +128,7 @@ fn make_shadow(line: &[u8], shadow: &mut Vec<u8>, holes: &mut Vec<Hole>) -> bool
 }
 
 /// Maps what the shadow's parse borrowed back onto the line.
-struct Rebase<'l, 's> {
+pub(super) struct Rebase<'l, 's> {
     line: &'l [u8],
     shadow: &'s [u8],
     holes: &'s [Hole],
@@ -158,7 +171,7 @@ impl<'l> Rebase<'l, '_> {
     ///
     /// The line's bytes need no UTF-8 check: the shadow's were checked by
     /// its parse, the emptied strings' by their scan.
-    fn content(&self, raw: &[u8]) -> Option<(&'l [u8], Option<Digest>)> {
+    pub(super) fn content(&self, raw: &[u8]) -> Option<(&'l [u8], Option<Digest>)> {
         let start = self.offset_of(raw)?;
         let (from, to) = (self.to_line(start), self.to_line(start + raw.len()));
         let text = self.line.get(from..to)?;
