@@ -530,6 +530,35 @@ impl ReplacementState {
         cleared
     }
 
+    /// Each shard's first decisions, shard by shard (the index
+    /// [`Restore::shard`] takes), for saving the state whole.
+    pub fn shards_saved(
+        &self,
+    ) -> impl Iterator<
+        Item = (
+            usize,
+            impl ExactSizeIterator<Item = (&Id, Digest, Option<&Replacement>)>,
+        ),
+    > {
+        self.shards.iter().enumerate().filter_map(|(ix, shard)| {
+            let shard = shard.as_ref()?;
+            Some((
+                ix,
+                shard
+                    .iter()
+                    .map(|(k, v)| (k, v.digest, v.replacement.as_ref())),
+            ))
+        })
+    }
+
+    /// The decisions on further originals of ids decided before, for
+    /// saving the state whole ([`Restore::reused`]).
+    pub fn reused_saved(
+        &self,
+    ) -> impl ExactSizeIterator<Item = (&Id, Digest, Option<&Replacement>)> {
+        self.reused.iter().map(|((k, d), r)| (k, *d, r.as_ref()))
+    }
+
     /// Every decided id with its first decision's replacement.
     pub fn iter(&self) -> impl Iterator<Item = (&Id, Option<&Replacement>)> {
         self.shards
@@ -562,6 +591,101 @@ impl ReplacementState {
                     .iter()
                     .map(|((k, d), r)| (k, *d, r.as_ref(), true)),
             )
+    }
+}
+
+/// A state taken back whole from what [`ReplacementState::shards_saved`]
+/// and [`ReplacementState::reused_saved`] gave (a decisions checkpoint):
+/// each shard is made at its final size and filled with ids known to be
+/// distinct and to belong to it, so an id is hashed once and never looked
+/// up before it is inserted. Reading a session back this way costs a
+/// fraction of deciding its ids one by one.
+pub struct Restore {
+    shards: Vec<Option<Arc<Shard>>>,
+    reused: Reused,
+    seen_count: usize,
+    replacement_count: usize,
+}
+
+impl Restore {
+    /// Shards a saved state must have been saved with to be taken back.
+    pub const SHARDS: usize = SHARDS;
+
+    pub fn new() -> Self {
+        Restore {
+            shards: vec![None; SHARDS],
+            reused: Reused::default(),
+            seen_count: 0,
+            replacement_count: 0,
+        }
+    }
+
+    /// Make shard `ix` for `n` decisions; `None` if there is no such shard
+    /// or it was made already.
+    pub fn shard(&mut self, ix: usize, n: usize) -> Option<RestoreShard<'_>> {
+        let slot = self.shards.get_mut(ix)?;
+        if slot.is_some() {
+            return None;
+        }
+        let shard = Arc::new(Shard::with_capacity_and_hasher(n, IdHash::default()));
+        let shard = Arc::get_mut(slot.insert(shard))?;
+        Some(RestoreShard {
+            shard,
+            seen_count: &mut self.seen_count,
+            replacement_count: &mut self.replacement_count,
+        })
+    }
+
+    /// A decision on a further original of an id decided before; `false`
+    /// when that original was decided already.
+    pub fn reused(&mut self, id: Id, digest: Digest, replacement: Option<Replacement>) -> bool {
+        self.seen_count += 1;
+        self.replacement_count += usize::from(replacement.is_some());
+        self.reused.insert((id, digest), replacement).is_none()
+    }
+
+    pub fn finish(self) -> ReplacementState {
+        let empty = self
+            .shards
+            .iter()
+            .all(|s| s.as_ref().is_none_or(|s| s.is_empty()));
+        ReplacementState {
+            // A state with nothing decided has no shards at all, as a new one.
+            shards: Arc::new(if empty { Vec::new() } else { self.shards }),
+            reused: Arc::new(self.reused),
+            seen_count: self.seen_count,
+            replacement_count: self.replacement_count,
+        }
+    }
+}
+
+impl Default for Restore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// One shard of a [`Restore`] being filled.
+pub struct RestoreShard<'a> {
+    shard: &'a mut Shard,
+    seen_count: &'a mut usize,
+    replacement_count: &'a mut usize,
+}
+
+impl RestoreShard<'_> {
+    /// The first decision on `id`; `false` when `id` was given already.
+    pub fn insert(&mut self, id: Id, digest: Digest, replacement: Option<Replacement>) -> bool {
+        *self.seen_count += 1;
+        *self.replacement_count += usize::from(replacement.is_some());
+        self.shard
+            .insert(
+                id,
+                Decision {
+                    digest,
+                    replacement,
+                },
+            )
+            .is_none()
     }
 }
 

@@ -235,3 +235,72 @@ async fn gc_keeps_or_removes_the_checkpoint_with_its_session() {
     let resumed = state_of(dir.path(), "new", None).await;
     assert_eq!(resumed["seenIds"].as_array().unwrap().len(), 400);
 }
+
+/// A checkpoint followed by a replacement for a result it already holds
+/// (a client that appended the result before `budget/apply` replaced it):
+/// a whole reading commits every replacement before any result sent whole,
+/// so taking the checkpoint's results first would freeze what was
+/// replaced. The resume and the reconstruct read the transcript whole and
+/// give what a reading without the checkpoint gives.
+#[tokio::test]
+async fn a_replacement_for_a_checkpointed_id_reads_the_transcript_whole() {
+    if !local_transcripts("a_replacement_for_a_checkpointed_id_reads_the_transcript_whole") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = spawn(dir.path(), None);
+    let stdin = child.stdin.take().unwrap();
+    let mut c = Client::new(child.stdout.take().unwrap(), stdin);
+    c.initialize(dir.path(), json!({"durability": "fsync"}))
+        .await;
+    let transcript = dir.path().join(".toolwire/sessions/s.jsonl");
+    for (method, params) in script_of(6) {
+        c.call(method, params).await;
+    }
+    let body = "late ".repeat(20_000);
+    let late = results(&[("late", &body)]);
+    c.call(
+        "pair/append",
+        json!({"sessionId": "s", "message": assistant_calls(&["late"])}),
+    )
+    .await;
+    c.call("pair/append", json!({"sessionId": "s", "message": late}))
+        .await;
+    let checkpoint_at = std::fs::metadata(&transcript).unwrap().len();
+    c.call(
+        "budget/apply",
+        json!({"sessionId": "s", "messages": [late]}),
+    )
+    .await;
+    drop(c);
+    child.wait().await.unwrap();
+    let bytes = std::fs::read(&transcript).unwrap();
+    let tail = String::from_utf8_lossy(&bytes[checkpoint_at as usize..]).into_owned();
+    assert!(
+        tail.contains(r#""type":"replacement""#) && tail.contains(r#""toolUseId":"late""#),
+        "the tail replaces the result: {tail:.300}"
+    );
+    // The checkpoint stands for the transcript up to the result.
+    checkpoint::refresh(
+        &transcript,
+        toolwire::format::Format::Anthropic,
+        checkpoint_at,
+    )
+    .unwrap();
+    let (_, logical) = Logical::open_path(&transcript).unwrap();
+    let c = checkpoint::read(&transcript, &logical).expect("the checkpoint proves itself");
+    assert_eq!(c.at, checkpoint_at);
+    assert!(c.decided.is_decided("late"));
+
+    let resumed = state_of(dir.path(), "s", None).await;
+    let rebuilt = state_of(dir.path(), "r", Some(&transcript)).await;
+    let copy = tempfile::tempdir().unwrap();
+    let copy_sessions = copy.path().join(".toolwire/sessions");
+    std::fs::create_dir_all(&copy_sessions).unwrap();
+    std::fs::write(copy_sessions.join("s.jsonl"), &bytes).unwrap();
+    let whole = state_of(copy.path(), "s", None).await;
+    let whole_rebuilt = state_of(copy.path(), "r", Some(&copy_sessions.join("s.jsonl"))).await;
+    assert_eq!(resumed, whole);
+    assert_eq!(rebuilt, whole_rebuilt);
+    assert!(whole["replacements"]["late"].is_string(), "{whole}");
+}

@@ -56,7 +56,17 @@ async fn reconstruct(
         Some(path) => {
             // Never open a FIFO or a device to look at it.
             let file = reader::open_regular(path)?;
-            if let Some(source) = checkpointed(file, path, params.format)? {
+            // A checkpoint stands for the transcript alone (a resume): the
+            // client's messages, records or inherited replacements would
+            // take effect among its decisions, so with any of them the
+            // transcript is read whole.
+            let alone = params.messages.as_ref().is_none_or(Vec::is_empty)
+                && params.records.as_ref().is_none_or(Vec::is_empty)
+                && params
+                    .inherited_replacements
+                    .as_ref()
+                    .is_none_or(|r| r.is_empty());
+            if alone && let Some(source) = checkpointed(file, path, params.format)? {
                 let format = source.format;
                 (Some(Source::Checkpoint(Box::new(source))), Some(format))
             } else {
@@ -99,6 +109,8 @@ async fn reconstruct(
     };
     let dialect = format.dialect();
     let mut image = SessionImage::default();
+    // What a checkpoint decided, followed by the lines after it.
+    let mut decided = ReplacementState::default();
     for (i, m) in params.messages.iter().flatten().enumerate() {
         dialect.validate(&m.0, &format!("messages[{i}]"), false)?;
         // The same skim a transcript line gets: one reading of messages.
@@ -128,7 +140,7 @@ async fn reconstruct(
         let progress_cx = cx.clone();
         let cancel = cx.cancel.clone();
         let mut source = source;
-        image = tokio::task::spawn_blocking(move || {
+        (decided, image) = tokio::task::spawn_blocking(move || {
             read_transcript(
                 &mut source,
                 format,
@@ -149,21 +161,16 @@ async fn reconstruct(
     }
 
     let inherited = params.inherited_replacements.unwrap_or_default();
-    let mut state = ReplacementState::default();
-    if client_records.replacements.is_empty() && inherited.is_empty() {
+    let mut state = if client_records.replacements.is_empty() && inherited.is_empty() {
         // A transcript alone (a resume): its decisions as on load, the
         // image's own entries moved into the state rather than copied.
-        let replaced = std::mem::take(&mut image.replacements);
-        let seen = std::mem::take(&mut image.seen);
-        state.commit_decisions(
-            replaced
-                .into_iter()
-                .map(|(id, digest, r)| (id, digest, Some(r)))
-                .chain(seen.into_iter().map(|(id, digest)| (id, digest, None))),
-        );
+        checkpoint::follow(decided, &mut image).unwrap_or_default()
     } else {
+        // Never with a checkpoint (see above): `decided` is empty.
+        let mut state = ReplacementState::default();
         decide_with_client(&mut state, &image, &client_records, &inherited);
-    }
+        state
+    };
     // Clearings (the client's and the journal's) end sending a result
     // whole: over the decisions, as on load.
     state.clear(client_records.cleared.iter().chain(&image.cleared).cloned());
@@ -289,7 +296,8 @@ fn checkpointed(
         }))
 }
 
-/// Stream a transcript into `image`, calling `progress(bytes, total)` every
+/// Stream a transcript into `image`, with what its checkpoint decided when
+/// read from one (else an empty state), calling `progress(bytes, total)` every
 /// few megabytes. Nothing is cut: the file may be anyone's. Only a regular
 /// file is read (a FIFO or a device could block or never end), a line
 /// longer than a frame is skipped and counted without being held, and
@@ -300,7 +308,7 @@ fn read_transcript(
     mut image: SessionImage,
     cancelled: impl Fn() -> bool,
     progress: impl Fn(u64, u64),
-) -> Result<SessionImage> {
+) -> Result<(ReplacementState, SessionImage)> {
     const STEP: u64 = 8 << 20;
     if let Source::ClaudeCode(path) = source {
         let (_, logical) = Logical::open_path(path).map_err(|err| Error::storage(path, &err))?;
@@ -316,7 +324,7 @@ fn read_transcript(
             .is_some()
         {
             image.finish_lenient();
-            return Ok(image);
+            return Ok((ReplacementState::default(), image));
         }
         // A message too long for a transcript line: read converted below,
         // where the reader skips it.
@@ -324,12 +332,14 @@ fn read_transcript(
     let converted;
     let mut next_report = STEP;
     let mut start = 0;
+    let mut decided = ReplacementState::default();
     let (reader, total, path): (Box<dyn std::io::Read>, u64, &std::path::Path) = match source {
         Source::Checkpoint(c) => {
-            // The client's messages came first, then the lines the
-            // checkpoint stands for, then the rest of the file.
+            // Only a transcript alone is read from its checkpoint: `image`
+            // has nothing yet.
             start = c.checkpoint.at;
-            image.extend(std::mem::take(&mut c.checkpoint.image));
+            image = std::mem::take(&mut c.checkpoint.image);
+            decided = std::mem::take(&mut c.checkpoint.decided);
             let reader = c
                 .logical
                 .reader_from(start)
@@ -383,5 +393,23 @@ fn read_transcript(
         image.skipped += 1;
     }
     image.finish_lenient();
-    Ok(image)
+    if let Source::Checkpoint(c) = source {
+        // The tail's replacements follow the checkpoint's decisions only
+        // when they are for other ids (see `checkpoint::follow`); else the
+        // transcript is read whole.
+        match checkpoint::follow(decided, &mut image) {
+            Some(followed) => decided = followed,
+            None => {
+                *source = Source::File(c.path.clone());
+                return read_transcript(
+                    source,
+                    format,
+                    SessionImage::default(),
+                    cancelled,
+                    progress,
+                );
+            }
+        }
+    }
+    Ok((decided, image))
 }

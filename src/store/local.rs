@@ -380,38 +380,55 @@ fn load_from_disk(key: &SessionKey, files: &dyn LogFileFactory) -> Result<Loaded
     let actual = meta.len();
     // A fork's transcript reads through its parent's bytes first.
     let logical = fork::Logical::open(&file, &path, actual).map_err(storage)?;
+    // The lines from `start` on, taken into `image`, with a trailing call
+    // left without its results cut: how far the transcript is kept (a
+    // logical offset), whether its last line was torn, and the image.
+    let read_from = |start: u64, mut image: SessionImage, format: crate::format::Format| {
+        let (complete, torn) = reader::read_lines(
+            format,
+            logical.reader_from(start)?,
+            reader::ReadLimits::default(),
+            || false,
+            |span, entry| image.add(span.after(start), entry),
+        )?;
+        // Only the file's own lines are ours to cut; a parent's committed
+        // bytes never end in an open call.
+        let keep = match image.open_call_at() {
+            Some(at) if at >= logical.inherited => {
+                image.cut_open_call();
+                at
+            }
+            _ => {
+                image.finish_lenient();
+                start + complete
+            }
+        };
+        std::io::Result::Ok((keep, torn, image))
+    };
     // Decisions up to a checkpoint that proves itself are read from it,
     // and only the lines after it from the transcript.
-    let (format, mut image, start, checkpoint_size) = match checkpoint::read(&path, &logical) {
-        Some(c) => (c.format, c.image, c.at, c.size),
+    let resumed = match checkpoint::read(&path, &logical) {
+        Some(c) => {
+            let (keep, torn, mut image) = read_from(c.at, c.image, c.format).map_err(storage)?;
+            checkpoint::follow(c.decided, &mut image)
+                .map(|decided| (c.format, decided, image, c.at, c.size, keep, torn))
+        }
+        None => None,
+    };
+    let (format, decided, image, start, checkpoint_size, keep, torn) = match resumed {
+        Some(resumed) => resumed,
         None => {
             let mut head = Vec::new();
             logical
                 .reader()
                 .and_then(|r| r.take(reader::DETECT_HEAD).read_to_end(&mut head))
                 .map_err(storage)?;
-            (reader::detect_format(&head), SessionImage::default(), 0, 0)
-        }
-    };
-    let (complete, torn) = reader::read_lines(
-        format,
-        logical.reader_from(start).map_err(storage)?,
-        reader::ReadLimits::default(),
-        || false,
-        |span, entry| image.add(span.after(start), entry),
-    )
-    .map_err(storage)?;
-    let complete = start + complete;
-    // Only the file's own lines are ours to cut; a parent's committed
-    // bytes never end in an open call.
-    let keep = match image.open_call_at() {
-        Some(at) if at >= logical.inherited => {
-            image.cut_open_call();
-            at
-        }
-        _ => {
-            image.finish_lenient();
-            complete
+            let format = reader::detect_format(&head);
+            let (keep, torn, mut image) =
+                read_from(0, SessionImage::default(), format).map_err(storage)?;
+            // Nothing decided before: the image's decisions follow nothing.
+            let decided = checkpoint::follow(Default::default(), &mut image).unwrap_or_default();
+            (format, decided, image, 0, 0, keep, torn)
         }
     };
     let keep_logical = keep;
@@ -428,7 +445,7 @@ fn load_from_disk(key: &SessionKey, files: &dyn LogFileFactory) -> Result<Loaded
     // transcript up to `keep` now.
     let mut checkpointed = (logical.physical(start), checkpoint_size);
     if keep_logical.saturating_sub(start) >= checkpoint::refresh_min().max(checkpoint_size) {
-        match checkpoint::write(&path, &logical, keep_logical, format, &image) {
+        match checkpoint::write(&path, &logical, keep_logical, format, &decided, &image) {
             Ok(Some(size)) => checkpointed = (keep, size),
             Ok(None) => {}
             Err(err) => {
@@ -437,8 +454,9 @@ fn load_from_disk(key: &SessionKey, files: &dyn LogFileFactory) -> Result<Loaded
         }
     }
     // A replacement journaled by `budget/apply` whose message was never
-    // appended is still a decision already sent to the provider.
-    loaded.state.commit_decisions(image.decisions());
+    // appended is still a decision already sent to the provider (`decided`
+    // took replacements first); clearings apply over the decisions.
+    loaded.state = decided;
     loaded.state.clear(image.cleared.iter().cloned());
     for (id, name) in image.undecided_names {
         if !loaded.state.is_decided(&id) {

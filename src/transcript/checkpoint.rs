@@ -4,7 +4,9 @@
 //! the whole file.
 //!
 //! The transcript stays the only source of truth. A checkpoint is a cache
-//! of one reading of it ([`SessionImage`] at a commit boundary), and it is
+//! of one reading of it at a commit boundary: the state its decisions make
+//! ([`ReplacementState`], saved shard by shard so it is taken back without
+//! deciding each id again) and the rest of its [`SessionImage`]. It is
 //! taken only while it proves it was made from the bytes now there:
 //!
 //! - its own checksum (XXH3-64 over everything after its header) and
@@ -46,7 +48,7 @@ use std::sync::Arc;
 use super::fork::Logical;
 use super::reader::SessionImage;
 use crate::format::{Digest, Format};
-use crate::state::{Id, Replacement, keep_id, packing_id};
+use crate::state::{Id, Replacement, ReplacementState, Restore, keep_id, packing_id};
 
 /// Suffix of a checkpoint's name (see the module's doc).
 pub const SUFFIX: &str = ".decisions";
@@ -54,8 +56,11 @@ pub const SUFFIX: &str = ".decisions";
 /// Prefix of a checkpoint's temporary file (gc removes stale ones).
 pub const TEMP_PREFIX: &str = ".decisions-";
 
-/// First bytes of a checkpoint; the last one is its version.
-const MAGIC: [u8; 8] = *b"TWDECS\x00\x01";
+/// First bytes of a checkpoint; the last one is its version. Version 1
+/// saved the image's lists of results and records, which a resume then
+/// decided one by one; its files are not read (a cache: the transcript is
+/// read whole once, and a checkpoint of this version written).
+const MAGIC: [u8; 8] = *b"TWDECS\x00\x02";
 
 /// How much of the transcript before `at` its digest covers.
 const TAIL: u64 = 4096;
@@ -97,12 +102,17 @@ pub fn owner(name: &str) -> Option<&str> {
 }
 
 /// A session's decisions as its transcript records them up to `at`.
-#[derive(Debug)]
 pub struct Checkpoint {
     /// Logical offset (a fork's counts its parent's bytes) of the first
     /// line the checkpoint has not taken in.
     pub at: u64,
     pub format: Format,
+    /// The decisions of the lines before `at` as they take effect
+    /// (replacements first, then results sent whole), clearings not
+    /// applied: see [`follow`].
+    pub decided: ReplacementState,
+    /// The rest of the reading (clearings, unanswered calls, legacy ids,
+    /// counts); its `seen` and `replacements` are in `decided`, not here.
     pub image: SessionImage,
     /// The checkpoint file's size.
     pub size: u64,
@@ -171,8 +181,38 @@ pub fn read(transcript: &Path, logical: &Logical) -> Option<Checkpoint> {
     None
 }
 
-/// Save `image`, the reading of `logical` (the transcript at `transcript`)
-/// up to `at`, as its checkpoint. Nothing is written (`Ok(false)`) when
+/// `decided` (a checkpoint's) followed by the decisions of `tail`, the
+/// image of the lines after it, whose `seen` and `replacements` are moved
+/// out: the state reading the whole transcript gives, before clearings.
+///
+/// A whole reading commits every replacement before any result sent whole,
+/// so the tail's replacements take effect before the checkpoint's results.
+/// Decisions on different ids do not affect each other, so taking the
+/// checkpoint's first gives the same state unless a replacement in the tail
+/// is for an id the checkpoint decided (a reused id, a binding): then
+/// `None`, and the transcript is to be read whole.
+pub fn follow(mut decided: ReplacementState, tail: &mut SessionImage) -> Option<ReplacementState> {
+    if tail
+        .replacements
+        .iter()
+        .any(|(id, _, _)| decided.is_decided(id))
+    {
+        return None;
+    }
+    let replaced = std::mem::take(&mut tail.replacements);
+    let seen = std::mem::take(&mut tail.seen);
+    decided.commit_decisions(
+        replaced
+            .into_iter()
+            .map(|(id, digest, r)| (id, digest, Some(r)))
+            .chain(seen.into_iter().map(|(id, digest)| (id, digest, None))),
+    );
+    Some(decided)
+}
+
+/// Save `decided` and `image` (see [`Checkpoint`]), the reading of
+/// `logical` (the transcript at `transcript`) up to `at`, as its
+/// checkpoint. Nothing is written (`Ok(false)`) when
 /// the image ends in an open call (a later line may still answer or cut
 /// it) or the transcript is shorter than `at`. Returns the checkpoint's
 /// size in bytes when written.
@@ -181,6 +221,7 @@ pub fn write(
     logical: &Logical,
     at: u64,
     format: Format,
+    decided: &ReplacementState,
     image: &SessionImage,
 ) -> io::Result<Option<u64>> {
     if image.open_call_at().is_some() {
@@ -189,7 +230,7 @@ pub fn write(
     let (Some(path), Some(proof)) = (path_for(transcript), Proof::of(logical, at)?) else {
         return Ok(None);
     };
-    let bytes = encode(&proof, format, image);
+    let bytes = encode(&proof, format, decided, image);
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut tmp = tempfile::Builder::new()
         .prefix(TEMP_PREFIX)
@@ -220,18 +261,32 @@ pub fn remove(transcript: &Path) {
 pub fn refresh(transcript: &Path, format: Format, len: u64) -> io::Result<Option<u64>> {
     let file = File::open(transcript)?;
     let logical = Logical::open(&file, transcript, len)?;
-    let (at, mut image) = match read(transcript, &logical) {
-        Some(c) if c.format == format => (c.at, c.image),
-        _ => (0, SessionImage::default()),
+    let from = |at: u64, mut image: SessionImage| -> io::Result<(u64, SessionImage)> {
+        let (complete, _) = super::reader::read_lines(
+            format,
+            logical.reader_from(at)?,
+            super::reader::ReadLimits::default(),
+            || false,
+            |span, head| image.add(span.after(at), head),
+        )?;
+        Ok((at + complete, image))
     };
-    let (complete, _) = super::reader::read_lines(
-        format,
-        logical.reader_from(at)?,
-        super::reader::ReadLimits::default(),
-        || false,
-        |span, head| image.add(span.after(at), head),
-    )?;
-    write(transcript, &logical, at + complete, format, &image)
+    let followed = match read(transcript, &logical) {
+        Some(c) if c.format == format => {
+            let (end, mut image) = from(c.at, c.image)?;
+            follow(c.decided, &mut image).map(|decided| (end, decided, image))
+        }
+        _ => None,
+    };
+    let (end, decided, image) = match followed {
+        Some(done) => done,
+        None => {
+            let (end, mut image) = from(0, SessionImage::default())?;
+            let decided = follow(ReplacementState::default(), &mut image).unwrap_or_default();
+            (end, decided, image)
+        }
+    };
+    write(transcript, &logical, end, format, &decided, &image)
 }
 
 /// Test hook (`TOOLWIRE_TEST_CHECKPOINT_KILL=<n>`): the process sends
@@ -260,19 +315,28 @@ fn kill_point() {
 // ------------------------------------------------------------- encoding --
 //
 // Little-endian: MAGIC, body length (u64), XXH3-64 of the body (u64), then
-// the body: packing id, at, dev, ino, tail digest (u128), format name,
-// messages, records, skipped, then the lists (each a u64 count): seen
-// (id, digest), replacements and clearings (id, digest, sizes, packed
-// text), unanswered calls (id, tool name), legacy ids. Strings and byte
-// strings are a u32 length and the bytes.
+// the body: packing id, shards per state, at, dev, ino, tail digest
+// (u128), format name, messages, records, skipped; the state: how many
+// shards are listed, then each as its index and its decisions, then the
+// decisions on reused ids (each list a u64 count; a decision is its id,
+// digest and replacement, the replacement a presence byte, then its sizes
+// and packed text); then the lists (each a u64 count): clearings (id,
+// digest, sizes, packed text), unanswered calls (id, tool name), legacy
+// ids. Strings and byte strings are a u32 length and the bytes.
 
-fn encode(proof: &Proof, format: Format, image: &SessionImage) -> Vec<u8> {
-    let mut b = Vec::with_capacity(64 + image.seen.len() * 32);
+fn encode(
+    proof: &Proof,
+    format: Format,
+    decided: &ReplacementState,
+    image: &SessionImage,
+) -> Vec<u8> {
+    let mut b = Vec::with_capacity(64 + decided.seen_count() * 32);
     b.extend_from_slice(&MAGIC);
     b.extend_from_slice(&[0; 16]);
     let body = b.len();
     let mut e = Enc(b);
     e.u64(packing_id());
+    e.u64(Restore::SHARDS as u64);
     e.u64(proof.at);
     e.u64(proof.dev);
     e.u64(proof.ino);
@@ -281,22 +345,18 @@ fn encode(proof: &Proof, format: Format, image: &SessionImage) -> Vec<u8> {
     e.u64(image.messages as u64);
     e.u64(image.records as u64);
     e.u64(image.skipped as u64);
-    e.u64(image.seen.len() as u64);
-    for (id, digest) in &image.seen {
+    let shards: Vec<_> = decided.shards_saved().collect();
+    e.u64(shards.len() as u64);
+    for (ix, decisions) in shards {
+        e.u64(ix as u64);
+        e.decisions(decisions);
+    }
+    e.decisions(decided.reused_saved());
+    e.u64(image.cleared.len() as u64);
+    for (id, digest, replacement) in &image.cleared {
         e.str(id);
         e.digest(*digest);
-    }
-    for list in [&image.replacements, &image.cleared] {
-        e.u64(list.len() as u64);
-        for (id, digest, replacement) in list {
-            e.str(id);
-            e.digest(*digest);
-            let (sizes, packed) = replacement.to_packed();
-            for size in sizes {
-                e.u64(*size);
-            }
-            e.bytes(packed);
-        }
+        e.replacement(replacement);
     }
     e.u64(image.undecided_names.len() as u64);
     for (id, name) in &image.undecided_names {
@@ -326,7 +386,7 @@ fn decode(bytes: &[u8]) -> Option<(Proof, Checkpoint)> {
         return None;
     }
     let mut d = Dec(body);
-    if d.u64()? != packing_id() {
+    if d.u64()? != packing_id() || d.count()? != Restore::SHARDS {
         return None;
     }
     let proof = Proof {
@@ -343,25 +403,31 @@ fn decode(bytes: &[u8]) -> Option<(Proof, Checkpoint)> {
     image.skipped = d.count()?;
     // Counts come from a file whose checksum held; each entry still takes
     // at least a few bytes, which bounds what is reserved.
-    let n = d.count()?;
-    image.seen.reserve(n.min(d.0.len() / 13));
-    for _ in 0..n {
-        image.seen.push((d.id()?, d.digest()?));
-    }
-    for cleared in [false, true] {
+    let mut restore = Restore::new();
+    for _ in 0..d.count()? {
+        let ix = d.count()?;
         let n = d.count()?;
-        let mut list = Vec::with_capacity(n.min(d.0.len() / 45));
+        let mut shard = restore.shard(ix, n.min(d.0.len() / 14))?;
         for _ in 0..n {
-            let id = d.id()?;
-            let digest = d.digest()?;
-            let sizes = [d.u64()?, d.u64()?, d.u64()?];
-            list.push((id, digest, Replacement::from_packed(sizes, d.bytes()?)?));
+            let (id, digest, replacement) = d.decision()?;
+            if !shard.insert(id, digest, replacement) {
+                return None;
+            }
         }
-        if cleared {
-            image.cleared = list;
-        } else {
-            image.replacements = list;
+    }
+    for _ in 0..d.count()? {
+        let (id, digest, replacement) = d.decision()?;
+        if !restore.reused(id, digest, replacement) {
+            return None;
         }
+    }
+    let n = d.count()?;
+    image.cleared.reserve(n.min(d.0.len() / 45));
+    for _ in 0..n {
+        let id = d.id()?;
+        let digest = d.digest()?;
+        let replacement = d.replacement()?;
+        image.cleared.push((id, digest, replacement));
     }
     for _ in 0..d.count()? {
         let id = d.id()?;
@@ -376,6 +442,7 @@ fn decode(bytes: &[u8]) -> Option<(Proof, Checkpoint)> {
         Checkpoint {
             at: proof.at,
             format,
+            decided: restore.finish(),
             image,
             size: bytes.len() as u64,
         },
@@ -400,6 +467,30 @@ impl Enc {
         let (tag, value) = digest.to_bits();
         self.0.push(tag);
         self.u64(value);
+    }
+    fn replacement(&mut self, replacement: &Replacement) {
+        let (sizes, packed) = replacement.to_packed();
+        for size in sizes {
+            self.u64(*size);
+        }
+        self.bytes(packed);
+    }
+    fn decisions<'a>(
+        &mut self,
+        decisions: impl ExactSizeIterator<Item = (&'a Id, Digest, Option<&'a Replacement>)>,
+    ) {
+        self.u64(decisions.len() as u64);
+        for (id, digest, replacement) in decisions {
+            self.str(id);
+            self.digest(digest);
+            match replacement {
+                Some(r) => {
+                    self.0.push(1);
+                    self.replacement(r);
+                }
+                None => self.0.push(0),
+            }
+        }
     }
 }
 
@@ -430,6 +521,20 @@ impl<'a> Dec<'a> {
     fn digest(&mut self) -> Option<Digest> {
         let tag = self.take(1)?[0];
         Digest::from_bits(tag, self.u64()?)
+    }
+    fn replacement(&mut self) -> Option<Replacement> {
+        let sizes = [self.u64()?, self.u64()?, self.u64()?];
+        Replacement::from_packed(sizes, self.bytes()?)
+    }
+    fn decision(&mut self) -> Option<(Id, Digest, Option<Replacement>)> {
+        let id = self.id()?;
+        let digest = self.digest()?;
+        let replacement = match self.take(1)?[0] {
+            0 => None,
+            1 => Some(self.replacement()?),
+            _ => return None,
+        };
+        Some((id, digest, replacement))
     }
 }
 
@@ -488,21 +593,36 @@ mod tests {
         image
     }
 
-    /// What an image decides, in a comparable form.
-    fn summary(image: &SessionImage) -> String {
+    /// What a reading decides (the state `decided` and the rest of
+    /// `image`, as a resume takes them), in a comparable form.
+    fn summary(decided: &ReplacementState, image: &SessionImage) -> String {
+        let mut state = decided.clone();
+        state.clear(image.cleared.iter().cloned());
+        let mut decisions: Vec<_> = state
+            .decisions()
+            .map(|(id, digest, r)| format!("{id} {digest:?} {r:?}"))
+            .collect();
+        decisions.sort();
         let mut names: Vec<_> = image.undecided_names.iter().collect();
         names.sort();
         let mut legacy: Vec<_> = image.legacy.iter().collect();
         legacy.sort();
         format!(
-            "{:?} {:?} {:?} {names:?} {legacy:?} {} {} {}",
-            image.seen,
-            image.replacements,
+            "{decisions:?} {} {} {:?} {names:?} {legacy:?} {} {} {}",
+            state.seen_count(),
+            state.replacement_count(),
             image.cleared,
             image.messages,
             image.records,
             image.skipped
         )
+    }
+
+    /// The whole reading of `logical`: its decided state and the rest.
+    fn whole(logical: &Logical) -> (ReplacementState, SessionImage) {
+        let mut image = read_from(logical, 0, SessionImage::default());
+        let decided = follow(ReplacementState::default(), &mut image).unwrap();
+        (decided, image)
     }
 
     fn open(path: &Path) -> Logical {
@@ -517,41 +637,62 @@ mod tests {
         let path = dir.path().join("s.jsonl");
         std::fs::write(&path, transcript(60, 0)).unwrap();
         let logical = open(&path);
-        let image = read_from(&logical, 0, SessionImage::default());
+        let (decided, image) = whole(&logical);
         let at = logical.len();
         assert!(
-            write(&path, &logical, at, Format::Anthropic, &image)
+            write(&path, &logical, at, Format::Anthropic, &decided, &image)
                 .unwrap()
                 .is_some()
         );
-        let mut f = std::fs::OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .unwrap();
-        f.write_all(&transcript(40, 60)).unwrap();
-        drop(f);
+        let append = |bytes: &[u8]| {
+            let mut f = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&path)
+                .unwrap();
+            f.write_all(bytes).unwrap();
+        };
+        append(&transcript(40, 60));
         let logical = open(&path);
         let c = read(&path, &logical).expect("the checkpoint proves itself");
         assert_eq!(c.at, at);
-        let resumed = read_from(&logical, c.at, c.image);
-        let whole = read_from(&logical, 0, SessionImage::default());
-        assert_eq!(summary(&resumed), summary(&whole));
-        assert!(!whole.cleared.is_empty() && !whole.legacy.is_empty());
-        assert!(whole.undecided_names.contains_key("open_0"));
-        // Taken in after a client's messages, it is as if read after them.
-        let mut seeded = SessionImage::default();
-        let call = serde_json::json!({"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_3", "name": "Edit", "input": {}}, {"type": "tool_use", "id": "mine", "name": "Edit", "input": {}}]});
-        let bytes = serde_json::to_vec(&call).unwrap();
-        let skim = || Format::Anthropic.dialect().skim(&bytes).unwrap();
-        seeded.add_message(None, skim());
-        let c = read(&path, &logical).unwrap();
-        let mut merged = SessionImage::default();
-        merged.add_message(None, skim());
-        merged.extend(c.image);
-        let resumed = read_from(&logical, c.at, merged);
-        let whole = read_from(&logical, 0, seeded);
-        assert_eq!(summary(&resumed), summary(&whole));
-        assert!(whole.undecided_names.contains_key("mine"));
+        assert_eq!(c.decided.seen_count(), decided.seen_count());
+        let mut tail = read_from(&logical, c.at, c.image);
+        let resumed = follow(c.decided, &mut tail).expect("the tail decides other ids");
+        let (all, rest) = whole(&logical);
+        assert_eq!(summary(&resumed, &tail), summary(&all, &rest));
+        assert!(!rest.cleared.is_empty() && !rest.legacy.is_empty());
+        assert!(rest.undecided_names.contains_key("open_0"));
+        assert!(all.replacement_count() > 0 && all.seen_count() > 100);
+
+        // A replacement in the tail for an id the checkpoint decided takes
+        // effect before that id's result in a whole reading: the
+        // checkpoint is not followed.
+        append(
+            format!(
+                "{}\n",
+                serde_json::json!({"type": "replacement", "record": {"kind": "tool-result", "toolUseId": "toolu_4", "replacement": "late", "digest": "xxh3:0000000000000001"}})
+            )
+            .as_bytes(),
+        );
+        let logical = open(&path);
+        let c = read(&path, &logical).expect("the checkpoint proves itself");
+        let mut tail = read_from(&logical, c.at, c.image);
+        assert!(follow(c.decided, &mut tail).is_none());
+        // Saved again from a whole reading, it is followed again.
+        let (all, rest) = whole(&logical);
+        write(
+            &path,
+            &logical,
+            logical.len(),
+            Format::Anthropic,
+            &all,
+            &rest,
+        )
+        .unwrap();
+        let c = read(&path, &logical).expect("the new checkpoint proves itself");
+        let mut tail = read_from(&logical, c.at, c.image);
+        let resumed = follow(c.decided, &mut tail).unwrap();
+        assert_eq!(summary(&resumed, &tail), summary(&all, &rest));
     }
 
     /// A torn, flipped, foreign or stale checkpoint, or a transcript
@@ -567,9 +708,9 @@ mod tests {
         let bytes = transcript(50, 0);
         std::fs::write(&path, &bytes).unwrap();
         let logical = open(&path);
-        let image = read_from(&logical, 0, SessionImage::default());
+        let (decided, image) = whole(&logical);
         let at = logical.len();
-        write(&path, &logical, at, Format::Anthropic, &image).unwrap();
+        write(&path, &logical, at, Format::Anthropic, &decided, &image).unwrap();
         let good = std::fs::read(&ckpt).unwrap();
         assert!(read(&path, &logical).is_some());
 
@@ -632,9 +773,16 @@ mod tests {
         .unwrap();
         assert!(image.open_call_at().is_some());
         assert!(
-            write(&path, &logical, logical.len(), Format::Anthropic, &image)
-                .unwrap()
-                .is_none()
+            write(
+                &path,
+                &logical,
+                logical.len(),
+                Format::Anthropic,
+                &ReplacementState::default(),
+                &image
+            )
+            .unwrap()
+            .is_none()
         );
         assert!(
             write(
@@ -642,6 +790,7 @@ mod tests {
                 &logical,
                 0,
                 Format::Anthropic,
+                &ReplacementState::default(),
                 &SessionImage::default()
             )
             .unwrap()

@@ -664,28 +664,6 @@ impl SessionImage {
         }
     }
 
-    /// Take in `later`, an image of the lines that follow this one's (a
-    /// decisions checkpoint's), with the same outcome as adding those
-    /// lines one by one here: its results answer this image's calls, its
-    /// unanswered calls are added after, its lists follow this one's.
-    /// `later` has no open call (a checkpoint is only made without one).
-    pub fn extend(&mut self, later: SessionImage) {
-        for (id, _) in &later.seen {
-            self.undecided_names.remove(&**id);
-        }
-        self.seen.extend(later.seen);
-        self.replacements.extend(later.replacements);
-        self.cleared.extend(later.cleared);
-        for (id, name) in later.undecided_names {
-            let name = self.intern(&name);
-            self.undecided_names.insert(id, name);
-        }
-        self.legacy.extend(later.legacy);
-        self.messages += later.messages;
-        self.records += later.records;
-        self.skipped += later.skipped;
-    }
-
     /// Offset of a trailing tool call still missing results.
     pub fn open_call_at(&self) -> Option<u64> {
         self.open.as_ref().map(|o| o.at)
