@@ -564,7 +564,7 @@ const BIG: u64 = 256 << 20;
 /// Write a transcript of about `size` bytes (results of 200 to 12,000
 /// bytes, a `replacement` line every tenth pair) to `path`; with `claude`,
 /// the same conversation as a Claude Code session file (its own line
-/// shape, a `parentUuid` chain), which toolwire reads converted.
+/// shape, a `parentUuid` chain), which `state/reconstruct` reads straight into the state.
 fn write_big(path: &Path, size: u64, claude: Option<()>) {
     let mut rng = fastrand::Rng::with_seed(3);
     let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
@@ -707,7 +707,7 @@ impl Proc {
 /// process as harnesses reach it: `state/reconstruct` of the file and the
 /// first request of the session to a new server (which loads it), each vs `wc -l` of
 /// the same file, page cache warm for both. Then a Claude Code session
-/// file of the same size passed by path, read converted.
+/// file of the same size passed by path, read straight into the state (not converted).
 async fn resume(root: &Path) {
     let dir = root.join("resume");
     let sessions = dir.join(".toolwire/sessions");
