@@ -323,6 +323,7 @@ fn read_transcript(
             .feed(&mut image, ReadLimits::default().max_line)
             .is_some()
         {
+            file.discard();
             image.finish_lenient();
             return Ok((ReplacementState::default(), image));
         }

@@ -23,9 +23,12 @@
 //! makes [`read`] decline, so the caller takes the general way.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
+use hashbrown::HashTable;
+use hashbrown::hash_table::Entry;
 use serde::Deserialize;
 use serde::de::value::MapAccessDeserializer;
 use serde_json::{Map, Value};
@@ -33,11 +36,15 @@ use serde_json::{Map, Value};
 use super::{Helper, SessionImage, fill};
 use crate::format::anthropic::{self, BlockHead};
 use crate::format::{Digest, Original, Side, Skim, SkimResult, is_compact_json};
+use crate::state::IdHash;
 
 /// How much of the file is read at a time (a longer line grows it).
 const WINDOW: usize = 8 << 20;
-/// A window's lines are split between two threads from this size on.
+/// A window's lines are shared with a helper thread from this size on.
 const PARALLEL_FROM: usize = 1 << 20;
+/// How many pieces a shared window is cut into (each thread takes the next
+/// piece left when it is done with one).
+const PIECES: usize = 32;
 
 /// What a Claude Code file says, reduced to what its conversation's state
 /// is built from: one record per readable line, in order.
@@ -59,6 +66,11 @@ struct Rec {
     message: Option<Msg>,
     /// The line's length: its message serializes to no more than this.
     len: usize,
+    /// `uuid`'s and `parent`'s hashes (by [`IdHash`]), made by the thread
+    /// that parsed the line: the tree is then linked without touching
+    /// the strings but to confirm a match.
+    uuid_hash: u64,
+    parent_hash: u64,
 }
 
 #[derive(Debug)]
@@ -66,6 +78,8 @@ struct Msg {
     /// `None` when `role` is missing or not a string.
     role: Option<Role>,
     id: Option<Box<str>>,
+    /// `id`'s hash, as the line's.
+    id_hash: u64,
     content: Content,
 }
 
@@ -210,7 +224,7 @@ impl ClaudeCodeFile {
             progress(total);
             if eof {
                 // The rest is the last line, with or without its newline.
-                parse_lines(&cur[..filled], &mut lines);
+                parse_region(&cur[..filled], &mut lines, || ());
                 return Ok(ClaudeCodeFile { lines });
             }
             let end = memchr::memrchr(b'\n', &cur[..filled]).map_or(0, |i| i + 1);
@@ -227,45 +241,25 @@ impl ClaudeCodeFile {
                 next = vec![0; cur.len()];
             }
             next[..carry].copy_from_slice(&cur[end..filled]);
-            let region = &cur[..end];
-            let helper = (region.len() >= PARALLEL_FROM).then(Helper::take).flatten();
-            let read = match helper {
-                // The helper parses the later part while this thread reads
-                // the next window and then parses the earlier part (the
-                // smaller, by what reading costs).
-                Some(helper) => {
-                    let from = region.len() * 2 / 5;
-                    let mid = memchr::memchr(b'\n', &region[from..])
-                        .map_or(region.len(), |i| from + i + 1);
-                    let (later, read) = std::thread::scope(|scope| {
-                        let other = std::thread::Builder::new()
-                            .name("toolwire-reader".into())
-                            .stack_size(crate::process::THREAD_STACK)
-                            .spawn_scoped(scope, || {
-                                let mut later = Vec::new();
-                                parse_lines(&region[mid..], &mut later);
-                                later
-                            });
-                        let read = fill(&mut reader, &mut next, carry, &cancelled);
-                        parse_lines(&region[..mid], &mut lines);
-                        (other.ok().and_then(|other| other.join().ok()), read)
-                    });
-                    drop(helper);
-                    match later {
-                        Some(mut later) => lines.append(&mut later),
-                        None => parse_lines(&region[mid..], &mut lines),
-                    }
-                    read
-                }
-                None => {
-                    parse_lines(region, &mut lines);
-                    fill(&mut reader, &mut next, carry, &cancelled)
-                }
-            };
-            (filled, eof) = read?;
+            // The next window is read while this one's lines are parsed.
+            (filled, eof) = parse_region(&cur[..end], &mut lines, || {
+                fill(&mut reader, &mut next, carry, &cancelled)
+            })?;
             total += (filled - carry) as u64;
             std::mem::swap(&mut cur, &mut next);
         }
+    }
+
+    /// Free the records apart from the caller: a large session's tens of
+    /// thousands of small allocations take milliseconds to free, which
+    /// the request need not wait for.
+    pub fn discard(self) {
+        let lines = self.lines;
+        // When no thread can be started, the closure, records and all, is
+        // dropped (freed) right here.
+        let _ = std::thread::Builder::new()
+            .name("toolwire-free".into())
+            .spawn(move || drop(lines));
     }
 
     /// Take the conversation in, message by message, as the reader takes
@@ -299,10 +293,18 @@ impl ClaudeCodeFile {
     /// each message's parts.
     fn conversation(&self) -> Vec<Merged> {
         let lines = &self.lines;
-        let mut by_uuid: HashMap<&str, usize> = HashMap::with_capacity(lines.len());
+        // Each uuid's last line (a uuid written twice names its last).
+        let mut by_uuid: HashTable<usize> = HashTable::with_capacity(lines.len());
         for (i, line) in lines.iter().enumerate() {
-            if let Some(uuid) = &line.uuid {
-                by_uuid.insert(uuid, i);
+            let Some(uuid) = &line.uuid else {
+                continue;
+            };
+            let same = |&j: &usize| lines[j].uuid.as_ref() == Some(uuid);
+            match by_uuid.entry(line.uuid_hash, same, |&j| lines[j].uuid_hash) {
+                Entry::Occupied(mut at) => *at.get_mut() = i,
+                Entry::Vacant(at) => {
+                    at.insert(i);
+                }
             }
         }
         let leaf = lines
@@ -316,15 +318,19 @@ impl ClaudeCodeFile {
                 break; // a cycle: what was walked stands, as in the conversion
             }
             path.push(i);
-            at = lines[i]
-                .parent
-                .as_deref()
-                .and_then(|p| by_uuid.get(p).copied());
+            at = lines[i].parent.as_deref().and_then(|parent| {
+                by_uuid
+                    .find(lines[i].parent_hash, |&j| {
+                        lines[j].uuid.as_deref() == Some(parent)
+                    })
+                    .copied()
+            });
         }
         path.reverse();
 
         let mut out: Vec<Merged> = Vec::new();
-        let mut response_at: HashMap<&str, usize> = HashMap::new();
+        // Where each response's first part went, by `message.id`.
+        let mut response_at: HashTable<(usize, usize)> = HashTable::new();
         for i in path {
             let line = &lines[i];
             let Some(message) = &line.message else {
@@ -336,11 +342,21 @@ impl ClaudeCodeFile {
             if message.role == Some(Role::Assistant)
                 && let Some(id) = &message.id
             {
-                if let Some(&k) = response_at.get(&**id) {
-                    out[k].parts.push(i);
-                    continue;
+                let id_of = |j: usize| lines[j].message.as_ref().and_then(|m| m.id.as_ref());
+                let hash_of = |j: usize| lines[j].message.as_ref().map_or(0, |m| m.id_hash);
+                match response_at.entry(
+                    message.id_hash,
+                    |&(j, _)| id_of(j) == Some(id),
+                    |&(j, _)| hash_of(j),
+                ) {
+                    Entry::Occupied(first) => {
+                        out[first.get().1].parts.push(i);
+                        continue;
+                    }
+                    Entry::Vacant(first) => {
+                        first.insert((i, out.len()));
+                    }
                 }
-                response_at.insert(id, out.len());
             }
             if message.role == Some(Role::User)
                 && let Some(last) = out.last_mut()
@@ -434,6 +450,69 @@ fn parse_lines(region: &[u8], out: &mut Vec<Rec>) {
     }
 }
 
+/// Every line of `region` as a record, in order, appended to `out`, with
+/// `also` (the next read) done on this thread on the way.
+///
+/// A large region is cut into [`PIECES`] at line ends. When a spare core is
+/// free, a helper thread starts on the pieces at once while this thread
+/// does `also`, and then both take pieces until none is left: however
+/// long `also` takes, neither thread waits for the other but at the very
+/// end (a fixed split left one thread idle while the other still parsed).
+fn parse_region<R>(region: &[u8], out: &mut Vec<Rec>, also: impl FnOnce() -> R) -> R {
+    let helper = (region.len() >= PARALLEL_FROM).then(Helper::take).flatten();
+    let Some(helper) = helper else {
+        let done = also();
+        parse_lines(region, out);
+        return done;
+    };
+    let mut pieces = Vec::with_capacity(PIECES);
+    let mut start = 0;
+    for k in 1..PIECES {
+        let from = (region.len() * k / PIECES).max(start);
+        let end = memchr::memchr(b'\n', &region[from..]).map_or(region.len(), |i| from + i + 1);
+        pieces.push(&region[start..end]);
+        start = end;
+    }
+    pieces.push(&region[start..]);
+    let taken = AtomicUsize::new(0);
+    let work = || {
+        let mut parsed = Vec::new();
+        loop {
+            let i = taken.fetch_add(1, Ordering::Relaxed);
+            let Some(piece) = pieces.get(i) else {
+                return parsed;
+            };
+            let mut recs = Vec::new();
+            parse_lines(piece, &mut recs);
+            parsed.push((i, recs));
+        }
+    };
+    let (done, mine, theirs) = std::thread::scope(|scope| {
+        let other = std::thread::Builder::new()
+            .name("toolwire-reader".into())
+            .stack_size(crate::process::THREAD_STACK)
+            .spawn_scoped(scope, work);
+        let done = also();
+        let mine = work();
+        (done, mine, other.ok().and_then(|other| other.join().ok()))
+    });
+    drop(helper);
+    let mut parsed: Vec<Option<Vec<Rec>>> = (0..pieces.len()).map(|_| None).collect();
+    for (i, recs) in mine.into_iter().chain(theirs.into_iter().flatten()) {
+        parsed[i] = Some(recs);
+    }
+    out.reserve(parsed.iter().flatten().map(Vec::len).sum());
+    for (piece, recs) in pieces.iter().zip(parsed) {
+        match recs {
+            Some(mut recs) => out.append(&mut recs),
+            // The helper failed on it (it cannot, short of a bug): read
+            // here, so no line is ever lost.
+            None => parse_lines(piece, out),
+        }
+    }
+    done
+}
+
 /// One line as a record; `None` when it is not a JSON object.
 ///
 /// A line with long strings (tool output) is read through its shadow
@@ -469,6 +548,13 @@ fn parse_line(line: &[u8]) -> Option<Rec> {
         },
     };
     rec.len = line.len();
+    let hasher = IdHash::default();
+    let hash = |text: &Option<Box<str>>| text.as_deref().map_or(0, |t| hasher.hash_one(t));
+    rec.uuid_hash = hash(&rec.uuid);
+    rec.parent_hash = hash(&rec.parent);
+    if let Some(message) = &mut rec.message {
+        message.id_hash = hash(&message.id);
+    }
     Some(rec)
 }
 
@@ -511,6 +597,8 @@ fn rec_of_value(obj: &Map<String, Value>) -> Rec {
             _ => None,
         },
         len: 0,
+        uuid_hash: 0,
+        parent_hash: 0,
     }
 }
 
@@ -518,6 +606,7 @@ fn msg_of_value(message: &Map<String, Value>) -> Msg {
     Msg {
         role: message.get("role").and_then(Value::as_str).map(Role::of),
         id: message.get("id").and_then(Value::as_str).map(Box::from),
+        id_hash: 0,
         content: match message.get("content") {
             None => Content::Absent,
             Some(Value::Null) => Content::Null,
@@ -583,6 +672,7 @@ impl<'a> FastLine<'a> {
             Some(MapOnly(m)) => Some(Msg {
                 role: m.role.as_deref().map(Role::of),
                 id: text(m.id).ok()?,
+                id_hash: 0,
                 content: match m.content {
                     None => Content::Absent,
                     Some(FastContent::Null) => Content::Null,
@@ -618,6 +708,8 @@ impl<'a> FastLine<'a> {
             api_error: self.is_api_error_message == Some(true),
             message,
             len: 0,
+            uuid_hash: 0,
+            parent_hash: 0,
         })
     }
 }

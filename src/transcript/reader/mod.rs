@@ -22,7 +22,7 @@ use serde_json::value::RawValue;
 
 use super::{RECORD_KIND, ReplacementRecord, SeenLine};
 use crate::format::{Digest, DigestKind, Format, Side, Skim, anthropic};
-use crate::state::{Id, Replacement};
+use crate::state::{Id, IdHash, Replacement};
 
 /// One parsed transcript line.
 #[derive(Debug, Clone, PartialEq)]
@@ -490,13 +490,13 @@ pub struct SessionImage {
     /// order: applied over the decisions, never in place of one.
     pub cleared: Vec<(Id, Digest, Replacement)>,
     /// Calls whose result has not been seen: id → tool name.
-    pub undecided_names: HashMap<Id, Arc<str>>,
-    pub(super) interned: HashSet<Arc<str>>,
+    pub undecided_names: HashMap<Id, Arc<str>, IdHash>,
+    pub(super) interned: HashSet<Arc<str>, IdHash>,
     /// Ids a record or `seen` line names with a SHA-256 digest (written
     /// before XXH3 digests were introduced): the originals of these in
     /// later messages are digested in SHA-256 too, so the old decision
     /// binds to them exactly as it did. Empty for new journals.
-    pub(super) legacy: HashSet<Arc<str>>,
+    pub(super) legacy: HashSet<Arc<str>, IdHash>,
     pub messages: usize,
     pub records: usize,
     pub skipped: usize,
