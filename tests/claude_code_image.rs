@@ -167,10 +167,12 @@ fn result_content() -> impl Strategy<Value = Value> {
     ]
 }
 
-/// A call id: mostly short, sometimes long (emptied in a shadow) or empty.
+/// A call id: mostly short, sometimes long (emptied in a shadow) or empty,
+/// or about as long as the reader keeps in place (38 bytes).
 fn call_id() -> impl Strategy<Value = String> {
     prop_oneof![
         8 => (0..6u8).prop_map(|i| format!("t{i}")),
+        1 => (36..38usize).prop_map(|n| format!("t{}", "M".repeat(n))),
         1 => (0..2u8).prop_map(|i| format!("t{i}{}", "L".repeat(130))),
         1 => Just(String::new()),
     ]
@@ -234,6 +236,7 @@ fn tree_id() -> impl Strategy<Value = Value> {
         8 => Just(json!("SELF")),
         8 => Just(json!("PREV")),
         6 => (0..12u8).prop_map(|i| json!(format!("n{i}"))),
+        1 => (36..38usize).prop_map(|n| json!(format!("n{}", "M".repeat(n)))),
         1 => Just(json!(format!("n1{}", "L".repeat(130)))),
         1 => Just(Value::Null),
         1 => Just(json!(9)),

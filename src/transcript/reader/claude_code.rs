@@ -55,10 +55,10 @@ pub struct ClaudeCodeFile {
 /// One readable line (a JSON object).
 #[derive(Debug, Default)]
 struct Rec {
-    uuid: Option<Box<str>>,
+    uuid: Option<Text>,
     /// Whether the line has a `uuid` key at all (a leaf needs one).
     has_uuid: bool,
-    parent: Option<Box<str>>,
+    parent: Option<Text>,
     side_chain: bool,
     api_error: bool,
     /// The message of a `user` or `assistant` line whose `message` is an
@@ -77,7 +77,7 @@ struct Rec {
 struct Msg {
     /// `None` when `role` is missing or not a string.
     role: Option<Role>,
-    id: Option<Box<str>>,
+    id: Option<Text>,
     /// `id`'s hash, as the line's.
     id_hash: u64,
     content: Content,
@@ -132,13 +132,64 @@ struct Blocks {
     valid: bool,
 }
 
+/// A text of a line (a uuid, an id, a tool name): kept in place when short,
+/// as nearly all are, else boxed. Most lines' texts then cost no
+/// allocation of their own (several per line, tens of thousands of lines),
+/// and the tree is linked without a pointer to follow per line.
+#[derive(Clone)]
+enum Text {
+    Short { len: u8, bytes: [u8; SHORT] },
+    Long(Box<str>),
+}
+
+/// The longest text kept in place (a UUID is 36 bytes).
+const SHORT: usize = 38;
+
+impl From<&str> for Text {
+    fn from(text: &str) -> Text {
+        match u8::try_from(text.len()) {
+            Ok(len) if text.len() <= SHORT => {
+                let mut bytes = [0; SHORT];
+                bytes[..text.len()].copy_from_slice(text.as_bytes());
+                Text::Short { len, bytes }
+            }
+            _ => Text::Long(text.into()),
+        }
+    }
+}
+
+impl std::ops::Deref for Text {
+    type Target = str;
+    fn deref(&self) -> &str {
+        match self {
+            // Copied whole from a `str`: always UTF-8.
+            Text::Short { len, bytes } => {
+                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
+            }
+            Text::Long(text) => text,
+        }
+    }
+}
+
+impl PartialEq for Text {
+    fn eq(&self, other: &Text) -> bool {
+        **self == **other
+    }
+}
+
+impl std::fmt::Debug for Text {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
 /// What a block means to the state.
 #[derive(Debug)]
 enum Event {
-    Call(Box<str>, Box<str>),
+    Call(Text, Text),
     /// A result: its id and its original's digest (`None` when it is a
     /// preview, not an original).
-    Result(Box<str>, Option<Digest>),
+    Result(Text, Option<Digest>),
     /// A compaction block: the provider drops the calls before it.
     Compaction,
 }
@@ -152,8 +203,8 @@ impl Event {
     ) -> Option<Event> {
         match block.kind.as_deref() {
             Some("tool_use") => Some(Event::Call(
-                block.id.unwrap_or_default().into(),
-                block.name.unwrap_or_default().into(),
+                Text::from(&*block.id.unwrap_or_default()),
+                Text::from(&*block.name.unwrap_or_default()),
             )),
             Some("compaction") => Some(Event::Compaction),
             Some("tool_result") => {
@@ -161,7 +212,7 @@ impl Event {
                     .content
                     .map_or(&b"null"[..], |raw| raw.get().as_bytes());
                 Some(Event::Result(
-                    block.tool_use_id.unwrap_or_default().into(),
+                    Text::from(&*block.tool_use_id.unwrap_or_default()),
                     digest(raw),
                 ))
             }
@@ -549,7 +600,7 @@ fn parse_line(line: &[u8]) -> Option<Rec> {
     };
     rec.len = line.len();
     let hasher = IdHash::default();
-    let hash = |text: &Option<Box<str>>| text.as_deref().map_or(0, |t| hasher.hash_one(t));
+    let hash = |text: &Option<Text>| text.as_deref().map_or(0, |t| hasher.hash_one(t));
     rec.uuid_hash = hash(&rec.uuid);
     rec.parent_hash = hash(&rec.parent);
     if let Some(message) = &mut rec.message {
@@ -580,7 +631,7 @@ fn vouched(line: &[u8]) -> Option<&str> {
 
 /// A line's record from its value, as the conversion reads the value.
 fn rec_of_value(obj: &Map<String, Value>) -> Rec {
-    let text = |key| obj.get(key).and_then(Value::as_str).map(Box::from);
+    let text = |key| obj.get(key).and_then(Value::as_str).map(Text::from);
     let is_true = |key| obj.get(key) == Some(&Value::Bool(true));
     let is_message = matches!(
         obj.get("type").and_then(Value::as_str),
@@ -605,7 +656,7 @@ fn rec_of_value(obj: &Map<String, Value>) -> Rec {
 fn msg_of_value(message: &Map<String, Value>) -> Msg {
     Msg {
         role: message.get("role").and_then(Value::as_str).map(Role::of),
-        id: message.get("id").and_then(Value::as_str).map(Box::from),
+        id: message.get("id").and_then(Value::as_str).map(Text::from),
         id_hash: 0,
         content: match message.get("content") {
             None => Content::Absent,
@@ -665,7 +716,7 @@ impl<'a> FastLine<'a> {
         let is_message = matches!(self.kind.as_deref(), Some("user" | "assistant"));
         let text = |t: Option<Cow<str>>| match t {
             Some(t) if !kept(&t) => Err(()),
-            t => Ok(t.map(|t| Box::from(&*t))),
+            t => Ok(t.map(|t| Text::from(&*t))),
         };
         let message = match self.message.filter(|_| is_message) {
             None => None,
