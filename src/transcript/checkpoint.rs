@@ -161,21 +161,21 @@ impl Proof {
 /// reason logged.
 pub fn read(transcript: &Path, logical: &Logical) -> Option<Checkpoint> {
     let path = path_for(transcript)?;
-    let bytes = match std::fs::read(&path) {
-        Ok(bytes) => bytes,
+    let file = match File::open(&path) {
+        Ok(file) => file,
         Err(err) if err.kind() == io::ErrorKind::NotFound => return None,
         Err(err) => {
             tracing::debug!(path = %path.display(), %err, "decisions checkpoint unreadable");
             return None;
         }
     };
-    let why = match decode(&bytes) {
+    let why = match decode(file) {
         Some((proof, checkpoint)) => match Proof::of(logical, proof.at) {
             Ok(Some(now)) if now == proof => return Some(checkpoint),
             Ok(_) => "its transcript's bytes are not the ones it was made from",
             Err(_) => "its transcript could not be read",
         },
-        None => "torn, of another version, or not a checkpoint",
+        None => "torn, of another version, unreadable, or not a checkpoint",
     };
     tracing::debug!(path = %path.display(), why, "decisions checkpoint not used: reading the transcript");
     None
@@ -388,17 +388,36 @@ fn encode(
     Ok(24 + e.len)
 }
 
-fn decode(bytes: &[u8]) -> Option<(Proof, Checkpoint)> {
-    let (head, body) = bytes.split_at_checked(24)?;
+/// Read the checkpoint in `file`, or `None` when it is torn, of another
+/// version or packing, or fails its checksum.
+///
+/// It is read and decoded a chunk at a time, never whole: a whole copy
+/// in memory (3.6 MB for 42,000 ids) cost a resume more to fault in and
+/// unmap than to decode, and sat on top of the state being built. What
+/// is decoded before the checksum is known is bounded by the file's
+/// length like anything else read from it, and thrown away when the
+/// checksum fails at the end.
+fn decode(mut file: File) -> Option<(Proof, Checkpoint)> {
+    let mut head = [0u8; 24];
+    file.read_exact(&mut head).ok()?;
     if head[..8] != MAGIC {
         return None;
     }
     let len = u64::from_le_bytes(head[8..16].try_into().ok()?);
     let sum = u64::from_le_bytes(head[16..24].try_into().ok()?);
-    if len != body.len() as u64 || sum != xxhash_rust::xxh3::xxh3_64(body) {
+    // A file longer or shorter than its header says is not one whole
+    // checkpoint.
+    if file.metadata().ok()?.len() != 24u64.checked_add(len)? {
         return None;
     }
-    let mut d = Dec(body);
+    let size = 24 + len;
+    let mut d = Dec {
+        file: file.take(len),
+        buf: Vec::with_capacity(Dec::CHUNK),
+        pos: 0,
+        hash: xxhash_rust::xxh3::Xxh3::new(),
+        left: len,
+    };
     if d.u64()? != packing_id() || d.count()? != Restore::SHARDS {
         return None;
     }
@@ -414,13 +433,14 @@ fn decode(bytes: &[u8]) -> Option<(Proof, Checkpoint)> {
     image.messages = d.count()?;
     image.records = d.count()?;
     image.skipped = d.count()?;
-    // Counts come from a file whose checksum held; each entry still takes
-    // at least a few bytes, which bounds what is reserved.
+    // Counts are read before the checksum is known to hold; each entry
+    // takes at least a few bytes, so what the body still holds bounds
+    // what is reserved.
     let mut restore = Restore::new();
     for _ in 0..d.count()? {
         let ix = d.count()?;
         let n = d.count()?;
-        let mut shard = restore.shard(ix, n.min(d.0.len() / 14))?;
+        let mut shard = restore.shard(ix, n.min(d.left() / 14))?;
         for _ in 0..n {
             let (id, digest, replacement) = d.decision()?;
             if !shard.insert(id, digest, replacement) {
@@ -435,7 +455,7 @@ fn decode(bytes: &[u8]) -> Option<(Proof, Checkpoint)> {
         }
     }
     let n = d.count()?;
-    image.cleared.reserve(n.min(d.0.len() / 45));
+    image.cleared.reserve(n.min(d.left() / 45));
     for _ in 0..n {
         let id = d.id()?;
         let digest = d.digest()?;
@@ -450,14 +470,15 @@ fn decode(bytes: &[u8]) -> Option<(Proof, Checkpoint)> {
     for _ in 0..d.count()? {
         image.legacy.insert(Arc::from(d.str()?));
     }
-    d.0.is_empty().then_some((
+    // Every byte of the body taken, and all of it what was checksummed.
+    (d.left == 0 && d.hash.digest() == sum).then_some((
         proof,
         Checkpoint {
             at: proof.at,
             format,
             decided: restore.finish(),
             image,
-            size: bytes.len() as u64,
+            size,
         },
     ))
 }
@@ -533,13 +554,61 @@ impl Enc<'_> {
     }
 }
 
-struct Dec<'a>(&'a [u8]);
+/// The body being read: a chunk of the file at a time into `buf`, each
+/// chunk hashed as it is read.
+struct Dec {
+    file: io::Take<File>,
+    buf: Vec<u8>,
+    /// Where in `buf` the bytes not yet taken start.
+    pos: usize,
+    hash: xxhash_rust::xxh3::Xxh3,
+    /// Bytes of the body not yet taken (read into `buf` or not).
+    left: u64,
+}
 
-impl<'a> Dec<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        let (v, rest) = self.0.split_at_checked(n)?;
-        self.0 = rest;
+impl Dec {
+    const CHUNK: usize = 64 << 10;
+
+    /// Bytes of the body not yet taken, as a bound on what counts read
+    /// from it can still stand for.
+    fn left(&self) -> usize {
+        usize::try_from(self.left).unwrap_or(usize::MAX)
+    }
+    fn take(&mut self, n: usize) -> Option<&[u8]> {
+        if self.buf.len() - self.pos < n {
+            self.fill(n)?;
+        }
+        let v = self.buf.get(self.pos..self.pos + n)?;
+        self.pos += n;
+        self.left -= n as u64;
         Some(v)
+    }
+    /// Read on until at least `n` bytes are not yet taken; `None` when the
+    /// body does not hold that many.
+    fn fill(&mut self, n: usize) -> Option<()> {
+        if n as u64 > self.left {
+            return None;
+        }
+        let have = self.buf.len() - self.pos;
+        self.buf.copy_within(self.pos.., 0);
+        self.pos = 0;
+        // A chunk, or more for one long string; never past the body.
+        let want = n.max(Self::CHUNK).min(self.left());
+        self.buf.resize(want, 0);
+        let mut filled = have;
+        while filled < n {
+            match self.file.read(&mut self.buf[filled..]) {
+                Ok(0) => return None,
+                Ok(got) => {
+                    self.hash.update(&self.buf[filled..filled + got]);
+                    filled += got;
+                }
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return None,
+            }
+        }
+        self.buf.truncate(filled);
+        Some(())
     }
     fn u64(&mut self) -> Option<u64> {
         Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
@@ -547,11 +616,11 @@ impl<'a> Dec<'a> {
     fn count(&mut self) -> Option<usize> {
         usize::try_from(self.u64()?).ok()
     }
-    fn bytes(&mut self) -> Option<&'a [u8]> {
+    fn bytes(&mut self) -> Option<&[u8]> {
         let n = u32::from_le_bytes(self.take(4)?.try_into().ok()?);
         self.take(n as usize)
     }
-    fn str(&mut self) -> Option<&'a str> {
+    fn str(&mut self) -> Option<&str> {
         std::str::from_utf8(self.bytes()?).ok()
     }
     fn id(&mut self) -> Option<Id> {
