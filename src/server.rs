@@ -121,8 +121,28 @@ struct Connection {
     /// Why the last `initialize` was refused, repeated to the requests
     /// that follow it (they are otherwise told to send `initialize`).
     initialize_failed: Option<String>,
-    inflight: Arc<Mutex<HashMap<String, CancellationToken>>>,
+    inflight: Arc<Mutex<HashMap<RequestKey, CancellationToken>>>,
     end: ConnectionEnd,
+}
+
+/// A request id as the in-flight map keys it: an integer id (what nearly
+/// every client sends) as itself, with no string formatted per request;
+/// any other id by its JSON text, which tells apart `1`, `1.0` and `"1"`.
+#[derive(Hash, PartialEq, Eq)]
+enum RequestKey {
+    Int(i64),
+    Text(String),
+}
+
+impl RequestKey {
+    fn of(id: &Value) -> RequestKey {
+        match id {
+            Value::Number(n) if n.is_i64() => n
+                .as_i64()
+                .map_or_else(|| RequestKey::Text(id.to_string()), RequestKey::Int),
+            _ => RequestKey::Text(id.to_string()),
+        }
+    }
 }
 
 /// Serve one client until it exits or its input ends; then flush every pair
@@ -297,7 +317,7 @@ impl Connection {
             "$/cancelRequest" => {
                 if let Some(id) = params.get("id") {
                     let inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
-                    if let Some(token) = inflight.get(&id.to_string()) {
+                    if let Some(token) = inflight.get(&RequestKey::of(id)) {
                         token.cancel();
                     }
                 }
@@ -356,11 +376,11 @@ impl Connection {
         };
 
         let token = CancellationToken::new();
-        let key = id.to_string();
+        let key = RequestKey::of(&id);
         self.inflight
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(key.clone(), token.clone());
+            .insert(RequestKey::of(&id), token.clone());
         let cx = RequestCx {
             registry: self.server.registry.clone(),
             conn: self.shared.clone(),

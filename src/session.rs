@@ -494,6 +494,12 @@ impl Session {
         &self.storage
     }
 
+    /// The slot this worker serves (`None` only once it has left the
+    /// registry, which never happens while a job runs).
+    pub fn own_slot(&self) -> Option<Arc<Slot>> {
+        self.slot.upgrade()
+    }
+
     /// The session's contents, read from disk on first use: its transcript
     /// (locked, a torn tail cut off) and the state it records. On a shared
     /// store, also what other replicas committed since the last read.

@@ -101,9 +101,16 @@ impl SessionMethod for PairAppend {
                 loaded.format.get_or_insert(format);
                 cx.check_cancelled()?;
                 {
-                    let slot = cx.slot(&params.session_id);
+                    // The session's own slot, not a registry lookup (a lock,
+                    // a key built and hashed) on every append; and the key
+                    // cloned only the first time.
+                    let slot = session
+                        .own_slot()
+                        .unwrap_or_else(|| cx.slot(&params.session_id));
                     let mut touched = cx.conn.touched.lock().unwrap_or_else(|p| p.into_inner());
-                    touched.insert(slot.key.clone(), slot);
+                    if !touched.contains_key(&slot.key) {
+                        touched.insert(slot.key.clone(), slot);
+                    }
                 }
                 let written = step.lines.count;
                 if session
