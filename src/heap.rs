@@ -40,6 +40,8 @@ const ALIGN: usize = 2 * std::mem::size_of::<usize>();
 
 thread_local! {
     static APART: Cell<bool> = const { Cell::new(false) };
+    /// The separate heap while this thread holds its lock ([`held`]).
+    static HELD: Cell<*mut dlmalloc::Dlmalloc<Region>> = const { Cell::new(std::ptr::null_mut()) };
 }
 
 /// Run `f` with this thread's allocations served from the separate heap.
@@ -58,6 +60,49 @@ pub fn apart<T>(f: impl FnOnce() -> T) -> T {
     let was = APART.try_with(|apart| apart.replace(true)).unwrap_or(false);
     let _restore = Restore(was);
     f()
+}
+
+/// Run `f` with the separate heap's lock held by this thread, so the
+/// allocations and frees it makes there ([`apart`] inside it) do not each
+/// take the lock: for a burst of them, such as a shard of a state read
+/// back from a checkpoint (taking and releasing the lock was a tenth of
+/// that reading). Other threads wait for the heap until `f` returns: keep
+/// `f` short. Nests.
+pub fn held<T>(f: impl FnOnce() -> T) -> T {
+    if !HELD
+        .try_with(Cell::get)
+        .unwrap_or(std::ptr::null_mut())
+        .is_null()
+    {
+        return f();
+    }
+    let mut guard = separate();
+    /// Forgets the heap before the guard unlocks it, also on a panic.
+    struct Forget;
+    impl Drop for Forget {
+        fn drop(&mut self) {
+            let _ = HELD.try_with(|held| held.set(std::ptr::null_mut()));
+        }
+    }
+    if HELD.try_with(|held| held.set(&mut *guard)).is_err() {
+        return f();
+    }
+    let _forget = Forget;
+    f()
+}
+
+/// Run `f` on the separate heap: the one this thread holds, or under its
+/// lock.
+fn with_separate<R>(f: impl FnOnce(&mut dlmalloc::Dlmalloc<Region>) -> R) -> R {
+    let held = HELD.try_with(Cell::get).unwrap_or(std::ptr::null_mut());
+    if held.is_null() {
+        return f(&mut separate());
+    }
+    // SAFETY: `held` points into the guard [`held`] keeps locked for as
+    // long as it is set, on this thread only; the guard is not touched
+    // meanwhile and this is the only reference made from it at a time
+    // (dlmalloc does not allocate through the global allocator).
+    f(unsafe { &mut *held })
 }
 
 fn is_apart() -> bool {
@@ -92,7 +137,7 @@ unsafe impl GlobalAlloc for Heap {
         if REGION.holds(ptr) {
             // SAFETY: the block came from the separate heap (its address is
             // in the range only that heap uses) and is live.
-            unsafe { separate().c_free(ptr) }
+            with_separate(|heap| unsafe { heap.c_free(ptr) })
         } else {
             // SAFETY: the block came from the system allocator.
             unsafe { System.dealloc(ptr, layout) }
@@ -107,7 +152,7 @@ unsafe impl GlobalAlloc for Heap {
         if new_size <= LARGEST {
             // SAFETY: a live block of the separate heap, whose alignment
             // (at most `ALIGN`, see `apart_alloc`) c_realloc keeps.
-            let moved = unsafe { separate().c_realloc(ptr, new_size) };
+            let moved = with_separate(|heap| unsafe { heap.c_realloc(ptr, new_size) });
             if !moved.is_null() {
                 return moved;
             }
@@ -123,7 +168,7 @@ unsafe impl GlobalAlloc for Heap {
             // SAFETY: both blocks are live, distinct, and at least this long.
             unsafe {
                 std::ptr::copy_nonoverlapping(ptr, new, layout.size().min(new_size));
-                separate().c_free(ptr);
+                with_separate(|heap| heap.c_free(ptr));
             }
         }
         new
@@ -136,15 +181,14 @@ fn apart_alloc(layout: Layout, zeroed: bool) -> Option<*mut u8> {
     if layout.size() > LARGEST || layout.align() > ALIGN || !is_apart() {
         return None;
     }
-    let mut heap = separate();
     // SAFETY: dlmalloc's malloc has no precondition beyond its lock, held.
-    let ptr = unsafe {
+    let ptr = with_separate(|heap| unsafe {
         if zeroed {
             heap.calloc(layout.size(), ALIGN)
         } else {
             heap.c_malloc(layout.size())
         }
-    };
+    });
     (!ptr.is_null()).then_some(ptr)
 }
 
@@ -160,7 +204,7 @@ pub fn release_free_memory() {
     }
     // SAFETY: trimming only returns free pages, under the lock.
     unsafe {
-        separate().trim(0);
+        with_separate(|heap| heap.trim(0));
     }
 }
 

@@ -441,12 +441,18 @@ fn decode(mut file: File) -> Option<(Proof, Checkpoint)> {
         let ix = d.count()?;
         let n = d.count()?;
         let mut shard = restore.shard(ix, n.min(d.left() / 14))?;
-        for _ in 0..n {
-            let (id, digest, replacement) = d.decision()?;
-            if !shard.insert(id, digest, replacement) {
-                return None;
+        // A shard's ids and previews are allocated in the separate heap
+        // under one taking of its lock (a thirty-second of the state at a
+        // time, so other threads wait at most that long for the heap).
+        crate::heap::held(|| {
+            for _ in 0..n {
+                let (id, digest, replacement) = d.decision()?;
+                if !shard.insert(id, digest, replacement) {
+                    return None;
+                }
             }
-        }
+            Some(())
+        })?;
     }
     for _ in 0..d.count()? {
         let (id, digest, replacement) = d.decision()?;
