@@ -24,59 +24,6 @@ pub fn runtime() -> io::Result<tokio::runtime::Runtime> {
         .build()
 }
 
-/// The runtime of `toolwire serve`: one connection over stdio, on one
-/// worker thread (unless `TOKIO_WORKER_THREADS` says otherwise).
-///
-/// A small request's whole path (frame read, parse, the session's
-/// in-memory append, the reply frame) is a few microseconds of work handed
-/// from task to task. With two workers nearly every hand-off woke the
-/// other, parked worker (a futex wake and a context switch per hop) and
-/// the work moved between cores with its cache: the same stdio client got
-/// about 54,000 pairs/s from two workers and 74,000 from one. Heavy work
-/// must still not hold that one worker (a `state/get` must not wait behind
-/// another session's 100,000-result `budget/apply`): it runs through
-/// [`heavy`], which hands the worker's queue to another thread for as long
-/// as it lasts, as file I/O already goes to the blocking pool.
-pub fn serve_runtime() -> io::Result<tokio::runtime::Runtime> {
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
-        builder.worker_threads(1);
-    }
-    builder
-        .enable_all()
-        .thread_stack_size(THREAD_STACK)
-        .thread_keep_alive(BLOCKING_KEEP_ALIVE)
-        .build()
-}
-
-/// Run `work` (a long, CPU-bound piece of a request) so that the runtime's
-/// other tasks keep running meanwhile: on a multi-threaded runtime the
-/// calling worker gives its queue to another thread first
-/// ([`tokio::task::block_in_place`]); on a current-thread runtime (tests,
-/// in-process benches) `work` just runs.
-pub fn heavy<T>(work: impl FnOnce() -> T) -> T {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    match Handle::try_current() {
-        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(work)
-        }
-        _ => work(),
-    }
-}
-
-/// [`heavy`] for a future: it is driven to completion on this thread, its
-/// own spawned tasks, timers and blocking work served by the runtime as
-/// usual, while the worker's queue goes on elsewhere.
-pub async fn heavy_async<F: std::future::Future>(work: F) -> F::Output {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    match Handle::try_current() {
-        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(|| handle.block_on(work))
-        }
-        _ => work.await,
-    }
-}
-
 /// What [`prepare`] changed, for the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Prepared {

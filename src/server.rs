@@ -207,13 +207,7 @@ where
             Ok(Frame::Body(body)) => {
                 large_buffer |= body.len() > transport::BUFFER_KEPT;
                 release_due |= body.len() > transport::RELEASE_AFTER;
-                if body.len() > transport::RELEASE_AFTER {
-                    // Parsing a conversation of megabytes takes a while:
-                    // apart, so the replies already under way go out.
-                    crate::process::heavy(|| conn.on_body(&body));
-                } else {
-                    conn.on_body(&body);
-                }
+                conn.on_body(&body);
             }
             Ok(Frame::Malformed(reason)) => {
                 tracing::warn!(%reason, "malformed frame");

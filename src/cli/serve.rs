@@ -101,7 +101,7 @@ fn shared(workspace: Option<PathBuf>, idle_timeout: u64, daemon: bool) -> ExitCo
 fn serve() -> ExitCode {
     let prepared = toolwire::process::prepare();
     tracing::debug!(open_files = prepared.open_files, "process prepared");
-    let rt = match toolwire::process::serve_runtime() {
+    let rt = match runtime() {
         Ok(rt) => rt,
         Err(err) => {
             eprintln!("toolwire: cannot start the runtime: {err}");

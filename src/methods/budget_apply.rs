@@ -55,13 +55,6 @@ impl SessionMethod for BudgetApply {
         Ok(params)
     }
 
-    /// Every conversation is planned (and its reply encoded) apart: even
-    /// a short one takes a millisecond or more, next to which handing the
-    /// worker's queue to another thread is cheap.
-    fn heavy(_params: &BudgetApplyParams) -> bool {
-        true
-    }
-
     fn run<'a>(
         session: &'a mut Session,
         cx: &'a RequestCx,

@@ -98,13 +98,6 @@ pub trait SessionMethod: Method {
         cx: &'a RequestCx,
         params: Self::Params,
     ) -> BoxFuture<'a, Result<Reply<Self::Result>>>;
-    /// Whether running these params may take long on the CPU (a whole
-    /// conversation to plan and encode): the job then runs apart from the
-    /// runtime's other tasks ([`crate::process::heavy_async`]), so other
-    /// sessions and the connection's reader and writer go on meanwhile.
-    fn heavy(_params: &Self::Params) -> bool {
-        false
-    }
 }
 
 pub trait ConcurrentMethod: Method {
@@ -193,26 +186,18 @@ fn route_session<M: SessionMethod>(cx: RequestCx, raw: Value, respond: Respond) 
     let slot = cx.slot(M::session_id(&params));
     // Should the session be gone, the job is dropped with `respond` in it,
     // which answers; nothing more to say here.
-    let heavy = M::heavy(&params);
     let _ = slot.enqueue(Box::new(move |session| {
         Box::pin(async move {
-            let job = async move {
-                let outcome = match cx.check_cancelled() {
-                    Ok(()) => M::run(session, &cx, params).await,
-                    Err(err) => Err(err),
-                };
-                match outcome {
-                    Ok(Reply::Now(result)) => respond.send(encode(result)),
-                    Ok(Reply::Later(later)) => {
-                        respond.when_done(Box::pin(async move { encode(later.await?) }));
-                    }
-                    Err(err) => respond.send(Err(err)),
-                }
+            let outcome = match cx.check_cancelled() {
+                Ok(()) => M::run(session, &cx, params).await,
+                Err(err) => Err(err),
             };
-            if heavy {
-                crate::process::heavy_async(job).await;
-            } else {
-                job.await;
+            match outcome {
+                Ok(Reply::Now(result)) => respond.send(encode(result)),
+                Ok(Reply::Later(later)) => {
+                    respond.when_done(Box::pin(async move { encode(later.await?) }));
+                }
+                Err(err) => respond.send(Err(err)),
             }
         })
     }));
