@@ -137,9 +137,11 @@ enum RequestKey {
 impl RequestKey {
     fn of(id: &Value) -> RequestKey {
         match id {
-            Value::Number(n) if n.is_i64() => n
-                .as_i64()
-                .map_or_else(|| RequestKey::Text(id.to_string()), RequestKey::Int),
+            // `-0` reads as the integer 0 but is another id than `0`.
+            Value::Number(n) => match n.as_i64() {
+                Some(i) if i != 0 || !n.to_string().starts_with('-') => RequestKey::Int(i),
+                _ => RequestKey::Text(id.to_string()),
+            },
             _ => RequestKey::Text(id.to_string()),
         }
     }
@@ -478,5 +480,35 @@ fn workspace_root(params: &InitializeParams) -> Result<PathBuf> {
             path,
             format!("{}: {err}", root.display()),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RequestKey;
+
+    /// Ids are told apart as their JSON text tells them apart.
+    #[test]
+    fn request_keys_are_as_distinct_as_the_ids() {
+        let ids = [
+            "0",
+            "-0",
+            "1",
+            "1.0",
+            "\"1\"",
+            "-7",
+            "1e2",
+            "100",
+            "18446744073709551616",
+        ];
+        for (i, a) in ids.iter().enumerate() {
+            for (j, b) in ids.iter().enumerate() {
+                let (ka, kb) = (
+                    RequestKey::of(&serde_json::from_str(a).unwrap()),
+                    RequestKey::of(&serde_json::from_str(b).unwrap()),
+                );
+                assert_eq!(ka == kb, i == j, "{a} and {b}");
+            }
+        }
     }
 }
