@@ -136,7 +136,6 @@ struct Blocks {
 /// as nearly all are, else boxed. Most lines' texts then cost no
 /// allocation of their own (several per line, tens of thousands of lines),
 /// and the tree is linked without a pointer to follow per line.
-#[derive(Clone)]
 enum Text {
     Short { len: u8, bytes: [u8; SHORT] },
     Long(Box<str>),
