@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use toolwire::format::{Digest, Format};
 use toolwire::transcript::import::{self, Agent, Content};
 use toolwire::transcript::reader::claude_code::ClaudeCodeFile;
-use toolwire::transcript::reader::{self, ReadLimits, SessionImage};
+use toolwire::transcript::reader::{self, ReadAt, ReadLimits, SessionImage};
 
 /// What a reconstruct reports and keeps of an image.
 #[derive(Debug, PartialEq)]
@@ -70,9 +70,12 @@ fn converted(bytes: &[u8]) -> Outcome {
     outcome(image)
 }
 
-/// The direct way, reading `bytes` `chunk` bytes at a time.
+/// The direct way, reading `bytes` in chunks of `chunk` bytes, with reads
+/// that come up short.
 fn direct(bytes: &[u8], chunk: usize) -> Outcome {
-    let file = ClaudeCodeFile::read(Chunks(bytes, chunk), || false, |_| {}).unwrap();
+    let short = Short(bytes, (chunk / 3).clamp(1, 4099));
+    let file =
+        ClaudeCodeFile::read_by(&short, bytes.len() as u64, chunk, || false, |_| {}).unwrap();
     let mut image = SessionImage::default();
     file.feed(&mut image, ReadLimits::default().max_line)
         .unwrap();
@@ -80,15 +83,13 @@ fn direct(bytes: &[u8], chunk: usize) -> Outcome {
     outcome(image)
 }
 
-/// A reader whose reads come up short.
-struct Chunks<'a>(&'a [u8], usize);
+/// Bytes whose reads return at most `.1` bytes each.
+struct Short<'a>(&'a [u8], usize);
 
-impl std::io::Read for Chunks<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = buf.len().min(self.0.len()).min(self.1);
-        buf[..n].copy_from_slice(&self.0[..n]);
-        self.0 = &self.0[n..];
-        Ok(n)
+impl ReadAt for Short<'_> {
+    fn read_at(&self, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
+        let n = buf.len().min(self.1);
+        self.0.read_at(&mut buf[..n], at)
     }
 }
 
@@ -118,7 +119,7 @@ fn the_real_session_reads_as_its_conversion_does() {
     }
 }
 
-/// Windows large enough to be parsed on two threads read the same.
+/// A file large enough to be read by two threads reads the same.
 #[test]
 fn a_large_session_reads_as_its_conversion_does() {
     let mut bytes = Vec::new();
@@ -140,7 +141,12 @@ fn a_large_session_reads_as_its_conversion_does() {
     assert!(bytes.len() > 16 << 20);
     let reference = converted(&bytes);
     assert_eq!(reference.seen.len(), 3000);
-    assert_eq!(direct(&bytes, usize::MAX), reference);
+    // One chunk, chunks of the size `state/reconstruct` reads, and small
+    // ones that many lines cross; large enough files are read by two
+    // threads.
+    for chunk in [usize::MAX, 512 << 10, 4099] {
+        assert_eq!(direct(&bytes, chunk), reference, "chunk {chunk}");
+    }
 }
 
 /// A tool result's content, as Claude Code or another writer spells it.

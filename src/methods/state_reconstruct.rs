@@ -313,12 +313,12 @@ fn read_transcript(
     if let Source::ClaudeCode(path) = source {
         let (_, logical) = Logical::open_path(path).map_err(|err| Error::storage(path, &err))?;
         let total = logical.len();
-        let reader = logical.reader().map_err(|err| Error::storage(path, &err))?;
-        let file = match ClaudeCodeFile::read(reader, &cancelled, |done| progress(done, total)) {
-            Ok(file) => file,
-            Err(_) if cancelled() => return Err(Error::Cancelled),
-            Err(err) => return Err(Error::storage(path, &err)),
-        };
+        let file =
+            match ClaudeCodeFile::read(&logical, total, &cancelled, |done| progress(done, total)) {
+                Ok(file) => file,
+                Err(_) if cancelled() => return Err(Error::Cancelled),
+                Err(err) => return Err(Error::storage(path, &err)),
+            };
         if file
             .feed(&mut image, ReadLimits::default().max_line)
             .is_some()

@@ -258,6 +258,23 @@ impl Logical {
         Ok(Reader { parts, at: 0 })
     }
 
+    /// Read logical bytes from offset `at` into `buf`, as far as the part
+    /// that holds `at` goes: how many were read, 0 at the end (or where a
+    /// file turned out shorter than its part). Takes no shared offset, so
+    /// threads may read different parts of the transcript at once.
+    pub fn read_at(&self, buf: &mut [u8], mut at: u64) -> io::Result<usize> {
+        for (file, from, len) in &self.parts {
+            if at < *len {
+                let want = buf
+                    .len()
+                    .min(usize::try_from(len - at).unwrap_or(usize::MAX));
+                return file.read_at(&mut buf[..want], from + at);
+            }
+            at -= len;
+        }
+        Ok(0)
+    }
+
     /// The file that holds logical byte `at` (a segment's link, or the
     /// transcript itself), if the logical transcript is that long.
     pub fn file_at(&self, mut at: u64) -> Option<&File> {

@@ -9,7 +9,8 @@
 //! tree links, the message's role and id, its tool blocks; every other
 //! field skipped by the parser), a small owned record is kept per line
 //! (ids, tool names, each result's digest made right away) and the file is
-//! read a window at a time into one buffer. The conversion's rules are then
+//! read in chunks by two threads at once (each chunk read and parsed while
+//! it is still in its core's cache). The conversion's rules are then
 //! applied to the records: the walk up `parentUuid` from the main line's
 //! leaf, responses joined by `message.id`, consecutive user lines merged,
 //! API-error lines skipped (see `import/claude_code.rs` for why each).
@@ -25,7 +26,7 @@
 use std::borrow::Cow;
 use std::hash::BuildHasher;
 use std::io;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry;
@@ -33,18 +34,17 @@ use serde::Deserialize;
 use serde::de::value::MapAccessDeserializer;
 use serde_json::{Map, Value};
 
-use super::{Helper, SessionImage, fill};
+use super::{Helper, ReadAt, SessionImage};
 use crate::format::anthropic::{self, BlockHead};
 use crate::format::{Digest, Original, Side, Skim, SkimResult, is_compact_json};
 use crate::state::IdHash;
 
-/// How much of the file is read at a time (a longer line grows it).
-const WINDOW: usize = 8 << 20;
-/// A window's lines are shared with a helper thread from this size on.
-const PARALLEL_FROM: usize = 1 << 20;
-/// How many pieces a shared window is cut into (each thread takes the next
-/// piece left when it is done with one).
-const PIECES: usize = 32;
+/// How much of the file a thread reads and parses at a time (its last
+/// line is read on to its end): small enough to stay in a core's cache
+/// between the read and the parse.
+const CHUNK: usize = 512 << 10;
+/// A file is shared with a helper thread from this size on.
+const PARALLEL_FROM: u64 = 1 << 20;
 
 /// What a Claude Code file says, reduced to what its conversation's state
 /// is built from: one record per readable line, in order.
@@ -254,50 +254,119 @@ fn result_digest(raw: &[u8]) -> Option<Digest> {
 }
 
 impl ClaudeCodeFile {
-    /// Read a Claude Code session file: every line, a window at a time,
-    /// until the end of what `reader` gives (Claude Code may be appending:
-    /// a torn last line is read as the conversion reads it).
-    /// `cancelled` is asked before each read; `progress` is told the bytes
-    /// read so far after each.
+    /// Read a Claude Code session file of `len` bytes from `source`: every
+    /// line, [`CHUNK`] bytes at a time (Claude Code may be appending: a
+    /// torn last line is read as the conversion reads it). `cancelled` is
+    /// asked before each chunk; `progress` is told the bytes read so far
+    /// after each chunk this thread reads.
     pub fn read(
-        mut reader: impl io::Read,
+        source: &(impl ReadAt + Sync + ?Sized),
+        len: u64,
+        cancelled: impl Fn() -> bool,
+        progress: impl FnMut(u64),
+    ) -> io::Result<ClaudeCodeFile> {
+        Self::read_by(source, len, CHUNK, cancelled, progress)
+    }
+
+    /// [`ClaudeCodeFile::read`] with chunks of `chunk` bytes (at least
+    /// one): the lines and records do not depend on it.
+    ///
+    /// Each chunk's lines are those that start in it; the last of them is
+    /// read on past the chunk's end to its newline. Chunks are taken in
+    /// turn by this thread and, for a file of [`PARALLEL_FROM`] bytes or
+    /// more when a spare core is free, by a helper thread: each thread
+    /// reads a chunk into a buffer of its own and parses it while the
+    /// bytes are still in its core's cache, so the kernel's copy out of
+    /// the page cache is shared by both cores too.
+    pub fn read_by(
+        source: &(impl ReadAt + Sync + ?Sized),
+        len: u64,
+        chunk: usize,
         cancelled: impl Fn() -> bool,
         mut progress: impl FnMut(u64),
     ) -> io::Result<ClaudeCodeFile> {
-        let mut lines = Vec::new();
-        let mut cur = vec![0u8; WINDOW];
-        // Read into while `cur`'s lines are parsed; allocated when needed.
-        let mut next: Vec<u8> = Vec::new();
-        let (mut filled, mut eof) = fill(&mut reader, &mut cur, 0, &cancelled)?;
-        let mut total = filled as u64;
-        loop {
-            progress(total);
-            if eof {
-                // The rest is the last line, with or without its newline.
-                parse_region(&cur[..filled], &mut lines, || ());
-                return Ok(ClaudeCodeFile { lines });
+        let chunk = chunk.max(1);
+        let chunks = len.div_ceil(chunk as u64);
+        let shared = Chunks {
+            next: AtomicU64::new(0),
+            done: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+        };
+        let work = |mine: &mut dyn FnMut() -> io::Result<()>| {
+            let mut buf = Vec::new();
+            let mut parsed = Vec::new();
+            loop {
+                mine()?;
+                let k = shared.next.fetch_add(1, Ordering::Relaxed);
+                if k >= chunks || shared.stop.load(Ordering::Relaxed) {
+                    return Ok(parsed);
+                }
+                let mut recs = Vec::new();
+                read_chunk(source, len, chunk as u64, k, &mut buf, &mut recs)?;
+                parsed.push((k, recs));
+                let end = (k + 1).saturating_mul(chunk as u64).min(len);
+                shared
+                    .done
+                    .fetch_add(end - k * chunk as u64, Ordering::Relaxed);
             }
-            let end = memchr::memrchr(b'\n', &cur[..filled]).map_or(0, |i| i + 1);
-            if end == 0 {
-                // One line fills the window: make room for the rest of it.
-                cur.resize(cur.len() * 2, 0);
-                let before = filled;
-                (filled, eof) = fill(&mut reader, &mut cur, filled, &cancelled)?;
-                total += (filled - before) as u64;
-                continue;
+        };
+        let helper = (len >= PARALLEL_FROM).then(Helper::take).flatten();
+        let (mine, theirs) = std::thread::scope(|scope| {
+            let theirs = helper.as_ref().and_then(|_| {
+                std::thread::Builder::new()
+                    .name("toolwire-reader".into())
+                    .stack_size(crate::process::THREAD_STACK)
+                    .spawn_scoped(scope, || {
+                        let parsed = work(&mut || Ok(()));
+                        if parsed.is_err() {
+                            shared.stop.store(true, Ordering::Relaxed);
+                        }
+                        parsed
+                    })
+                    .ok()
+            });
+            let mine = work(&mut || {
+                progress(shared.done.load(Ordering::Relaxed));
+                if cancelled() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::Interrupted,
+                        "reading cancelled",
+                    ));
+                }
+                Ok(())
+            });
+            if mine.is_err() {
+                shared.stop.store(true, Ordering::Relaxed);
             }
-            let carry = filled - end;
-            if next.len() != cur.len() {
-                next = vec![0; cur.len()];
-            }
-            next[..carry].copy_from_slice(&cur[end..filled]);
-            // The next window is read while this one's lines are parsed.
-            (filled, eof) = parse_region(&cur[..end], &mut lines, || {
-                fill(&mut reader, &mut next, carry, &cancelled)
-            })?;
-            total += (filled - carry) as u64;
-            std::mem::swap(&mut cur, &mut next);
+            let theirs = theirs.map(|t| {
+                t.join()
+                    .unwrap_or_else(|_| Err(io::Error::other("a reader thread panicked")))
+            });
+            (mine, theirs)
+        });
+        drop(helper);
+        let mut parsed: Vec<Option<Vec<Rec>>> = (0..chunks).map(|_| None).collect();
+        let theirs = theirs.transpose()?.unwrap_or_default();
+        #[cfg(test)]
+        HELPED.fetch_add(theirs.len(), Ordering::Relaxed);
+        for (k, recs) in mine?.into_iter().chain(theirs) {
+            parsed[k as usize] = Some(recs);
         }
+        let mut lines = Vec::with_capacity(parsed.iter().flatten().map(Vec::len).sum());
+        for (k, recs) in parsed.into_iter().enumerate() {
+            match recs {
+                Some(mut recs) => lines.append(&mut recs),
+                // Every chunk is taken by one thread or the other before
+                // both stop, short of a bug: read it here, so no line is
+                // ever lost.
+                None => {
+                    let mut buf = Vec::new();
+                    read_chunk(source, len, chunk as u64, k as u64, &mut buf, &mut lines)?;
+                }
+            }
+        }
+        progress(len);
+        Ok(ClaudeCodeFile { lines })
     }
 
     /// Free the records apart from the caller: a large session's tens of
@@ -500,67 +569,98 @@ fn parse_lines(region: &[u8], out: &mut Vec<Rec>) {
     }
 }
 
-/// Every line of `region` as a record, in order, appended to `out`, with
-/// `also` (the next read) done on this thread on the way.
+/// Chunks read by a helper thread (for the tests).
+#[cfg(test)]
+static HELPED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How the threads reading a file share its chunks.
+struct Chunks {
+    /// The next chunk not yet taken.
+    next: AtomicU64,
+    /// Bytes of the chunks read so far.
+    done: AtomicU64,
+    /// Set when one thread fails or is cancelled: the other stops too.
+    stop: AtomicBool,
+}
+
+/// Read the `k`th chunk (`chunk` bytes) of `source`'s `len` bytes into
+/// `buf` and append a record for each line that starts in it to `out`.
 ///
-/// A large region is cut into [`PIECES`] at line ends. When a spare core is
-/// free, a helper thread starts on the pieces at once while this thread
-/// does `also`, and then both take pieces until none is left: however
-/// long `also` takes, neither thread waits for the other but at the very
-/// end (a fixed split left one thread idle while the other still parsed).
-fn parse_region<R>(region: &[u8], out: &mut Vec<Rec>, also: impl FnOnce() -> R) -> R {
-    let helper = (region.len() >= PARALLEL_FROM).then(Helper::take).flatten();
-    let Some(helper) = helper else {
-        let done = also();
-        parse_lines(region, out);
-        return done;
+/// The byte before the chunk is read too: a line starts at the chunk's
+/// first byte only if that one is a newline, else after the chunk's first
+/// newline (what comes before it is the previous chunk's last line). The
+/// chunk's last line is read on to its newline, or to the end of the file.
+fn read_chunk(
+    source: &(impl ReadAt + ?Sized),
+    len: u64,
+    chunk: u64,
+    k: u64,
+    buf: &mut Vec<u8>,
+    out: &mut Vec<Rec>,
+) -> io::Result<()> {
+    let start = k * chunk;
+    let end = start.saturating_add(chunk).min(len);
+    let from = start.saturating_sub(1);
+    let mut filled = read_into(source, buf, 0, from, end)?;
+    let first = if k == 0 {
+        0
+    } else {
+        match memchr::memchr(b'\n', &buf[..filled]) {
+            Some(i) => i + 1,
+            None => return Ok(()),
+        }
     };
-    let mut pieces = Vec::with_capacity(PIECES);
-    let mut start = 0;
-    for k in 1..PIECES {
-        let from = (region.len() * k / PIECES).max(start);
-        let end = memchr::memchr(b'\n', &region[from..]).map_or(region.len(), |i| from + i + 1);
-        pieces.push(&region[start..end]);
-        start = end;
+    if from + first as u64 >= end {
+        // No line starts in this chunk.
+        return Ok(());
     }
-    pieces.push(&region[start..]);
-    let taken = AtomicUsize::new(0);
-    let work = || {
-        let mut parsed = Vec::new();
+    let mut last = filled;
+    if buf[..filled].last() != Some(&b'\n') && from + filled as u64 == end {
+        // The last line goes on past the chunk: read on to its newline.
         loop {
-            let i = taken.fetch_add(1, Ordering::Relaxed);
-            let Some(piece) = pieces.get(i) else {
-                return parsed;
-            };
-            let mut recs = Vec::new();
-            parse_lines(piece, &mut recs);
-            parsed.push((i, recs));
-        }
-    };
-    let (done, mine, theirs) = std::thread::scope(|scope| {
-        let other = std::thread::Builder::new()
-            .name("toolwire-reader".into())
-            .stack_size(crate::process::THREAD_STACK)
-            .spawn_scoped(scope, work);
-        let done = also();
-        let mine = work();
-        (done, mine, other.ok().and_then(|other| other.join().ok()))
-    });
-    drop(helper);
-    let mut parsed: Vec<Option<Vec<Rec>>> = (0..pieces.len()).map(|_| None).collect();
-    for (i, recs) in mine.into_iter().chain(theirs.into_iter().flatten()) {
-        parsed[i] = Some(recs);
-    }
-    out.reserve(parsed.iter().flatten().map(Vec::len).sum());
-    for (piece, recs) in pieces.iter().zip(parsed) {
-        match recs {
-            Some(mut recs) => out.append(&mut recs),
-            // The helper failed on it (it cannot, short of a bug): read
-            // here, so no line is ever lost.
-            None => parse_lines(piece, out),
+            let at = from + filled as u64;
+            let before = filled;
+            filled = read_into(source, buf, filled, at, at.saturating_add(chunk).min(len))?;
+            if let Some(i) = memchr::memchr(b'\n', &buf[before..filled]) {
+                last = before + i + 1;
+                break;
+            }
+            last = filled;
+            if filled == before {
+                break; // the end of the file (or of what is there now)
+            }
         }
     }
-    done
+    parse_lines(&buf[first..last], out);
+    Ok(())
+}
+
+/// Read `source`'s bytes `[at, to)` into `buf` from `filled` on (growing
+/// it as needed) until they are all there or the source ends; the new
+/// filled length.
+fn read_into(
+    source: &(impl ReadAt + ?Sized),
+    buf: &mut Vec<u8>,
+    mut filled: usize,
+    mut at: u64,
+    to: u64,
+) -> io::Result<usize> {
+    let want = filled + usize::try_from(to.saturating_sub(at)).unwrap_or(usize::MAX);
+    if buf.len() < want {
+        buf.resize(want, 0);
+    }
+    while filled < want {
+        match source.read_at(&mut buf[filled..want], at) {
+            Ok(0) => break,
+            Ok(n) => {
+                filled += n;
+                at += n as u64;
+            }
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(filled)
 }
 
 /// One line as a record; `None` when it is not a JSON object.
@@ -847,4 +947,56 @@ fn present<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<Option<Option<Cow<'de, str>>>, D::Error> {
     anthropic::text(d).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file read in small chunks, by two threads when a core is spare,
+    /// gives the records one read of it whole gives, in the same order:
+    /// lines that cross chunks, lines longer than a chunk, blank lines and
+    /// a torn last line included.
+    #[test]
+    fn chunks_read_by_two_threads_give_the_records_of_one_read() {
+        let mut rng = fastrand::Rng::with_seed(11);
+        let mut input = Vec::new();
+        for i in 0..1500 {
+            let output = "x".repeat(rng.usize(0..6000));
+            let call = serde_json::json!({"type": "assistant", "uuid": format!("a{i}"),
+                "parentUuid": if i == 0 { Value::Null } else { Value::from(format!("u{}", i - 1)) },
+                "message": {"id": format!("m{i}"), "role": "assistant",
+                    "content": [{"type": "tool_use", "id": format!("t{i}"), "name": "Bash", "input": {}}]}});
+            let result = serde_json::json!({"type": "user", "uuid": format!("u{i}"), "parentUuid": format!("a{i}"),
+                "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": format!("t{i}"), "content": output}]}});
+            for line in [call, result] {
+                input.extend_from_slice(line.to_string().as_bytes());
+                input.extend_from_slice(if rng.u8(..) < 8 { b"\n\n" } else { b"\n" });
+            }
+        }
+        input.extend_from_slice(b"{\"type\":\"us");
+        let len = input.len() as u64;
+        assert!(len > 4 * PARALLEL_FROM);
+        let records = |chunk: usize| {
+            let file = ClaudeCodeFile::read_by(&input[..], len, chunk, || false, |_| {}).unwrap();
+            format!("{:?}", file.lines)
+        };
+        let whole = records(usize::MAX);
+        assert!(whole.matches("uuid: Some").count() == 3000);
+        let before = HELPED.load(Ordering::Relaxed);
+        for _ in 0..50 {
+            for chunk in [4096, 65536] {
+                assert_eq!(records(chunk), whole, "chunk {chunk}");
+            }
+            if HELPED.load(Ordering::Relaxed) > before {
+                break;
+            }
+        }
+        if std::thread::available_parallelism().is_ok_and(|n| n.get() > 1) {
+            assert!(
+                HELPED.load(Ordering::Relaxed) > before,
+                "a helper read chunks"
+            );
+        }
+    }
 }

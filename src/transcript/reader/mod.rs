@@ -408,6 +408,29 @@ fn each_line<'a>(
     }
 }
 
+/// Bytes read by position: what lets threads read parts of one file at
+/// once, each at its own offset.
+pub trait ReadAt {
+    /// Read into `buf` from offset `at`: how many bytes were read, 0 at the
+    /// end. Fewer than asked is not the end.
+    fn read_at(&self, buf: &mut [u8], at: u64) -> io::Result<usize>;
+}
+
+impl ReadAt for crate::transcript::fork::Logical {
+    fn read_at(&self, buf: &mut [u8], at: u64) -> io::Result<usize> {
+        crate::transcript::fork::Logical::read_at(self, buf, at)
+    }
+}
+
+impl ReadAt for [u8] {
+    fn read_at(&self, buf: &mut [u8], at: u64) -> io::Result<usize> {
+        let rest = usize::try_from(at).map_or(&[][..], |at| self.get(at..).unwrap_or_default());
+        let n = rest.len().min(buf.len());
+        buf[..n].copy_from_slice(&rest[..n]);
+        Ok(n)
+    }
+}
+
 /// A claim on one of the process's spare cores for a reader helper thread
 /// (so however many sessions load at once, helpers never outnumber the
 /// cores); given back when dropped.
