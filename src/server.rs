@@ -242,6 +242,9 @@ impl Connection {
     }
 
     fn on_body(&mut self, body: &[u8]) {
+        if self.on_plain_request(body) {
+            return;
+        }
         let direct = ReplySink::Direct(self.shared.outbox.clone());
         let value: Value = match crate::json::request_from_slice(body) {
             Ok(value) => value,
@@ -370,7 +373,60 @@ impl Connection {
             }
             (Phase::Running(config), _) => config.clone(),
         };
+        let (cx, respond) = self.begin(config, id, sink);
+        methods::dispatch(method, cx, params, respond);
+    }
 
+    /// A request `dispatch` may take with its params as text: a custom
+    /// method's, an object with an integer or string id, from a small body
+    /// in a running connection. Anything else (a batch, a notification, a
+    /// lifecycle method, an envelope with a duplicate or extra member, an
+    /// escaped method name, a large body) is not matched, and goes the
+    /// ordinary way, which answers it as it always has.
+    fn on_plain_request(&mut self, body: &[u8]) -> bool {
+        /// The envelope of such a request; its params are kept as text.
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Plain<'a> {
+            jsonrpc: &'a str,
+            id: Value,
+            method: &'a str,
+            #[serde(borrow)]
+            params: &'a RawValue,
+        }
+        let Phase::Running(config) = &self.phase else {
+            return false;
+        };
+        if body.len() >= crate::json::lifted::LARGE {
+            return false;
+        }
+        let Ok(request) = serde_json::from_slice::<Plain>(body) else {
+            return false;
+        };
+        if request.jsonrpc != "2.0"
+            || !matches!(request.id, Value::Number(_) | Value::String(_))
+            || !request.params.get().starts_with('{')
+        {
+            return false;
+        }
+        let Some(route) = methods::dispatch_text(request.method) else {
+            return false;
+        };
+        let config = config.clone();
+        let sink = ReplySink::Direct(self.shared.outbox.clone());
+        let (cx, respond) = self.begin(config, request.id, &sink);
+        route(cx, request.params, respond);
+        true
+    }
+
+    /// Register request `id` as in flight, with what its handler needs and
+    /// where its answer goes (which takes it out of flight again).
+    fn begin(
+        &mut self,
+        config: Arc<Effective>,
+        id: Value,
+        sink: &ReplySink,
+    ) -> (RequestCx, methods::Respond) {
         let token = CancellationToken::new();
         let key = RequestKey::of(&id);
         self.inflight
@@ -392,7 +448,7 @@ impl Connection {
                 .remove(&key);
             sink.reply_encoded(&id, result);
         });
-        methods::dispatch(method, cx, params, respond);
+        (cx, respond)
     }
 
     fn initialize(&mut self, raw: Value) -> Result<Value> {

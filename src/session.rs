@@ -294,10 +294,20 @@ impl OpenTranscripts {
             let mut lru = self.lock();
             lru.stamp += 1;
             let stamp = lru.stamp;
-            if let Some((old, _)) = lru.by_key.insert(key.clone(), (stamp, slot.clone())) {
-                lru.by_stamp.remove(&old);
-            }
-            lru.by_stamp.insert(stamp, key.clone());
+            // A session already open (every job of a busy one) moves to
+            // the back of the line without its key cloned again.
+            let old = match lru.by_key.get_mut(key) {
+                Some(entry) => Some(std::mem::replace(entry, (stamp, slot.clone())).0),
+                None => {
+                    lru.by_key.insert(key.clone(), (stamp, slot.clone()));
+                    None
+                }
+            };
+            let key = match old.and_then(|old| lru.by_stamp.remove(&old)) {
+                Some(key) => key,
+                None => key.clone(),
+            };
+            lru.by_stamp.insert(stamp, key);
             let mut victims = Vec::new();
             while evict && lru.by_key.len() > self.max {
                 let Some((_, oldest)) = lru.by_stamp.pop_first() else {

@@ -33,6 +33,13 @@ impl SessionMethod for PairAppend {
         &params.session_id
     }
 
+    /// Straight from the text: params that decode this way are the ones
+    /// the value would give (the message is a value either way); any that
+    /// do not (a duplicate member, an error to word) take the value's way.
+    fn params_from_text(text: &serde_json::value::RawValue) -> Option<PairAppendParams> {
+        serde_json::from_str(text.get()).ok()
+    }
+
     fn run<'a>(
         session: &'a mut Session,
         cx: &'a RequestCx,
