@@ -385,3 +385,81 @@ async fn connections_share_sessions_and_order_across_them() {
     let state = b.call("state/get", json!({"sessionId": "shared"})).await;
     assert_eq!(state["seenIds"], json!(["x"]));
 }
+
+/// A small `pair/append` has its params decoded from the request's text,
+/// not from a parsed value first; every request that way does what it did
+/// the value's way: a duplicate member counts once (the last), an unknown
+/// member or a bad message is refused naming it and changes nothing, an
+/// escaped method name and a request with an extra envelope member are
+/// answered as before.
+#[tokio::test]
+async fn pair_append_params_read_from_text_are_those_the_value_gives() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut c, _task) = connect(new_server());
+    c.initialize(dir.path(), json!({})).await;
+    let frame = |body: &str| format!("Content-Length: {}\r\n\r\n{body}", body.len());
+    let calls = assistant_calls(&["toolu_dup"]).to_string();
+
+    // The last `sessionId` is the one the call appends to.
+    c.send_raw(
+        frame(&format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"pair/append","params":{{"sessionId":"first","message":{calls},"sessionId":"last"}}}}"#
+        ))
+        .as_bytes(),
+    )
+    .await;
+    let m = c.read().await.unwrap();
+    assert_eq!(m["id"], json!(1), "{m}");
+    assert_eq!(m["result"]["pending"], json!(["toolu_dup"]), "{m}");
+    let last = c.call("state/get", json!({"sessionId": "last"})).await;
+    assert_eq!(last["pending"], json!(["toolu_dup"]), "{last}");
+    let first = c.call("state/get", json!({"sessionId": "first"})).await;
+    assert_eq!(first["pending"], json!([]), "{first}");
+
+    // Refused, naming what is wrong; the session is unchanged.
+    let e = c
+        .fails(
+            "pair/append",
+            json!({"sessionId": "bad", "message": user_text("hi"), "extra": 1}),
+            -32602,
+        )
+        .await;
+    assert!(e["message"].as_str().unwrap().contains("extra"), "{e}");
+    let e = c
+        .fails(
+            "pair/append",
+            json!({"sessionId": "bad", "message": 5}),
+            -32602,
+        )
+        .await;
+    assert!(e["message"].as_str().unwrap().contains("message"), "{e}");
+    let e = c
+        .fails("pair/append", json!({"message": user_text("hi")}), -32602)
+        .await;
+    assert!(e["message"].as_str().unwrap().contains("sessionId"), "{e}");
+    let bad = c.call("state/get", json!({"sessionId": "bad"})).await;
+    assert_eq!(bad["pending"], json!([]), "{bad}");
+
+    // An escaped method name, and an envelope with a member JSON-RPC does
+    // not define, still reach the method.
+    let user = user_text("plain").to_string();
+    for (id, body) in [
+        (
+            2,
+            format!(
+                r#"{{"jsonrpc":"2.0","id":2,"method":"pair\/append","params":{{"sessionId":"esc","message":{user}}}}}"#
+            ),
+        ),
+        (
+            3,
+            format!(
+                r#"{{"jsonrpc":"2.0","id":3,"method":"pair/append","params":{{"sessionId":"esc","message":{user}}},"x":1}}"#
+            ),
+        ),
+    ] {
+        c.send_raw(frame(&body).as_bytes()).await;
+        let m = c.read().await.unwrap();
+        assert_eq!(m["id"], json!(id), "{m}");
+        assert_eq!(m["result"]["written"], json!(1), "{m}");
+    }
+}
