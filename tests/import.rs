@@ -588,3 +588,51 @@ fn a_deep_tool_input_keeps_its_line() {
         }
     }
 }
+
+/// `detect_file` looks at a file's first 64 KiB before its first 8 MiB:
+/// what it says must not depend on where the deciding line falls. A
+/// first line longer than the first look, undeciding lines that run past
+/// it before one decides, a first line that is not JSON: each is told as
+/// `detect` tells the whole file.
+#[test]
+fn a_file_is_told_the_same_wherever_its_deciding_line_falls() {
+    let dir = tempfile::tempdir().unwrap();
+    let long = "x".repeat(100 << 10);
+    let claude = format!(
+        "{}\n",
+        serde_json::json!({"type": "user", "uuid": "u1", "parentUuid": null, "sessionId": "s",
+            "message": {"role": "user", "content": long}})
+    );
+    // Plain text messages decide no format; the tool call after them does.
+    let plain = format!(
+        "{}\n",
+        serde_json::json!({"role": "user", "content": "y".repeat(20 << 10)})
+    );
+    let chat = "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]}\n";
+    let late = format!("{}{chat}", plain.repeat(5));
+    let not_json = format!("{long}\n{}\n", serde_json::json!({"type": "heartbeat"}));
+    for (name, body) in [
+        ("claude.jsonl", claude),
+        ("late.jsonl", late),
+        ("not-json.jsonl", not_json),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, &body).unwrap();
+        assert!(body.len() > 64 << 10);
+        let by_path = import::detect_file(&path).map_err(|err| match err {
+            import::ImportError::Detect { source, .. } => source,
+            other => panic!("{other}"),
+        });
+        assert_eq!(by_path, import::detect(body.as_bytes()), "{name}");
+    }
+    assert_eq!(
+        import::detect_file(&dir.path().join("claude.jsonl")).unwrap(),
+        Content::Agent(Agent::ClaudeCode)
+    );
+    assert_eq!(
+        import::detect_file(&dir.path().join("late.jsonl")).unwrap(),
+        Content::Messages {
+            format: Format::OpenaiChat
+        }
+    );
+}

@@ -212,6 +212,8 @@ impl From<ImportError> for crate::error::Error {
 const DETECT_LINES: usize = 64;
 /// How many bytes of a file [`detect_file`] reads at most.
 const DETECT_BYTES: u64 = 8 << 20;
+/// How many bytes of a file [`detect_file`] looks at first.
+const FIRST_LOOK: u64 = 64 << 10;
 
 /// Say what `input` (a file's first bytes or all of it) holds.
 ///
@@ -222,25 +224,45 @@ const DETECT_BYTES: u64 = 8 << 20;
 /// kind is an error naming its first line's `type`, or saying that line is
 /// not JSON.
 pub fn detect(input: &[u8]) -> Result<Content, DetectError> {
+    detect_in(input, true).unwrap_or(Err(DetectError::Empty))
+}
+
+/// [`detect`] of `input`, which holds whole lines only; when it is not
+/// `whole` (a file's first lines, with more after them), `None` unless a
+/// line it holds decides, or the lines it holds are all [`detect`] reads:
+/// then more of the file is needed to say.
+fn detect_in(input: &[u8], whole: bool) -> Option<Result<Content, DetectError>> {
+    let mut read = 0;
     let mut first: Option<Result<Value, String>> = None;
     // What the lines read so far say, when no line has decided yet.
     let mut pending: Option<Content> = None;
     for line in raw_lines(input).take(DETECT_LINES) {
+        read += 1;
         let parsed = crate::json::from_slice::<Value>(line).map_err(|e| e.to_string());
         if first.is_none() {
-            if parsed.is_err() && gemini_cli::looks_like_legacy_record(input) {
-                return Ok(Content::Agent(Agent::GeminiCli));
+            if parsed.is_err() {
+                if !whole {
+                    // Judged by the whole head: read it.
+                    return None;
+                }
+                if gemini_cli::looks_like_legacy_record(input) {
+                    return Some(Ok(Content::Agent(Agent::GeminiCli)));
+                }
             }
             first = Some(parsed.clone());
         }
         let Ok(value) = parsed else { continue };
-        match classify(&value)? {
-            Verdict::Decided(content) => return Ok(content),
+        let verdict = match classify(&value) {
+            Ok(verdict) => verdict,
+            Err(err) => return Some(Err(err)),
+        };
+        match verdict {
+            Verdict::Decided(content) => return Some(Ok(content)),
             Verdict::Transcript(Some(format)) => {
-                return Ok(Content::Transcript {
+                return Some(Ok(Content::Transcript {
                     format,
                     declared: false,
-                });
+                }));
             }
             Verdict::Transcript(None) => {
                 pending.get_or_insert(Content::Transcript {
@@ -249,13 +271,13 @@ pub fn detect(input: &[u8]) -> Result<Content, DetectError> {
                 });
             }
             Verdict::Messages(Some(format)) => {
-                return Ok(match pending {
+                return Some(Ok(match pending {
                     Some(Content::Transcript { .. }) => Content::Transcript {
                         format,
                         declared: false,
                     },
                     _ => Content::Messages { format },
-                });
+                }));
             }
             Verdict::Messages(None) => {
                 pending.get_or_insert(Content::Messages {
@@ -265,20 +287,41 @@ pub fn detect(input: &[u8]) -> Result<Content, DetectError> {
             Verdict::Unknown => {}
         }
     }
-    if let Some(content) = pending {
-        return Ok(content);
+    if !whole && read < DETECT_LINES {
+        return None;
     }
-    match first {
+    if let Some(content) = pending {
+        return Some(Ok(content));
+    }
+    Some(match first {
         None => Err(DetectError::Empty),
         Some(Err(err)) => Err(DetectError::NotJson(err)),
         Some(Ok(value)) => Err(unknown(&value)),
-    }
+    })
 }
 
 /// [`detect`] on the first 8 MiB of the file at `path`.
+///
+/// The first [`FIRST_LOOK`] bytes are read first: their whole lines nearly
+/// always decide (an agent's first line says what wrote it), and a large
+/// file's head is then not read for nothing.
 pub fn detect_file(path: &Path) -> Result<Content, ImportError> {
-    let head = read_head(path)?;
-    detect(&head).map_err(|source| ImportError::Detect {
+    let look =
+        crate::transcript::fork::read_head(path, FIRST_LOOK).map_err(|source| ImportError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+    let whole = (look.len() as u64) < FIRST_LOOK;
+    let lines = match memchr::memrchr(b'\n', &look) {
+        _ if whole => &look[..],
+        Some(end) => &look[..=end],
+        None => &[][..],
+    };
+    let found = match detect_in(lines, whole) {
+        Some(found) => found,
+        None => detect(&read_head(path)?),
+    };
+    found.map_err(|source| ImportError::Detect {
         path: path.display().to_string(),
         source,
     })
