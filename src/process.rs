@@ -215,3 +215,13 @@ impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for UntilTerminated<R
         std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
     }
 }
+
+/// Drop `value` on a thread of its own: a large structure's tens of
+/// thousands of small allocations take milliseconds to free, which a
+/// request need not wait for. When no thread can be started, it is dropped
+/// (freed) right here.
+pub fn drop_apart<T: Send + 'static>(value: T) {
+    let _ = std::thread::Builder::new()
+        .name("toolwire-free".into())
+        .spawn(move || drop(value));
+}

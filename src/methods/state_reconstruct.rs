@@ -40,6 +40,10 @@ impl SessionMethod for StateReconstruct {
     }
 }
 
+/// From how many decisions a replaced state is freed on a thread of its
+/// own (below, freeing it costs less than starting one).
+const FREE_APART: usize = 4096;
+
 async fn reconstruct(
     session: &mut Session,
     cx: &RequestCx,
@@ -179,7 +183,7 @@ async fn reconstruct(
     let loaded = session.load().await?;
     loaded.exists = true;
     loaded.format.get_or_insert(format);
-    loaded.state = state;
+    let replaced = std::mem::replace(&mut loaded.state, state);
     // The new state lives in memory only (see `Session::settle_idle`).
     loaded.journaled = false;
     for (id, name) in image.undecided_names.drain() {
@@ -193,6 +197,11 @@ async fn reconstruct(
         skipped_lines: image.skipped,
     };
     session.publish();
+    // The state replaced (a session reconstructed again) is freed apart
+    // when large, once no snapshot of it is published.
+    if replaced.seen_count() + replaced.replacement_count() >= FREE_APART {
+        crate::process::drop_apart(replaced);
+    }
     Ok(result)
 }
 

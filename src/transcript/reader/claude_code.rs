@@ -373,12 +373,7 @@ impl ClaudeCodeFile {
     /// thousands of small allocations take milliseconds to free, which
     /// the request need not wait for.
     pub fn discard(self) {
-        let lines = self.lines;
-        // When no thread can be started, the closure, records and all, is
-        // dropped (freed) right here.
-        let _ = std::thread::Builder::new()
-            .name("toolwire-free".into())
-            .spawn(move || drop(lines));
+        crate::process::drop_apart(self.lines);
     }
 
     /// Take the conversation in, message by message, as the reader takes
