@@ -72,10 +72,11 @@ impl Dialect for Anthropic {
             }
         };
         for (i, block) in blocks.iter().enumerate() {
-            let at = format!("{path}.content[{i}]");
+            // Named only when refused: a valid block costs no string.
+            let at = || format!("{path}.content[{i}]");
             let Some(kind) = block_type(block) else {
                 return Err(Error::invalid_params(
-                    format!("{at}.type"),
+                    format!("{}.type", at()),
                     "a content block must be an object with a string `type`",
                 ));
             };
@@ -88,14 +89,14 @@ impl Dialect for Anthropic {
                 Some(id) if !id.is_empty() => {}
                 _ => {
                     return Err(Error::invalid_params(
-                        format!("{at}.{id_field}"),
+                        format!("{}.{id_field}", at()),
                         format!("a {kind} block needs a non-empty string `{id_field}`"),
                     ));
                 }
             }
             if strict_roles && role != Some(belongs) {
                 return Err(Error::invalid_params(
-                    format!("{at}.type"),
+                    format!("{}.type", at()),
                     format!(
                         "a {kind} block belongs in a {belongs} message, not a {} message",
                         role.unwrap_or_default()

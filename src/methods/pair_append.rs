@@ -70,9 +70,9 @@ impl SessionMethod for PairAppend {
             // transcript: refused (PROTOCOL.md 10.2).
             for (i, msg) in group.iter().enumerate() {
                 let path = if group.len() == 1 {
-                    "message".to_owned()
+                    std::borrow::Cow::Borrowed("message")
                 } else {
-                    format!("message[{i}]")
+                    std::borrow::Cow::Owned(format!("message[{i}]"))
                 };
                 dialect.validate(msg, &path, true)?;
             }

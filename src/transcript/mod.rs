@@ -139,6 +139,13 @@ enum LineRef<'a> {
     },
 }
 
+/// What [`Lines`] reserves for its first line: a pair's message or result
+/// line fits, a large one grows from there. The lines are short-lived
+/// (written, then dropped), so the room is never kept. Under 1 KiB, so
+/// glibc serves it from the thread's own cache: a block of 1 KiB or more
+/// takes its shared arena's lock and may first merge its free lists.
+const LINE_ROOM: usize = 1000;
+
 /// Lines ready to be appended in one write.
 #[derive(Debug, Default, Clone)]
 pub struct Lines {
@@ -160,6 +167,11 @@ impl Lines {
     }
 
     fn push(&mut self, line: &LineRef) {
+        // Room for a typical line at once, rather than growing through a
+        // reallocation at every doubling from 8 bytes while it serializes.
+        if self.bytes.capacity() == 0 {
+            self.bytes.reserve(LINE_ROOM);
+        }
         // Serializing a `Value` or plain strings cannot fail.
         if serde_json::to_writer(&mut self.bytes, line).is_ok() {
             self.bytes.push(b'\n');
