@@ -101,6 +101,17 @@ fn make_shadow(line: &[u8], shadow: &mut Vec<u8>, holes: &mut Vec<Hole>) -> bool
     let mut at = 0;
     while let Some(i) = memchr::memchr(b'"', &line[at..]) {
         let open = at + i;
+        // Most strings (keys, ids, short values) hold no backslash: their
+        // end is the first quote after them. Such a string is shorter than
+        // `LONG` and stays in the shadow, where the parse checks it.
+        let near = &line[open + 1..line.len().min(open + LONG)];
+        if let Some(j) = memchr::memchr2(b'"', b'\\', near)
+            && near[j] == b'"'
+        {
+            let end = open + 1 + j;
+            at = end + 1;
+            continue;
+        }
         let Some(string) = scan_string(line, open + 1) else {
             return false;
         };
