@@ -157,28 +157,51 @@ impl From<&str> for Text {
     }
 }
 
+impl Text {
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            Text::Short { len, bytes } => bytes.get(..usize::from(*len)).unwrap_or_default(),
+            Text::Long(text) => text.as_bytes(),
+        }
+    }
+}
+
 impl std::ops::Deref for Text {
     type Target = str;
     fn deref(&self) -> &str {
-        match self {
-            // Copied whole from a `str`: always UTF-8.
-            Text::Short { len, bytes } => {
-                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
-            }
-            Text::Long(text) => text,
-        }
+        let bytes = self.as_bytes();
+        // SAFETY: a `Text` is only made by `From<&str>`, which copies a
+        // whole `str` (UTF-8) and nothing else into it; it is never
+        // changed after. (Checking again cost a UTF-8 validation per id
+        // looked at, hundreds of thousands per large session.)
+        unsafe { std::str::from_utf8_unchecked(bytes) }
     }
 }
 
 impl PartialEq for Text {
     fn eq(&self, other: &Text) -> bool {
-        **self == **other
+        self.as_bytes() == other.as_bytes()
     }
 }
 
 impl std::fmt::Debug for Text {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         (**self).fmt(f)
+    }
+}
+
+impl Content {
+    /// The events a part with this content adds to its message (`joined`:
+    /// whether the message has other parts); `None` when the message does
+    /// not read.
+    fn events(&self, joined: bool) -> Option<&[Event]> {
+        match self {
+            Content::Blocks(blocks) => Some(&blocks.events[..]).filter(|_| blocks.valid),
+            Content::Single(blocks) if joined => Some(&blocks.events[..]).filter(|_| blocks.valid),
+            Content::Text | Content::Absent => Some(&[]),
+            Content::Null if joined => Some(&[]),
+            Content::Null | Content::Single(_) | Content::Bad => None,
+        }
     }
 }
 
@@ -384,14 +407,10 @@ impl ClaudeCodeFile {
         let messages = self.conversation();
         // `{"type":"message","message":` … `}`, and per part a comma and a
         // text block's wrapper at most.
-        if messages.iter().any(|m| {
-            m.parts
-                .iter()
-                .map(|&i| self.lines[i].len + 32)
-                .sum::<usize>()
-                + 64
-                > max_line
-        }) {
+        if messages
+            .iter()
+            .any(|m| m.parts().map(|i| self.lines[i].len + 32).sum::<usize>() + 64 > max_line)
+        {
             return None;
         }
         for message in &messages {
@@ -432,10 +451,10 @@ impl ClaudeCodeFile {
                 break; // a cycle: what was walked stands, as in the conversion
             }
             path.push(i);
-            at = lines[i].parent.as_deref().and_then(|parent| {
+            at = lines[i].parent.as_ref().and_then(|parent| {
                 by_uuid
                     .find(lines[i].parent_hash, |&j| {
-                        lines[j].uuid.as_deref() == Some(parent)
+                        lines[j].uuid.as_ref() == Some(parent)
                     })
                     .copied()
             });
@@ -464,7 +483,7 @@ impl ClaudeCodeFile {
                     |&(j, _)| hash_of(j),
                 ) {
                     Entry::Occupied(first) => {
-                        out[first.get().1].parts.push(i);
+                        out[first.get().1].more.push(i);
                         continue;
                     }
                     Entry::Vacant(first) => {
@@ -476,12 +495,13 @@ impl ClaudeCodeFile {
                 && let Some(last) = out.last_mut()
                 && last.role == Some(Role::User)
             {
-                last.parts.push(i);
+                last.more.push(i);
                 continue;
             }
             out.push(Merged {
                 role: message.role,
-                parts: vec![i],
+                first: i,
+                more: Vec::new(),
             });
         }
         out
@@ -491,31 +511,18 @@ impl ClaudeCodeFile {
     /// when it would not read it.
     fn skim(&self, message: &Merged) -> Option<Skim<'_>> {
         let role = message.role?;
-        let parts = message
-            .parts
-            .iter()
-            .filter_map(|&i| self.lines[i].message.as_ref().map(|m| &m.content));
-        let joined = message.parts.len() > 1;
-        let mut events = Vec::new();
-        for content in parts {
-            match content {
-                Content::Blocks(blocks) => {
-                    if !blocks.valid {
-                        return None;
-                    }
-                    events.extend(&blocks.events);
-                }
-                Content::Single(blocks) if joined => {
-                    if !blocks.valid {
-                        return None;
-                    }
-                    events.extend(&blocks.events);
-                }
-                Content::Text | Content::Absent => {}
-                Content::Null if joined => {}
-                Content::Null | Content::Single(_) | Content::Bad => return None,
-            }
+        let contents = || {
+            message
+                .parts()
+                .filter_map(|i| self.lines[i].message.as_ref().map(|m| &m.content))
+        };
+        let joined = !message.more.is_empty();
+        // Every part is looked at before any is taken in (no list of
+        // events is built for the message).
+        if contents().any(|content| content.events(joined).is_none()) {
+            return None;
         }
+        let events = contents().flat_map(|content| content.events(joined).unwrap_or_default());
         let side = role.side();
         let mut skim = Skim {
             side,
@@ -541,10 +548,18 @@ impl ClaudeCodeFile {
     }
 }
 
-/// One message of the conversation.
+/// One message of the conversation: the line indices of its parts (most
+/// messages have one, which then costs no allocation).
 struct Merged {
     role: Option<Role>,
-    parts: Vec<usize>,
+    first: usize,
+    more: Vec<usize>,
+}
+
+impl Merged {
+    fn parts(&self) -> impl Iterator<Item = usize> + '_ {
+        std::iter::once(self.first).chain(self.more.iter().copied())
+    }
 }
 
 /// Each non-blank line of `region` (the last one may lack its newline)
