@@ -161,7 +161,7 @@ where
         shared: Arc::new(ConnShared {
             id,
             outbox,
-            touched: Mutex::new(HashMap::new()),
+            touched: Mutex::new(Default::default()),
         }),
         phase: Phase::Uninitialized,
         initialize_failed: None,

@@ -35,7 +35,7 @@ use crate::format::Format;
 use crate::protocol::SessionId;
 use crate::state::ReplacementState;
 use crate::store::SessionStore;
-pub use crate::store::{Loaded, SessionKey, Storage};
+pub use crate::store::{KeyParts, Loaded, SessionKey, SessionTable, Storage};
 use crate::transcript::Lines;
 
 /// The storage of a process serving the workspace `dir` (`serve`, the
@@ -87,7 +87,7 @@ impl Slot {
             .registry
             .upgrade()
             .ok_or_else(|| Error::Internal(format!("session {} has stopped", self.key.id)))?;
-        registry.slot(self.key.clone()).enqueue(job)
+        registry.slot(&self.key.data_dir, &self.key.id).enqueue(job)
     }
 
     /// Queue a job on this worker only; the job back if it has retired.
@@ -129,7 +129,8 @@ pub struct Registry {
 
 /// The sessions this process holds, each with its worker.
 struct Slots {
-    map: Mutex<HashMap<SessionKey, Arc<Slot>>>,
+    /// Searched on every request: hashed with [`IdHash`], not SipHash.
+    map: Mutex<SessionTable<Arc<Slot>>>,
     storage: Arc<Storage>,
     idle: Duration,
     open: Arc<OpenTranscripts>,
@@ -141,16 +142,20 @@ struct Slots {
 }
 
 impl Slots {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionKey, Arc<Slot>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SessionTable<Arc<Slot>>> {
         self.map.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The slot of `key`, starting its worker on first use.
-    fn slot(self: &Arc<Self>, key: SessionKey) -> Arc<Slot> {
+    fn slot(self: &Arc<Self>, data_dir: &Path, id: &SessionId) -> Arc<Slot> {
         let mut map = self.lock();
-        if let Some(slot) = map.get(&key) {
+        if let Some(slot) = map.get(&(data_dir, id) as &dyn KeyParts) {
             return slot.clone();
         }
+        let key = SessionKey {
+            data_dir: data_dir.to_path_buf(),
+            id: id.clone(),
+        };
         let (tx, rx) = mpsc::unbounded_channel();
         let published = PublishedCell::default();
         let slot = Arc::new(Slot {
@@ -255,7 +260,7 @@ pub struct OpenTranscripts {
 #[derive(Default)]
 struct Lru {
     stamp: u64,
-    by_key: HashMap<SessionKey, (u64, Weak<Slot>)>,
+    by_key: SessionTable<(u64, Weak<Slot>)>,
     by_stamp: BTreeMap<u64, SessionKey>,
 }
 
@@ -369,7 +374,7 @@ impl Registry {
     pub fn with_open_bound(storage: Storage, idle: Duration, open: OpenTranscripts) -> Self {
         Registry {
             slots: Arc::new(Slots {
-                map: Mutex::new(HashMap::new()),
+                map: Mutex::new(SessionTable::default()),
                 storage: Arc::new(storage),
                 idle,
                 open: Arc::new(open),
@@ -390,19 +395,15 @@ impl Registry {
     /// The slot of a session, starting its worker on first use. Cheap and
     /// never blocks on I/O: loading from disk is the worker's first job.
     pub fn slot(&self, data_dir: &Path, id: &SessionId) -> Arc<Slot> {
-        self.slots.slot(SessionKey {
-            data_dir: data_dir.to_path_buf(),
-            id: id.clone(),
-        })
+        self.slots.slot(data_dir, id)
     }
 
     /// The slot of a session this process already has, creating nothing.
     pub fn existing(&self, data_dir: &Path, id: &SessionId) -> Option<Arc<Slot>> {
-        let key = SessionKey {
-            data_dir: data_dir.to_path_buf(),
-            id: id.clone(),
-        };
-        self.slots.lock().get(&key).cloned()
+        self.slots
+            .lock()
+            .get(&(data_dir, id) as &dyn KeyParts)
+            .cloned()
     }
 
     /// How many sessions this process keeps a slot (and a worker) for.

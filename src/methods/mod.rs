@@ -34,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Effective;
 use crate::error::{Error, Result};
 use crate::protocol::{self, Method, ProgressToken, SessionId};
-use crate::session::{Registry, Session, SessionKey, Slot};
+use crate::session::{Registry, Session, Slot};
 use crate::transport::Outbox;
 
 /// What a handler knows about the request it serves.
@@ -52,7 +52,7 @@ pub struct ConnShared {
     pub outbox: Outbox,
     /// Sessions this connection appended to: their pairs are flushed when
     /// the connection ends.
-    pub touched: Mutex<HashMap<SessionKey, Arc<Slot>>>,
+    pub touched: Mutex<crate::session::SessionTable<Arc<Slot>>>,
 }
 
 impl RequestCx {

@@ -1,7 +1,9 @@
 //! What a store works on: a session's key, the storage a process writes
 //! through, and a session's contents once loaded.
 
-use std::path::PathBuf;
+use std::borrow::Borrow;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use rpds::HashTrieMapSync;
@@ -16,10 +18,63 @@ use crate::transcript::writer::{self, LogFileFactory, TranscriptWriter};
 
 /// Sessions are told apart by data directory and id: two clients with
 /// different `dataDir`s never share a session by accident.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionKey {
     pub data_dir: PathBuf,
     pub id: SessionId,
+}
+
+/// A session key's parts, borrowed: the tables keyed by [`SessionKey`]
+/// are searched with `&(data_dir, id) as &dyn KeyParts`, so a lookup on
+/// every request builds (allocates, then frees) no key.
+pub trait KeyParts {
+    fn parts(&self) -> (&Path, &SessionId);
+}
+
+impl KeyParts for SessionKey {
+    fn parts(&self) -> (&Path, &SessionId) {
+        (&self.data_dir, &self.id)
+    }
+}
+
+impl KeyParts for (&Path, &SessionId) {
+    fn parts(&self) -> (&Path, &SessionId) {
+        (self.0, self.1)
+    }
+}
+
+impl<'a> Borrow<dyn KeyParts + 'a> for SessionKey {
+    fn borrow(&self) -> &(dyn KeyParts + 'a) {
+        self
+    }
+}
+
+// One hash and one equality for the key and its borrowed parts, as a
+// table searched by the parts requires.
+impl Hash for dyn KeyParts + '_ {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        let (data_dir, id) = self.parts();
+        data_dir.hash(state);
+        id.hash(state);
+    }
+}
+
+impl PartialEq for dyn KeyParts + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl Eq for dyn KeyParts + '_ {}
+
+/// A table of sessions: every request looks one up, and SipHash of a data
+/// directory's path was a visible part of a small request's cost.
+pub type SessionTable<V> = std::collections::HashMap<SessionKey, V, crate::state::IdHash>;
+
+impl Hash for SessionKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        (self as &dyn KeyParts).hash(state);
+    }
 }
 
 impl SessionKey {
@@ -126,5 +181,36 @@ impl Loaded {
     /// Tool names of calls not answered yet have no line of their own.
     pub fn journalable(&self) -> bool {
         self.guard.pending().is_none() && self.transcript.is_none() && self.tool_names.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A table keyed by whole keys finds each by its borrowed parts, and
+    /// only it: the parts hash and compare as the key does, spellings of
+    /// one path included.
+    #[test]
+    fn a_key_is_found_by_its_parts() {
+        let id = |s: &str| SessionId::try_from(s.to_string()).unwrap();
+        let mut table: SessionTable<u32> = Default::default();
+        let key = |dir: &str, s: &str| SessionKey {
+            data_dir: PathBuf::from(dir),
+            id: id(s),
+        };
+        table.insert(key("/data/a", "s-1"), 1);
+        table.insert(key("/data/b", "s-1"), 2);
+        table.insert(key("/data/a", "s-2"), 3);
+        let find = |dir: &str, s: &str| {
+            let s = id(s);
+            table.get(&(Path::new(dir), &s) as &dyn KeyParts).copied()
+        };
+        assert_eq!(find("/data/a", "s-1"), Some(1));
+        assert_eq!(find("/data/b", "s-1"), Some(2));
+        assert_eq!(find("/data/a", "s-2"), Some(3));
+        assert_eq!(find("/data//a/", "s-1"), Some(1));
+        assert_eq!(find("/data/c", "s-1"), None);
+        assert_eq!(find("/data/a", "s-3"), None);
     }
 }

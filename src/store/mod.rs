@@ -20,7 +20,7 @@ pub mod shared;
 use futures_util::future::BoxFuture;
 
 use crate::error::Result;
-pub use loaded::{Loaded, SessionKey, Storage};
+pub use loaded::{KeyParts, Loaded, SessionKey, SessionTable, Storage};
 pub use settings::{Backend, PostgresConfig, StorageConfig};
 
 /// One commit read back: its number and its complete transcript lines.
