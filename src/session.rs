@@ -20,7 +20,7 @@
 //! [`Session::settle_idle`] for which ones stay, and [`Slot::enqueue`] for
 //! why a request racing an eviction still runs in order.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock, Weak};
