@@ -15,6 +15,7 @@ use super::OPEN_TAG;
 use super::{
     Dialect, Fault, Format, Item, ItemKind, Original, ResultContent, Side, Skim, SkimResult,
 };
+use super::{field, member};
 use crate::error::{Error, Result};
 
 pub struct Anthropic;
@@ -23,18 +24,20 @@ pub struct Anthropic;
 pub const ID_PATTERN: &str = "^[a-zA-Z0-9_-]+$";
 
 fn blocks(message: &Value) -> &[Value] {
-    match message.get("content") {
+    match member(message, "content") {
         Some(Value::Array(blocks)) => blocks,
         _ => &[],
     }
 }
 
 fn block_type(block: &Value) -> Option<&str> {
-    block.get("type").and_then(Value::as_str)
+    member(block, "type").and_then(Value::as_str)
 }
 
 fn str_field<'a>(block: &'a Value, field: &str) -> &'a str {
-    block.get(field).and_then(Value::as_str).unwrap_or_default()
+    member(block, field)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
 }
 
 fn side_of(role: &str) -> Option<Side> {
@@ -54,14 +57,14 @@ impl Dialect for Anthropic {
         let Some(obj) = message.as_object() else {
             return Err(Error::invalid_params(path, "a message must be an object"));
         };
-        let role = obj.get("role").and_then(Value::as_str);
+        let role = field(obj, "role").and_then(Value::as_str);
         if !matches!(role, Some("user" | "assistant")) {
             return Err(Error::invalid_params(
                 format!("{path}.role"),
                 "role must be \"user\" or \"assistant\"",
             ));
         }
-        let blocks = match obj.get("content") {
+        let blocks = match field(obj, "content") {
             Some(Value::String(_)) => return Ok(()),
             Some(Value::Array(blocks)) => blocks,
             _ => {
@@ -85,7 +88,7 @@ impl Dialect for Anthropic {
                 "tool_result" => ("tool_use_id", "user"),
                 _ => continue,
             };
-            match block.get(id_field).and_then(Value::as_str) {
+            match member(block, id_field).and_then(Value::as_str) {
                 Some(id) if !id.is_empty() => {}
                 _ => {
                     return Err(Error::invalid_params(
@@ -108,15 +111,14 @@ impl Dialect for Anthropic {
     }
 
     fn side(&self, message: &Value) -> Option<Side> {
-        message
-            .get("role")
+        member(message, "role")
             .and_then(Value::as_str)
             .and_then(side_of)
     }
 
     fn items<'a>(&self, message: &'a Value) -> Vec<Item<'a>> {
         let side = self.side(message);
-        match message.get("content") {
+        match member(message, "content") {
             Some(Value::Array(blocks)) => blocks
                 .iter()
                 .enumerate()
@@ -148,11 +150,17 @@ impl Dialect for Anthropic {
     }
 
     fn result_content<'a>(&self, message: &'a Value, index: usize) -> ResultContent<'a> {
-        ResultContent::of_value(blocks(message).get(index).and_then(|b| b.get("content")))
+        ResultContent::of_value(
+            blocks(message)
+                .get(index)
+                .and_then(|b| member(b, "content")),
+        )
     }
 
     fn result_value<'a>(&self, message: &'a Value, index: usize) -> Option<&'a Value> {
-        blocks(message).get(index).and_then(|b| b.get("content"))
+        blocks(message)
+            .get(index)
+            .and_then(|b| member(b, "content"))
     }
 
     fn put_replacement(&self, message: &mut Value, index: usize, text: &str) {
