@@ -206,9 +206,9 @@ const PARALLEL_FROM: usize = 1 << 20;
 /// tail followed it.
 ///
 /// Reads a window at a time. While a spare core is free (one helper per
-/// spare core, process-wide), a large window's complete lines are parsed
-/// in two parts: the later part on a helper thread while this one reads
-/// the next window and then parses the earlier part. Whichever thread
+/// spare core, process-wide), a large window's complete lines are cut into
+/// pieces that a helper thread starts on at once and this one joins in on
+/// once it has read the next window. Whichever thread
 /// parses a line also digests its results' originals and packs its
 /// record's replacement. `f` sees the same lines in the same order either
 /// way. `cancelled` is asked before each read; once it
@@ -270,40 +270,57 @@ pub fn read_lines<R: io::Read>(
         };
         if let Some(helper) = helper {
             large.get_or_insert_with(crate::heap::LargeWork::begin);
-            // The helper takes the later part, larger by what reading the
-            // next window costs this thread.
-            let from = region.len() * 2 / 5;
-            let mid = memchr::memchr(b'\n', &region[from..]).map_or(region.len(), |i| from + i + 1);
             if next.len() != cur.len() {
                 // Zeroed by the system as it is first written, not here.
                 next = vec![0; cur.len()];
             }
             next[..carry].copy_from_slice(&cur[filled - carry..filled]);
-            let later_at = base + (pos + mid) as u64;
-            let (earlier, later, read) = std::thread::scope(|scope| {
+            let at = base + pos as u64;
+            let pieces = pieces(region);
+            // Both threads take the next piece left until none is: the
+            // helper from the start, this one once it has read the next
+            // window, so neither waits for the other but at the very end
+            // (a fixed split left one idle while the other still parsed).
+            let taken = AtomicUsize::new(0);
+            let work = || {
+                let mut parsed = Vec::new();
+                loop {
+                    let i = taken.fetch_add(1, Ordering::Relaxed);
+                    let Some(&(from, to)) = pieces.get(i) else {
+                        return parsed;
+                    };
+                    parsed.push((
+                        i,
+                        parse_all(format, &region[from..to], at + from as u64, limits),
+                    ));
+                }
+            };
+            let (mine, theirs, read) = std::thread::scope(|scope| {
                 let other = std::thread::Builder::new()
                     .name("toolwire-reader".into())
                     .stack_size(crate::process::THREAD_STACK)
-                    .spawn_scoped(scope, || {
-                        parse_all(format, &region[mid..], later_at, limits)
-                    });
+                    .spawn_scoped(scope, work);
                 let read = fill(&mut reader, &mut next, carry, &cancelled);
-                let earlier = parse_all(format, &region[..mid], base + pos as u64, limits);
-                let later = other.ok().and_then(|other| other.join().ok());
+                let mine = work();
+                let theirs = other.ok().and_then(|other| other.join().ok());
                 #[cfg(test)]
-                if later.is_some() {
+                if theirs.as_ref().is_some_and(|t| !t.is_empty()) {
                     HELPED.fetch_add(1, Ordering::Relaxed);
                 }
-                (earlier, later, read)
+                (mine, theirs, read)
             });
             drop(helper);
-            for (span, head) in earlier {
-                f(span, head);
+            let mut parsed: Vec<Option<Vec<_>>> = pieces.iter().map(|_| None).collect();
+            for (i, lines) in mine.into_iter().chain(theirs.into_iter().flatten()) {
+                parsed[i] = Some(lines);
             }
-            match later {
-                Some(later) => later.into_iter().for_each(|(span, head)| f(span, head)),
-                // No thread to spare after all: this one parses it.
-                None => each_line(format, &region[mid..], later_at, limits, &mut f),
+            for (&(from, to), lines) in pieces.iter().zip(parsed) {
+                match lines {
+                    Some(lines) => lines.into_iter().for_each(|(span, head)| f(span, head)),
+                    // The helper failed on it (it cannot, short of a bug):
+                    // parsed here, so no line is ever lost.
+                    None => each_line(format, &region[from..to], at + from as u64, limits, &mut f),
+                }
             }
             (filled, eof) = read?;
             std::mem::swap(&mut cur, &mut next);
@@ -325,6 +342,27 @@ pub fn read_lines<R: io::Read>(
         }
         base = next_base;
     }
+}
+
+/// How many pieces a window shared with a helper is cut into.
+const PIECES: usize = 32;
+
+/// `region` (whole lines) cut into about [`PIECES`] ranges at line ends.
+fn pieces(region: &[u8]) -> Vec<(usize, usize)> {
+    let mut pieces = Vec::with_capacity(PIECES);
+    let mut start = 0;
+    for k in 1..PIECES {
+        let from = (region.len() * k / PIECES).max(start);
+        let end = memchr::memchr(b'\n', &region[from..]).map_or(region.len(), |i| from + i + 1);
+        if end > start {
+            pieces.push((start, end));
+        }
+        start = end;
+    }
+    if start < region.len() {
+        pieces.push((start, region.len()));
+    }
+    pieces
 }
 
 /// Read into `buf[filled..]` until it is full or the stream ends; the new
