@@ -306,11 +306,7 @@ fn detect_in(input: &[u8], whole: bool) -> Option<Result<Content, DetectError>> 
 /// always decide (an agent's first line says what wrote it), and a large
 /// file's head is then not read for nothing.
 pub fn detect_file(path: &Path) -> Result<Content, ImportError> {
-    let look =
-        crate::transcript::fork::read_head(path, FIRST_LOOK).map_err(|source| ImportError::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
+    let look = read_head(path, FIRST_LOOK)?;
     let whole = (look.len() as u64) < FIRST_LOOK;
     let lines = match memchr::memrchr(b'\n', &look) {
         _ if whole => &look[..],
@@ -319,7 +315,7 @@ pub fn detect_file(path: &Path) -> Result<Content, ImportError> {
     };
     let found = match detect_in(lines, whole) {
         Some(found) => found,
-        None => detect(&read_head(path)?),
+        None => detect(&read_head(path, DETECT_BYTES)?),
     };
     found.map_err(|source| ImportError::Detect {
         path: path.display().to_string(),
@@ -327,13 +323,14 @@ pub fn detect_file(path: &Path) -> Result<Content, ImportError> {
     })
 }
 
-fn read_head(path: &Path) -> Result<Vec<u8>, ImportError> {
+/// The first `n` bytes of the file at `path`.
+fn read_head(path: &Path, n: u64) -> Result<Vec<u8>, ImportError> {
     let io = |source| ImportError::Io {
         path: path.display().to_string(),
         source,
     };
     // A toolwire fork transcript is read through its parent's bytes.
-    crate::transcript::fork::read_head(path, DETECT_BYTES).map_err(io)
+    crate::transcript::fork::read_head(path, n).map_err(io)
 }
 
 /// The transcript bytes of any file toolwire reads conversations from: the
