@@ -48,8 +48,14 @@ const PARALLEL_FROM: u64 = 1 << 20;
 
 /// What a Claude Code file says, reduced to what its conversation's state
 /// is built from: one record per readable line, in order.
+///
+/// The records stay in the chunks their threads parsed them into: one
+/// vector of them all would be a copy of tens of megabytes into fresh
+/// memory (its page faults alone were about a tenth of the request's CPU),
+/// made on one thread after the parallel read. The serial part looks at
+/// them through one reference per line instead.
 pub struct ClaudeCodeFile {
-    lines: Vec<Rec>,
+    chunks: Vec<Vec<Rec>>,
 }
 
 /// One readable line (a JSON object).
@@ -375,28 +381,36 @@ impl ClaudeCodeFile {
         for (k, recs) in mine?.into_iter().chain(theirs) {
             parsed[k as usize] = Some(recs);
         }
-        let mut lines = Vec::with_capacity(parsed.iter().flatten().map(Vec::len).sum());
+        let mut parts = Vec::with_capacity(parsed.len());
         for (k, recs) in parsed.into_iter().enumerate() {
             match recs {
-                Some(mut recs) => lines.append(&mut recs),
+                Some(recs) => parts.push(recs),
                 // Every chunk is taken by one thread or the other before
                 // both stop, short of a bug: read it here, so no line is
                 // ever lost.
                 None => {
-                    let mut buf = Vec::new();
-                    read_chunk(source, len, chunk as u64, k as u64, &mut buf, &mut lines)?;
+                    let (mut buf, mut recs) = (Vec::new(), Vec::new());
+                    read_chunk(source, len, chunk as u64, k as u64, &mut buf, &mut recs)?;
+                    parts.push(recs);
                 }
             }
         }
         progress(len);
-        Ok(ClaudeCodeFile { lines })
+        Ok(ClaudeCodeFile { chunks: parts })
+    }
+
+    /// Every line's record, in the file's order.
+    fn lines(&self) -> Vec<&Rec> {
+        let mut lines = Vec::with_capacity(self.chunks.iter().map(Vec::len).sum());
+        lines.extend(self.chunks.iter().flatten());
+        lines
     }
 
     /// Free the records apart from the caller: a large session's tens of
     /// thousands of small allocations take milliseconds to free, which
     /// the request need not wait for.
     pub fn discard(self) {
-        crate::process::drop_apart(self.lines);
+        crate::process::drop_apart(self.chunks);
     }
 
     /// Take the conversation in, message by message, as the reader takes
@@ -404,148 +418,148 @@ impl ClaudeCodeFile {
     /// message's converted line could be longer than `max_line`, which the
     /// reader would skip: then the caller converts the file instead.
     pub fn feed(&self, image: &mut SessionImage, max_line: usize) -> Option<()> {
-        let messages = self.conversation();
+        let lines = self.lines();
+        let messages = conversation(&lines);
         // `{"type":"message","message":` … `}`, and per part a comma and a
         // text block's wrapper at most.
         if messages
             .iter()
-            .any(|m| m.parts().map(|i| self.lines[i].len + 32).sum::<usize>() + 64 > max_line)
+            .any(|m| m.parts().map(|i| lines[i].len + 32).sum::<usize>() + 64 > max_line)
         {
             return None;
         }
         for message in &messages {
-            match self.skim(message) {
+            match skim(&lines, message) {
                 Some(skim) => image.add_message(None, skim),
                 None => image.skipped += 1,
             }
         }
         Some(())
     }
+}
 
-    /// The conversation as the conversion builds it: the line indices of
-    /// each message's parts.
-    fn conversation(&self) -> Vec<Merged> {
-        let lines = &self.lines;
-        // Each uuid's last line (a uuid written twice names its last).
-        let mut by_uuid: HashTable<usize> = HashTable::with_capacity(lines.len());
-        for (i, line) in lines.iter().enumerate() {
-            let Some(uuid) = &line.uuid else {
-                continue;
-            };
-            let same = |&j: &usize| lines[j].uuid.as_ref() == Some(uuid);
-            match by_uuid.entry(line.uuid_hash, same, |&j| lines[j].uuid_hash) {
-                Entry::Occupied(mut at) => *at.get_mut() = i,
-                Entry::Vacant(at) => {
-                    at.insert(i);
-                }
-            }
-        }
-        let leaf = lines
-            .iter()
-            .rposition(|line| line.message.is_some() && !line.side_chain && line.has_uuid);
-        let mut path = Vec::new();
-        let mut walked = vec![false; lines.len()];
-        let mut at = leaf;
-        while let Some(i) = at {
-            if std::mem::replace(&mut walked[i], true) {
-                break; // a cycle: what was walked stands, as in the conversion
-            }
-            path.push(i);
-            at = lines[i].parent.as_ref().and_then(|parent| {
-                by_uuid
-                    .find(lines[i].parent_hash, |&j| {
-                        lines[j].uuid.as_ref() == Some(parent)
-                    })
-                    .copied()
-            });
-        }
-        path.reverse();
-
-        let mut out: Vec<Merged> = Vec::new();
-        // Where each response's first part went, by `message.id`.
-        let mut response_at: HashTable<(usize, usize)> = HashTable::new();
-        for i in path {
-            let line = &lines[i];
-            let Some(message) = &line.message else {
-                continue;
-            };
-            if line.api_error {
-                continue;
-            }
-            if message.role == Some(Role::Assistant)
-                && let Some(id) = &message.id
-            {
-                let id_of = |j: usize| lines[j].message.as_ref().and_then(|m| m.id.as_ref());
-                let hash_of = |j: usize| lines[j].message.as_ref().map_or(0, |m| m.id_hash);
-                match response_at.entry(
-                    message.id_hash,
-                    |&(j, _)| id_of(j) == Some(id),
-                    |&(j, _)| hash_of(j),
-                ) {
-                    Entry::Occupied(first) => {
-                        out[first.get().1].more.push(i);
-                        continue;
-                    }
-                    Entry::Vacant(first) => {
-                        first.insert((i, out.len()));
-                    }
-                }
-            }
-            if message.role == Some(Role::User)
-                && let Some(last) = out.last_mut()
-                && last.role == Some(Role::User)
-            {
-                last.more.push(i);
-                continue;
-            }
-            out.push(Merged {
-                role: message.role,
-                first: i,
-                more: Vec::new(),
-            });
-        }
-        out
-    }
-
-    /// The skim the reader makes of a message's converted line; `None`
-    /// when it would not read it.
-    fn skim(&self, message: &Merged) -> Option<Skim<'_>> {
-        let role = message.role?;
-        let contents = || {
-            message
-                .parts()
-                .filter_map(|i| self.lines[i].message.as_ref().map(|m| &m.content))
+/// The conversation as the conversion builds it: the line indices of
+/// each message's parts.
+fn conversation(lines: &[&Rec]) -> Vec<Merged> {
+    // Each uuid's last line (a uuid written twice names its last).
+    let mut by_uuid: HashTable<usize> = HashTable::with_capacity(lines.len());
+    for (i, line) in lines.iter().enumerate() {
+        let Some(uuid) = &line.uuid else {
+            continue;
         };
-        let joined = !message.more.is_empty();
-        // Every part is looked at before any is taken in (no list of
-        // events is built for the message).
-        if contents().any(|content| content.events(joined).is_none()) {
-            return None;
-        }
-        let events = contents().flat_map(|content| content.events(joined).unwrap_or_default());
-        let side = role.side();
-        let mut skim = Skim {
-            side,
-            ..Skim::default()
-        };
-        for event in events {
-            match event {
-                Event::Call(id, name) if side == Some(Side::Assistant) => {
-                    skim.calls.push((Cow::Borrowed(id), Cow::Borrowed(name)))
-                }
-                Event::Compaction => skim.calls.clear(),
-                Event::Result(id, digest) if side == Some(Side::User) => {
-                    skim.results.push(SkimResult {
-                        id: Cow::Borrowed(id),
-                        original: digest.map(Original::Digested),
-                        digest: *digest,
-                    })
-                }
-                _ => {}
+        let same = |&j: &usize| lines[j].uuid.as_ref() == Some(uuid);
+        match by_uuid.entry(line.uuid_hash, same, |&j| lines[j].uuid_hash) {
+            Entry::Occupied(mut at) => *at.get_mut() = i,
+            Entry::Vacant(at) => {
+                at.insert(i);
             }
         }
-        Some(skim)
     }
+    let leaf = lines
+        .iter()
+        .rposition(|line| line.message.is_some() && !line.side_chain && line.has_uuid);
+    let mut path = Vec::new();
+    let mut walked = vec![false; lines.len()];
+    let mut at = leaf;
+    while let Some(i) = at {
+        if std::mem::replace(&mut walked[i], true) {
+            break; // a cycle: what was walked stands, as in the conversion
+        }
+        path.push(i);
+        at = lines[i].parent.as_ref().and_then(|parent| {
+            by_uuid
+                .find(lines[i].parent_hash, |&j| {
+                    lines[j].uuid.as_ref() == Some(parent)
+                })
+                .copied()
+        });
+    }
+    path.reverse();
+
+    let mut out: Vec<Merged> = Vec::new();
+    // Where each response's first part went, by `message.id`.
+    let mut response_at: HashTable<(usize, usize)> = HashTable::new();
+    for i in path {
+        let line = &lines[i];
+        let Some(message) = &line.message else {
+            continue;
+        };
+        if line.api_error {
+            continue;
+        }
+        if message.role == Some(Role::Assistant)
+            && let Some(id) = &message.id
+        {
+            let id_of = |j: usize| lines[j].message.as_ref().and_then(|m| m.id.as_ref());
+            let hash_of = |j: usize| lines[j].message.as_ref().map_or(0, |m| m.id_hash);
+            match response_at.entry(
+                message.id_hash,
+                |&(j, _)| id_of(j) == Some(id),
+                |&(j, _)| hash_of(j),
+            ) {
+                Entry::Occupied(first) => {
+                    out[first.get().1].more.push(i);
+                    continue;
+                }
+                Entry::Vacant(first) => {
+                    first.insert((i, out.len()));
+                }
+            }
+        }
+        if message.role == Some(Role::User)
+            && let Some(last) = out.last_mut()
+            && last.role == Some(Role::User)
+        {
+            last.more.push(i);
+            continue;
+        }
+        out.push(Merged {
+            role: message.role,
+            first: i,
+            more: Vec::new(),
+        });
+    }
+    out
+}
+
+/// The skim the reader makes of a message's converted line; `None`
+/// when it would not read it.
+fn skim<'a>(lines: &[&'a Rec], message: &Merged) -> Option<Skim<'a>> {
+    let role = message.role?;
+    let contents = || {
+        message
+            .parts()
+            .filter_map(|i| lines[i].message.as_ref().map(|m| &m.content))
+    };
+    let joined = !message.more.is_empty();
+    // Every part is looked at before any is taken in (no list of
+    // events is built for the message).
+    if contents().any(|content| content.events(joined).is_none()) {
+        return None;
+    }
+    let events = contents().flat_map(|content| content.events(joined).unwrap_or_default());
+    let side = role.side();
+    let mut skim = Skim {
+        side,
+        ..Skim::default()
+    };
+    for event in events {
+        match event {
+            Event::Call(id, name) if side == Some(Side::Assistant) => {
+                skim.calls.push((Cow::Borrowed(id), Cow::Borrowed(name)))
+            }
+            Event::Compaction => skim.calls.clear(),
+            Event::Result(id, digest) if side == Some(Side::User) => {
+                skim.results.push(SkimResult {
+                    id: Cow::Borrowed(id),
+                    original: digest.map(Original::Digested),
+                    digest: *digest,
+                })
+            }
+            _ => {}
+        }
+    }
+    Some(skim)
 }
 
 /// One message of the conversation: the line indices of its parts (most
@@ -989,7 +1003,7 @@ mod tests {
         assert!(len > 4 * PARALLEL_FROM);
         let records = |chunk: usize| {
             let file = ClaudeCodeFile::read_by(&input[..], len, chunk, || false, |_| {}).unwrap();
-            format!("{:?}", file.lines)
+            format!("{:?}", file.lines())
         };
         let whole = records(usize::MAX);
         assert!(whole.matches("uuid: Some").count() == 3000);
