@@ -15,6 +15,11 @@
 //! leaf, responses joined by `message.id`, consecutive user lines merged,
 //! API-error lines skipped (see `import/claude_code.rs` for why each).
 //!
+//! Most lines are read by a single walk over their bytes ([`scan`]), which
+//! finds where a line ends as it validates it and keeps only those fields;
+//! the others by serde_json, through a shadow (`super::shadow`) when they
+//! hold long strings.
+//!
 //! The outcome is the image the general way builds, on every input: a line
 //! the fast parse cannot vouch for (not UTF-8, an escape that may be a lone
 //! surrogate, nesting that may be deeper than [`crate::json::MAX_DEPTH`],
@@ -38,6 +43,8 @@ use super::{Helper, ReadAt, SessionImage};
 use crate::format::anthropic::{self, BlockHead};
 use crate::format::{Digest, Original, Side, Skim, SkimResult, is_compact_json};
 use crate::state::IdHash;
+
+mod scan;
 
 /// How much of the file a thread reads and parses at a time (its last
 /// line is read on to its end): small enough to stay in a core's cache
@@ -578,12 +585,24 @@ impl Merged {
 
 /// Each non-blank line of `region` (the last one may lack its newline)
 /// that is a JSON object, as a record.
+///
+/// A line is first read by the one-pass scan ([`scan::line`]), which also
+/// finds its end; one it cannot vouch for is cut at its newline and read
+/// by [`parse_line`].
 fn parse_lines(region: &[u8], out: &mut Vec<Rec>) {
     let mut start = 0;
-    let ends = memchr::memchr_iter(b'\n', region).chain([region.len()]);
-    for end in ends {
-        let line = &region[start..end];
-        start = end + 1;
+    while start < region.len() {
+        let rest = &region[start..];
+        if rest[0] == b'{'
+            && let Some((rec, end)) = scan::line(rest)
+        {
+            out.push(hashed(rec));
+            start += end + 1;
+            continue;
+        }
+        let end = memchr::memchr(b'\n', rest).unwrap_or(rest.len());
+        let line = &rest[..end];
+        start += end + 1;
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
@@ -722,6 +741,11 @@ fn parse_line(line: &[u8]) -> Option<Rec> {
         },
     };
     rec.len = line.len();
+    Some(hashed(rec))
+}
+
+/// `rec` with its ids' hashes made.
+fn hashed(mut rec: Rec) -> Rec {
     let hasher = IdHash::default();
     let hash = |text: &Option<Text>| text.as_deref().map_or(0, |t| hasher.hash_one(t));
     rec.uuid_hash = hash(&rec.uuid);
@@ -729,7 +753,7 @@ fn parse_line(line: &[u8]) -> Option<Rec> {
     if let Some(message) = &mut rec.message {
         message.id_hash = hash(&message.id);
     }
-    Some(rec)
+    rec
 }
 
 /// `line` as text when the fast parse reads it as the value parse would: valid
