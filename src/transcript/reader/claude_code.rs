@@ -140,9 +140,45 @@ enum Content {
 
 #[derive(Debug, Default)]
 struct Blocks {
-    events: Vec<Event>,
+    events: Events,
     /// Whether every block reads as the reader reads a block.
     valid: bool,
+}
+
+/// A part's events. Nearly every part has one (a call, or a result), kept
+/// in place: an allocation per line, and its free, cost more than the
+/// rest of its record.
+#[derive(Debug, Default)]
+enum Events {
+    #[default]
+    None,
+    One(Event),
+    Many(Vec<Event>),
+}
+
+impl Events {
+    fn as_slice(&self) -> &[Event] {
+        match self {
+            Events::None => &[],
+            Events::One(event) => std::slice::from_ref(event),
+            Events::Many(events) => events,
+        }
+    }
+}
+
+impl Extend<Event> for Events {
+    fn extend<I: IntoIterator<Item = Event>>(&mut self, events: I) {
+        for event in events {
+            *self = match std::mem::take(self) {
+                Events::None => Events::One(event),
+                Events::One(first) => Events::Many(vec![first, event]),
+                Events::Many(mut all) => {
+                    all.push(event);
+                    Events::Many(all)
+                }
+            };
+        }
+    }
 }
 
 /// A text of a line (a uuid, an id, a tool name): kept in place when short,
@@ -193,7 +229,14 @@ impl std::ops::Deref for Text {
 
 impl PartialEq for Text {
     fn eq(&self, other: &Text) -> bool {
-        self.as_bytes() == other.as_bytes()
+        match (self, other) {
+            // The bytes past `len` are zeros in both: the arrays compare
+            // whole, inline (no call per comparison while linking the tree).
+            (Text::Short { len, bytes }, Text::Short { len: l, bytes: b }) => {
+                len == l && bytes == b
+            }
+            _ => self.as_bytes() == other.as_bytes(),
+        }
     }
 }
 
@@ -209,8 +252,10 @@ impl Content {
     /// not read.
     fn events(&self, joined: bool) -> Option<&[Event]> {
         match self {
-            Content::Blocks(blocks) => Some(&blocks.events[..]).filter(|_| blocks.valid),
-            Content::Single(blocks) if joined => Some(&blocks.events[..]).filter(|_| blocks.valid),
+            Content::Blocks(blocks) => Some(blocks.events.as_slice()).filter(|_| blocks.valid),
+            Content::Single(blocks) if joined => {
+                Some(blocks.events.as_slice()).filter(|_| blocks.valid)
+            }
             Content::Text | Content::Absent => Some(&[]),
             Content::Null if joined => Some(&[]),
             Content::Null | Content::Single(_) | Content::Bad => None,
@@ -485,7 +530,7 @@ fn conversation(lines: &[&Rec]) -> Vec<Merged> {
 
     let mut out: Vec<Merged> = Vec::new();
     // Where each response's first part went, by `message.id`.
-    let mut response_at: HashTable<(usize, usize)> = HashTable::new();
+    let mut response_at: HashTable<(usize, usize)> = HashTable::with_capacity(path.len());
     for i in path {
         let line = &lines[i];
         let Some(message) = &line.message else {
@@ -822,7 +867,7 @@ fn msg_of_value(message: &Map<String, Value>) -> Msg {
 /// converted line holds them, and read as a block.
 fn blocks_of_values(blocks: &[Value]) -> Blocks {
     let mut out = Blocks {
-        events: Vec::new(),
+        events: Events::None,
         valid: true,
     };
     for block in blocks {
@@ -876,7 +921,7 @@ impl<'a> FastLine<'a> {
                     Some(FastContent::Null) => Content::Null,
                     Some(FastContent::Text) => Content::Text,
                     Some(FastContent::Blocks(heads)) => {
-                        let mut events = Vec::with_capacity(heads.len());
+                        let mut events = Events::None;
                         let mut failed = false;
                         for head in heads {
                             let event = Event::of(head, |raw| {
@@ -887,7 +932,13 @@ impl<'a> FastLine<'a> {
                             });
                             events.extend(event);
                         }
-                        if failed || events.iter().flat_map(Event::texts).any(|t| !kept(t)) {
+                        if failed
+                            || events
+                                .as_slice()
+                                .iter()
+                                .flat_map(Event::texts)
+                                .any(|t| !kept(t))
+                        {
                             return None;
                         }
                         Content::Blocks(Blocks {
