@@ -359,6 +359,23 @@ static UNESCAPED: [u8; 256] = {
     table
 };
 
+/// For the string whose body starts at `start`, with 64 bytes of `s` from
+/// there: where it closes and whether it is ASCII, when its closing quote
+/// comes in those 64 bytes with no backslash or control character before
+/// it (most keys and ids); `None` otherwise (then [`scan_string`] tells).
+/// One look at 64 bytes at once instead of a search and a check per byte.
+#[inline]
+pub(crate) fn plain_within_64(s: &[u8], start: usize) -> Option<(usize, bool)> {
+    let block = <&[u8; 64]>::try_from(s.get(start..start.checked_add(64)?)?).ok()?;
+    let [quote, backslash, control, high] = masks64(block);
+    if quote == 0 {
+        return None;
+    }
+    let inside = (quote & quote.wrapping_neg()) - 1;
+    ((backslash | control) & inside == 0)
+        .then(|| (start + quote.trailing_zeros() as usize, high & inside == 0))
+}
+
 /// For 64 bytes: quotes, backslashes, control characters and bytes above
 /// 0x7f, a bit each.
 fn masks64(block: &[u8]) -> [u64; 4] {
@@ -476,6 +493,31 @@ pub(crate) fn repeated_past(text: &str, len: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// The 64-byte look at a short string answers as the scan does, and
+    /// only for a string without escapes or control characters.
+    #[test]
+    fn plain_within_64_answers_as_the_scan() {
+        let mut rng = fastrand::Rng::with_seed(64);
+        let alphabet = b"ab/u \"\\\n\x01\x7f\xc3\xa9";
+        let mut answered = 0;
+        for _ in 0..20_000 {
+            let len = rng.usize(64..100);
+            let s: Vec<u8> = (0..len)
+                .map(|_| alphabet[rng.usize(..alphabet.len())])
+                .collect();
+            let Some((end, ascii)) = plain_within_64(&s, 0) else {
+                continue;
+            };
+            answered += 1;
+            let body = &s[..end];
+            assert_eq!(s[end], b'"');
+            assert!(body.iter().all(|&b| b >= 0x20 && b != b'"' && b != b'\\'));
+            assert_eq!(ascii, body.is_ascii());
+            assert_eq!(scan_string(&s, 0).map(|scanned| scanned.end), Some(end));
+        }
+        assert!(answered > 1000, "{answered}");
+    }
+
     use super::*;
 
     /// A string read a byte at a time: what the scanners must agree with.

@@ -20,7 +20,7 @@
 
 use super::{Blocks, Content, Event, Events, Msg, Rec, Role, Text, result_digest};
 use crate::format::{Digest, anthropic};
-use crate::json::strings::scan_string;
+use crate::json::strings::{plain_within_64, scan_string};
 
 /// Deeper lines are left to the parse (Claude Code's are a few levels
 /// deep; `crate::json::MAX_DEPTH` is far more).
@@ -162,7 +162,23 @@ impl<'a> Scan<'a> {
     /// The string at the cursor (its opening quote).
     fn string(&mut self) -> Option<Str<'a>> {
         let start = self.at + 1;
-        let near = self.s.get(start..self.s.len().min(start + 64))?;
+        if self.s.len() >= start + 64 {
+            if let Some((end, ascii)) = plain_within_64(self.s, start) {
+                let body = &self.s[start..end];
+                if !ascii && std::str::from_utf8(body).is_err() {
+                    return None;
+                }
+                self.at = end + 1;
+                return Some(Str {
+                    body,
+                    plain: true,
+                    compact: true,
+                });
+            }
+            return self.scanned(start);
+        }
+        // Near the line's end: fewer than 64 bytes to look at together.
+        let near = self.s.get(start..)?;
         if let Some(j) = memchr::memchr2(b'"', b'\\', near)
             && near[j] == b'"'
         {
@@ -180,6 +196,11 @@ impl<'a> Scan<'a> {
                 compact: true,
             });
         }
+        self.scanned(start)
+    }
+
+    /// The string whose body starts at `start`, scanned 64 bytes at a time.
+    fn scanned(&mut self, start: usize) -> Option<Str<'a>> {
         let scanned = scan_string(self.s, start)?;
         let body = &self.s[start..scanned.end];
         if scanned.surrogate || (!scanned.ascii && std::str::from_utf8(body).is_err()) {
