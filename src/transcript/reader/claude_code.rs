@@ -493,20 +493,40 @@ impl ClaudeCodeFile {
 /// The conversation as the conversion builds it: the line indices of
 /// each message's parts.
 fn conversation(lines: &[&Rec]) -> Vec<Merged> {
-    // Each uuid's last line (a uuid written twice names its last).
+    // Each uuid's last line (a uuid written twice names its last), and
+    // the lines a later one with the same uuid supersedes.
     let mut by_uuid: HashTable<usize> = HashTable::with_capacity(lines.len());
+    let mut superseded = vec![false; lines.len()];
     for (i, line) in lines.iter().enumerate() {
         let Some(uuid) = &line.uuid else {
             continue;
         };
         let same = |&j: &usize| lines[j].uuid.as_ref() == Some(uuid);
         match by_uuid.entry(line.uuid_hash, same, |&j| lines[j].uuid_hash) {
-            Entry::Occupied(mut at) => *at.get_mut() = i,
+            Entry::Occupied(mut at) => superseded[std::mem::replace(at.get_mut(), i)] = true,
             Entry::Vacant(at) => {
                 at.insert(i);
             }
         }
     }
+    // The line named by `i`'s parent. Nearly always it is the line just
+    // before, and then the answer is found beside it, not in the table
+    // (a lookup in it is a cache miss or two per line of the walk).
+    let parent_of = |i: usize| {
+        let parent = lines[i].parent.as_ref()?;
+        if let Some(before) = i.checked_sub(1)
+            && !superseded[before]
+            && lines[before].uuid_hash == lines[i].parent_hash
+            && lines[before].uuid.as_ref() == Some(parent)
+        {
+            return Some(before);
+        }
+        by_uuid
+            .find(lines[i].parent_hash, |&j| {
+                lines[j].uuid.as_ref() == Some(parent)
+            })
+            .copied()
+    };
     let leaf = lines
         .iter()
         .rposition(|line| line.message.is_some() && !line.side_chain && line.has_uuid);
@@ -518,13 +538,7 @@ fn conversation(lines: &[&Rec]) -> Vec<Merged> {
             break; // a cycle: what was walked stands, as in the conversion
         }
         path.push(i);
-        at = lines[i].parent.as_ref().and_then(|parent| {
-            by_uuid
-                .find(lines[i].parent_hash, |&j| {
-                    lines[j].uuid.as_ref() == Some(parent)
-                })
-                .copied()
-        });
+        at = parent_of(i);
     }
     path.reverse();
 
