@@ -439,6 +439,24 @@ async fn pair_append_params_read_from_text_are_those_the_value_gives() {
     assert!(e["message"].as_str().unwrap().contains("sessionId"), "{e}");
     let bad = c.call("state/get", json!({"sessionId": "bad"})).await;
     assert_eq!(bad["pending"], json!([]), "{bad}");
+    assert!(
+        !dir.path().join(".toolwire/sessions/bad.jsonl").exists(),
+        "a refused append created the transcript"
+    );
+
+    // A session id with an escape in it is not read by the reader's quick
+    // look; the append still reaches the session it names.
+    c.send_raw(
+        frame(&format!(
+            r#"{{"jsonrpc":"2.0","id":4,"method":"pair/append","params":{{"sessionId":"s\u002dx","message":{calls}}}}}"#
+        ))
+        .as_bytes(),
+    )
+    .await;
+    let m = c.read().await.unwrap();
+    assert_eq!(m["result"]["pending"], json!(["toolu_dup"]), "{m}");
+    let escaped = c.call("state/get", json!({"sessionId": "s-x"})).await;
+    assert_eq!(escaped["pending"], json!(["toolu_dup"]), "{escaped}");
 
     // An escaped method name, and an envelope with a member JSON-RPC does
     // not define, still reach the method.

@@ -2,9 +2,10 @@
 //!
 //! A method runs in one of two ways, declared here once:
 //!
-//! - `session`: it changes a session. The reader parses its params and
-//!   pushes it onto that session's queue at once, so it takes effect in
-//!   arrival order; the handler gets the session exclusively.
+//! - `session`: it changes a session. The reader parses its params (for
+//!   `pair/append`, only their session id) and pushes it onto that
+//!   session's queue at once, so it takes effect in arrival order; the
+//!   handler gets the session exclusively.
 //! - `concurrent`: it reads published snapshots or touches no session; it
 //!   runs on its own task. (`raw`: the same, serializing its result
 //!   itself, for replies too large to build as values first.)
@@ -100,6 +101,10 @@ pub trait SessionMethod: Method {
     fn params_from_text(_text: &RawValue) -> Option<Self::Params> {
         None
     }
+    /// Whether params given as text are decoded on the session's task
+    /// rather than by the reader, which then reads only their `sessionId`
+    /// (see [`text_session`]).
+    const DECODED_BY_SESSION: bool = false;
     fn run<'a>(
         session: &'a mut Session,
         cx: &'a RequestCx,
@@ -187,18 +192,78 @@ pub fn encode<T: serde::Serialize>(result: T) -> Result<Box<RawValue>> {
         .map_err(|err| Error::Internal(format!("encoding result: {err}")))
 }
 
-fn route_session<M: SessionMethod>(cx: RequestCx, raw: Value, respond: Respond) {
+fn route_session<M: SessionMethod + 'static>(cx: RequestCx, raw: Value, respond: Respond) {
     match M::params(raw) {
         Ok(params) => queue_session::<M>(cx, params, respond),
         Err(err) => respond.send(Err(err)),
     }
 }
 
-fn text_session<M: SessionMethod>(cx: RequestCx, text: &RawValue, respond: Respond) {
+/// Session params given as text. A method whose params carry a message
+/// (`pair/append`) has them decoded by the session's task: the reader
+/// reads only the session id, and the text goes along as it is. Decoded by
+/// the reader, the message's values (dozens of small blocks) were made on
+/// one thread and freed on another, which defeats the allocator's
+/// per-thread caches: every one of those frees and the reader's next
+/// allocations took glibc's slow path, a fifth of a small request's
+/// instructions. Params whose session id the quick read cannot take (an
+/// escape in it, a duplicate key, no such member) go the reader's way,
+/// which answers them as it always has.
+fn text_session<M: SessionMethod + 'static>(cx: RequestCx, text: &RawValue, respond: Respond) {
+    if M::DECODED_BY_SESSION
+        && let Some(id) = session_of_text(text)
+    {
+        return queue_text::<M>(cx, id, text.to_owned(), respond);
+    }
     match M::params_from_text(text) {
         Some(params) => queue_session::<M>(cx, params, respond),
         None => via_value(route_session::<M>, cx, text, respond),
     }
+}
+
+/// The `sessionId` member of params given as text, read without decoding
+/// the rest; `None` when it is not a plain valid session id.
+fn session_of_text(text: &RawValue) -> Option<SessionId> {
+    #[derive(serde::Deserialize)]
+    struct Target<'a> {
+        #[serde(rename = "sessionId", borrow)]
+        session_id: &'a str,
+    }
+    let target: Target = serde_json::from_str(text.get()).ok()?;
+    SessionId::try_from(target.session_id.to_owned()).ok()
+}
+
+/// Queue params still as text on session `id`'s task, which decodes them
+/// as [`text_session`] would have (and answers any error the same way).
+fn queue_text<M: SessionMethod + 'static>(
+    cx: RequestCx,
+    id: SessionId,
+    text: Box<RawValue>,
+    respond: Respond,
+) {
+    let slot = cx.slot(&id);
+    let _ = slot.enqueue(Box::new(move |session| {
+        Box::pin(async move {
+            let params = match M::params_from_text(&text) {
+                Some(params) => Ok(params),
+                None => crate::json::from_slice::<Value>(text.get().as_bytes())
+                    .map_err(|err| Error::Parse(err.to_string()))
+                    .and_then(M::params),
+            };
+            drop(text);
+            match params {
+                // The same text read twice names the same session; checked
+                // all the same, since the job runs on that session only.
+                Ok(params) if *M::session_id(&params) == id => {
+                    answer::<M>(session, cx, params, respond).await;
+                }
+                Ok(_) => respond.send(Err(Error::Internal(
+                    "the params named two session ids".into(),
+                ))),
+                Err(err) => respond.send(Err(err)),
+            }
+        })
+    }));
 }
 
 fn text_concurrent<M: ConcurrentMethod>(cx: RequestCx, text: &RawValue, respond: Respond) {
@@ -217,25 +282,33 @@ fn via_value(route: Route, cx: RequestCx, text: &RawValue, respond: Respond) {
     }
 }
 
-fn queue_session<M: SessionMethod>(cx: RequestCx, params: M::Params, respond: Respond) {
+fn queue_session<M: SessionMethod + 'static>(cx: RequestCx, params: M::Params, respond: Respond) {
     let slot = cx.slot(M::session_id(&params));
     // Should the session be gone, the job is dropped with `respond` in it,
     // which answers; nothing more to say here.
     let _ = slot.enqueue(Box::new(move |session| {
-        Box::pin(async move {
-            let outcome = match cx.check_cancelled() {
-                Ok(()) => M::run(session, &cx, params).await,
-                Err(err) => Err(err),
-            };
-            match outcome {
-                Ok(Reply::Now(result)) => respond.send(encode(result)),
-                Ok(Reply::Later(later)) => {
-                    respond.when_done(Box::pin(async move { encode(later.await?) }));
-                }
-                Err(err) => respond.send(Err(err)),
-            }
-        })
+        Box::pin(answer::<M>(session, cx, params, respond))
     }));
+}
+
+/// Run a session method's handler on its session and answer.
+async fn answer<M: SessionMethod>(
+    session: &mut Session,
+    cx: RequestCx,
+    params: M::Params,
+    respond: Respond,
+) {
+    let outcome = match cx.check_cancelled() {
+        Ok(()) => M::run(session, &cx, params).await,
+        Err(err) => Err(err),
+    };
+    match outcome {
+        Ok(Reply::Now(result)) => respond.send(encode(result)),
+        Ok(Reply::Later(later)) => {
+            respond.when_done(Box::pin(async move { encode(later.await?) }));
+        }
+        Err(err) => respond.send(Err(err)),
+    }
 }
 
 fn route_concurrent<M: ConcurrentMethod>(cx: RequestCx, raw: Value, respond: Respond) {

@@ -40,6 +40,9 @@ impl SessionMethod for PairAppend {
         serde_json::from_str(text.get()).ok()
     }
 
+    /// The message's values are made and freed on the session's task.
+    const DECODED_BY_SESSION: bool = true;
+
     fn run<'a>(
         session: &'a mut Session,
         cx: &'a RequestCx,
