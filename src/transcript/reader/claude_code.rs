@@ -66,33 +66,40 @@ pub struct ClaudeCodeFile {
 }
 
 /// One readable line (a JSON object).
+///
+/// Laid out in the order the serial part reads it (`repr(C)`): each of
+/// its passes over tens of thousands of records (far more than the
+/// caches hold) then finds what it looks at in one or two cache lines of
+/// a record, not spread over its four.
 #[derive(Debug, Default)]
+#[repr(C)]
 struct Rec {
-    uuid: Option<Text>,
-    /// Whether the line has a `uuid` key at all (a leaf needs one).
-    has_uuid: bool,
-    parent: Option<Text>,
-    side_chain: bool,
-    api_error: bool,
-    /// The message of a `user` or `assistant` line whose `message` is an
-    /// object.
-    message: Option<Msg>,
-    /// The line's length: its message serializes to no more than this.
-    len: usize,
     /// `uuid`'s and `parent`'s hashes (by [`IdHash`]), made by the thread
     /// that parsed the line: the tree is then linked without touching
     /// the strings but to confirm a match.
     uuid_hash: u64,
     parent_hash: u64,
+    /// The line's length: its message serializes to no more than this.
+    len: usize,
+    /// Whether the line has a `uuid` key at all (a leaf needs one).
+    has_uuid: bool,
+    side_chain: bool,
+    api_error: bool,
+    uuid: Option<Text>,
+    parent: Option<Text>,
+    /// The message of a `user` or `assistant` line whose `message` is an
+    /// object.
+    message: Option<Msg>,
 }
 
 #[derive(Debug)]
+#[repr(C)]
 struct Msg {
     /// `None` when `role` is missing or not a string.
     role: Option<Role>,
-    id: Option<Text>,
     /// `id`'s hash, as the line's.
     id_hash: u64,
+    id: Option<Text>,
     content: Content,
 }
 
@@ -472,12 +479,8 @@ impl ClaudeCodeFile {
     pub fn feed(&self, image: &mut SessionImage, max_line: usize) -> Option<()> {
         let lines = self.lines();
         let messages = conversation(&lines);
-        // `{"type":"message","message":` … `}`, and per part a comma and a
-        // text block's wrapper at most.
-        if messages
-            .iter()
-            .any(|m| m.parts().map(|i| lines[i].len + 32).sum::<usize>() + 64 > max_line)
-        {
+        // `{"type":"message","message":` … `}` around the parts.
+        if messages.iter().any(|m| m.len + 64 > max_line) {
             return None;
         }
         for message in &messages {
@@ -564,7 +567,7 @@ fn conversation(lines: &[&Rec]) -> Vec<Merged> {
                 |&(j, _)| hash_of(j),
             ) {
                 Entry::Occupied(first) => {
-                    out[first.get().1].more.push(i);
+                    out[first.get().1].take(i, line.len);
                     continue;
                 }
                 Entry::Vacant(first) => {
@@ -576,13 +579,14 @@ fn conversation(lines: &[&Rec]) -> Vec<Merged> {
             && let Some(last) = out.last_mut()
             && last.role == Some(Role::User)
         {
-            last.more.push(i);
+            last.take(i, line.len);
             continue;
         }
         out.push(Merged {
             role: message.role,
             first: i,
             more: Vec::new(),
+            len: line.len + PART,
         });
     }
     out
@@ -634,9 +638,21 @@ struct Merged {
     role: Option<Role>,
     first: usize,
     more: Vec<usize>,
+    /// What the parts' converted line may take at most: each part's line
+    /// length and [`PART`].
+    len: usize,
 }
 
+/// Per part of a message, a comma and a text block's wrapper at most.
+const PART: usize = 32;
+
 impl Merged {
+    /// Take line `i` (of `len` bytes) in as a further part.
+    fn take(&mut self, i: usize, len: usize) {
+        self.more.push(i);
+        self.len += len + PART;
+    }
+
     fn parts(&self) -> impl Iterator<Item = usize> + '_ {
         std::iter::once(self.first).chain(self.more.iter().copied())
     }
