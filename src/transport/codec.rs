@@ -180,9 +180,18 @@ impl Encoder<Bytes> for LspCodec {
     type Error = std::io::Error;
 
     fn encode(&mut self, body: Bytes, dst: &mut BytesMut) -> Result<(), Self::Error> {
-        let header = format!("Content-Length: {}\r\n\r\n", body.len());
+        use std::io::Write;
+        // The header is written on the stack: a frame is often a small
+        // reply, and a string per frame was an allocation per reply.
+        let mut header = [0u8; 48];
+        let room = {
+            let mut rest = &mut header[..];
+            write!(rest, "Content-Length: {}\r\n\r\n", body.len())?;
+            rest.len()
+        };
+        let header = &header[..header.len() - room];
         dst.reserve(header.len() + body.len());
-        dst.extend_from_slice(header.as_bytes());
+        dst.extend_from_slice(header);
         dst.extend_from_slice(&body);
         Ok(())
     }

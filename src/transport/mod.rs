@@ -142,6 +142,24 @@ pub fn response_bytes(id: &Value, result: Result<Box<RawValue>, Error>) -> Vec<u
         id: &'a Value,
         result: &'a RawValue,
     }
+    if let (Ok(raw), Value::Number(n)) = (&result, id) {
+        // A number id (what nearly every client sends) is written as it was
+        // read (`arbitrary_precision`), so the body is put together as
+        // serde_json would write it, in a vector of exactly its size: that
+        // becomes the frame's `Bytes` without an allocation of its own.
+        let parts = [
+            r#"{"jsonrpc":"2.0","id":"#,
+            n.as_str(),
+            r#","result":"#,
+            raw.get(),
+            "}",
+        ];
+        let mut body = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
+        for part in parts {
+            body.extend_from_slice(part.as_bytes());
+        }
+        return body;
+    }
     let encoded = match &result {
         Ok(raw) => serde_json::to_vec(&Success {
             jsonrpc: "2.0",
@@ -247,6 +265,50 @@ impl Incoming {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reply_to_a_number_id_is_what_serde_json_writes() {
+        #[derive(serde::Serialize)]
+        struct Success<'a> {
+            jsonrpc: &'static str,
+            id: &'a Value,
+            result: &'a RawValue,
+        }
+        let ids = [
+            "0",
+            "7",
+            "-12",
+            "18446744073709551616",
+            "1.50",
+            "1e400",
+            "\"s\"",
+        ];
+        let results = [
+            "null",
+            "{\"status\":\"buffered\",\"pending\":[\"t\"]}",
+            "[1,2]",
+        ];
+        for id in ids {
+            let id: Value = crate::json::from_slice(id.as_bytes()).unwrap();
+            for result in results {
+                let raw = RawValue::from_string(result.to_owned()).unwrap();
+                let expected = serde_json::to_vec(&Success {
+                    jsonrpc: "2.0",
+                    id: &id,
+                    result: &raw,
+                })
+                .unwrap();
+                let body = response_bytes(&id, Ok(raw));
+                assert_eq!(
+                    String::from_utf8_lossy(&body),
+                    String::from_utf8_lossy(&expected)
+                );
+                if id.is_number() {
+                    assert_eq!(body.len(), body.capacity(), "sized exactly for {id}");
+                }
+            }
+        }
+    }
 
     #[tokio::test]
     async fn the_writer_keeps_writing_after_freeing_its_buffer() {
