@@ -383,14 +383,19 @@ impl ClaudeCodeFile {
         let work = |mine: &mut dyn FnMut() -> io::Result<()>| {
             let mut buf = Vec::new();
             let mut parsed = Vec::new();
+            // Room for about as many records as the last chunk had: a
+            // vector grown from empty copies each chunk's records several
+            // times over (tens of megabytes for a large file).
+            let mut room = 0;
             loop {
                 mine()?;
                 let k = shared.next.fetch_add(1, Ordering::Relaxed);
                 if k >= chunks || shared.stop.load(Ordering::Relaxed) {
                     return Ok(parsed);
                 }
-                let mut recs = Vec::new();
+                let mut recs = Vec::with_capacity(room);
                 read_chunk(source, len, chunk as u64, k, &mut buf, &mut recs)?;
+                room = recs.len() + recs.len() / 4;
                 parsed.push((k, recs));
                 let end = (k + 1).saturating_mul(chunk as u64).min(len);
                 shared
@@ -545,7 +550,7 @@ fn conversation(lines: &[&Rec]) -> Vec<Merged> {
     }
     path.reverse();
 
-    let mut out: Vec<Merged> = Vec::new();
+    let mut out: Vec<Merged> = Vec::with_capacity(path.len());
     // Where each response's first part went, by `message.id`.
     let mut response_at: HashTable<(usize, usize)> = HashTable::with_capacity(path.len());
     for i in path {
