@@ -289,7 +289,7 @@ mod tests {
             "[1,2]",
         ];
         for id in ids {
-            let id: Value = crate::json::from_slice(id.as_bytes()).unwrap();
+            let id: Value = serde_json::from_str(id).unwrap();
             for result in results {
                 let raw = RawValue::from_string(result.to_owned()).unwrap();
                 let expected = serde_json::to_vec(&Success {
