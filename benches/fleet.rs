@@ -72,6 +72,7 @@ async fn apply(
         tools: None,
         format: None,
         clearing: None,
+        pricing: None,
     };
     let result = toolwire::methods::budget_apply_queued(registry, config.clone(), params)
         .await

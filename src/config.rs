@@ -69,6 +69,10 @@ pub struct Config {
     pub storage: StorageConfig,
     /// Clearing old results (PROTOCOL.md 11.3).
     pub clearing: crate::budget::clearing::Clearing,
+    /// `[pricing.<provider>]`: the cache prices `auto` clearing weighs
+    /// with, over the documented ones (PROTOCOL.md 12.1).
+    #[serde(skip_serializing_if = "crate::budget::pricing::PricingConfig::is_default")]
+    pub pricing: crate::budget::pricing::PricingConfig,
 }
 
 /// `[proxy]` in `toolwire.toml`: the HTTP face (`toolwire proxy`).
@@ -163,6 +167,7 @@ pub struct Effective {
     pub format: Option<crate::format::Format>,
     pub storage: StorageConfig,
     pub clearing: crate::budget::clearing::Clearing,
+    pub pricing: crate::budget::pricing::PricingConfig,
 }
 
 impl Effective {
@@ -410,6 +415,7 @@ pub fn resolve(workspace: &Path, config: Config) -> Effective {
         format: config.format,
         storage: config.storage,
         clearing: config.clearing,
+        pricing: config.pricing,
     }
 }
 

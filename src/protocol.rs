@@ -390,6 +390,10 @@ pub struct BudgetApplyParams {
     /// (PROTOCOL.md 11.3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clearing: Option<crate::budget::clearing::ClearingOverride>,
+    /// What the request says about its provider's prices, for `auto`
+    /// clearing (PROTOCOL.md 12.1); the provider is the format's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pricing: Option<crate::budget::pricing::PricingParams>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -407,6 +411,9 @@ pub struct BudgetApplyResult {
     /// records are in `records` too.
     #[serde(default)]
     pub cleared: Vec<String>,
+    /// Why this apply cleared what it did, or nothing (PROTOCOL.md 12.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clearing: Option<crate::budget::clearing::Report>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

@@ -32,7 +32,7 @@ use crate::session::{Registry, Storage};
 use crate::transport::codec::{Frame, LspCodec};
 use crate::transport::{self, Incoming, Outbox};
 
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// How many requests the connection's reader dispatches before it lets the
 /// tasks it woke run on its thread. One read often brings many requests

@@ -15,6 +15,9 @@ use common::*;
 use fake_provider::{FakeProvider, Received};
 use serde_json::{Value, json};
 
+/// The test clock is one per process: the tests that drive it take turns.
+static CLOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn call(id: &str, name: &str) -> Value {
     json!({"role": "assistant", "content": [{"type": "tool_use", "id": id, "name": name, "input": {}}]})
 }
@@ -42,6 +45,7 @@ fn result_text(messages: &Value, i: usize) -> String {
 /// whole.
 #[tokio::test]
 async fn cold_clears_after_the_idle_gap_and_replays_byte_for_byte() {
+    let _clock = CLOCK.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let options = json!({
         "exemptTools": ["Exempt"],
@@ -128,6 +132,143 @@ async fn cold_clears_after_the_idle_gap_and_replays_byte_for_byte() {
     assert_eq!(restarted["messages"], sent);
     assert_eq!(restarted["cleared"], json!([]));
     toolwire::budget::clearing::set_test_clock(None);
+}
+
+/// `auto`, the default (PROTOCOL.md 12.1): a conversation growing turn by
+/// turn is cleared only once the cache reads its old results ran up reach
+/// what clearing them costs, says why at every turn, replays the clearing
+/// byte for byte, and clears at once after an idle gap past the cache's
+/// lifetime.
+#[tokio::test]
+async fn auto_clears_only_when_the_reads_pay_for_the_rewrite() {
+    let _clock = CLOCK.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = new_server();
+    let (mut c, _task) = connect(server.clone());
+    c.initialize(dir.path(), json!({})).await;
+    let apply = |messages: &[Value]| {
+        json!({"sessionId": "s", "messages": messages,
+               "pricing": {"model": "claude-sonnet-4-5"}})
+    };
+    let mut messages = vec![json!({"role": "user", "content": "go"})];
+    let mut clock = 2_000_000;
+    let mut cleared_at = None;
+    for n in 0..40 {
+        let id = format!("t{n}");
+        messages.push(call(&id, "Read"));
+        messages.push(result(&id, &format!("line {n}\n").repeat(1_500)));
+        clock += 10;
+        toolwire::budget::clearing::set_test_clock(Some(clock));
+        let r = c.call("budget/apply", apply(&messages)).await;
+        let why = &r["clearing"];
+        assert_eq!(why["mode"], "auto");
+        assert_eq!(why["pricing"]["provider"], "anthropic");
+        assert_eq!(why["pricing"]["source"], "model");
+        assert_eq!(why["pricing"]["cacheWrite"], json!(1.25));
+        let (rent, cost) = (
+            why["rentChars"].as_u64().unwrap(),
+            why["costChars"].as_u64().unwrap(),
+        );
+        match why["decision"].as_str().unwrap() {
+            // Fewer than four calling turns: nothing is old yet.
+            "none" => assert!(n < 3, "turn {n}: {why}"),
+            "waiting" => {
+                assert!(rent < cost, "turn {n}: {why}");
+                assert_eq!(r["cleared"], json!([]));
+            }
+            "cleared" => {
+                assert!(rent >= cost, "turn {n}: {why}");
+                assert!(!r["cleared"].as_array().unwrap().is_empty());
+                cleared_at = Some((n, r["messages"].clone(), r["cleared"].clone()));
+                break;
+            }
+            other => panic!("turn {n}: {other}"),
+        }
+    }
+    let (n, sent, cleared) = cleared_at.expect("auto clears within 40 turns");
+    // Not on the first turn it could: an old result must be read several
+    // times before a rewrite of everything after it pays.
+    assert!(n > 4, "cleared at turn {n}");
+    // The first old result, t0, is in the batch, never a kept turn.
+    assert_eq!(cleared[0], "t0");
+    let kept: Vec<String> = (n - 2..=n).map(|k| format!("t{k}")).collect();
+    for id in cleared.as_array().unwrap() {
+        assert!(!kept.contains(&id.as_str().unwrap().to_owned()), "{id}");
+    }
+    // A retry of the same request sends the same bytes and clears nothing.
+    let again = c.call("budget/apply", apply(&messages)).await;
+    assert_eq!(again["messages"], sent);
+    assert_eq!(again["cleared"], json!([]));
+
+    // Idle past Anthropic's five minutes: every old result goes at once.
+    for k in n + 1..n + 3 {
+        let id = format!("t{k}");
+        messages.push(call(&id, "Read"));
+        messages.push(result(&id, &format!("line {k}\n").repeat(1_500)));
+    }
+    clock += 301;
+    toolwire::budget::clearing::set_test_clock(Some(clock));
+    let r = c.call("budget/apply", apply(&messages)).await;
+    assert_eq!(r["clearing"]["decision"], "expired", "{}", r["clearing"]);
+    assert_eq!(r["cleared"].as_array().unwrap().len(), 2);
+    toolwire::budget::clearing::set_test_clock(None);
+}
+
+/// What `auto` is told about prices: an unknown model falls back to the
+/// provider's documented default and says so; a bad mode or a negative
+/// price is refused at its key.
+#[tokio::test]
+async fn auto_prices_fall_back_to_defaults_and_bad_settings_name_their_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut c, _task) = connect(new_server());
+    c.initialize(dir.path(), json!({})).await;
+    let messages = vec![call("t0", "Read"), result("t0", "x")];
+    let r = c
+        .call(
+            "budget/apply",
+            json!({"sessionId": "p", "messages": messages, "format": "anthropic"}),
+        )
+        .await;
+    assert_eq!(r["clearing"]["decision"], "none");
+    assert_eq!(r["clearing"]["pricing"]["source"], "default");
+    let r = c
+        .call(
+            "budget/apply",
+            json!({"sessionId": "q", "messages": [{"role": "user", "content": "hi"}],
+                   "format": "openai-chat", "pricing": {"model": "gpt-4o-2024-08-06"}}),
+        )
+        .await;
+    assert_eq!(r["clearing"]["pricing"]["cacheRead"], json!(0.5));
+    assert_eq!(r["clearing"]["pricing"]["source"], "model");
+    let e = c
+        .fails(
+            "budget/apply",
+            json!({"sessionId": "p", "messages": messages, "pricing": {"cacheRead": -0.1}}),
+            -32602,
+        )
+        .await;
+    assert!(e.to_string().contains("cacheRead"), "{e}");
+
+    for (toml, key) in [
+        ("[clearing]\nmode = \"sometimes\"\n", "clearing.mode"),
+        (
+            "[pricing.anthropic]\ncache_write = -1\n",
+            "pricing.anthropic.cache_write",
+        ),
+    ] {
+        let bad = tempfile::tempdir().unwrap();
+        std::fs::write(bad.path().join("toolwire.toml"), toml).unwrap();
+        let (mut c, _task) = connect(new_server());
+        let e = c
+            .request(
+                "initialize",
+                json!({"processId": null, "rootUri": file_uri(bad.path())}),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(e["code"], -32602, "{e}");
+        assert!(e["data"]["path"].as_str().unwrap().contains(key), "{e}");
+    }
 }
 
 /// `budget/apply` of `messages` with the clock at `clock`.

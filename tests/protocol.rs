@@ -24,7 +24,7 @@ async fn lifecycle_follows_lsp() {
     let init = c.initialize(dir.path(), json!({})).await;
     assert_eq!(init["serverInfo"]["name"], json!("toolwire"));
     let caps = &init["capabilities"]["experimental"]["toolwire"];
-    assert_eq!(caps["protocolVersion"], json!(3));
+    assert_eq!(caps["protocolVersion"], json!(4));
     let methods: Vec<&str> = caps["methods"]
         .as_array()
         .unwrap()

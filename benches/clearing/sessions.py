@@ -150,34 +150,39 @@ def run_all(flags=(), provider="anthropic"):
     return [(name, agent, f) for (name, agent, _), f in zip(real + heavy, figures)]
 
 
-def pooled(rows):
+def pooled(rows, way="auto"):
     """Pooled over sessions: priced input vs raw, and the share of the
-    avoidable cost (raw - floor) clearing saves."""
+    avoidable cost (raw - floor) the way (`auto` or `batch`) saves."""
     raw = sum(f["raw"]["priced"] for _, _, f in rows)
-    cleared = sum(f["clearing"]["priced"] for _, _, f in rows)
+    cleared = sum(f[way]["priced"] for _, _, f in rows)
     floor = sum(f["floor"]["priced"] for _, _, f in rows)
     return cleared / raw, (raw - cleared) / (raw - floor) if raw > floor else 1.0
 
 
 def price(provider="anthropic"):
     rows = run_all(provider=provider)
-    print(f"| session | agent | requests | tool output | budget | budget+clearing | floor | captured | recoverable |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    print(f"priced for {provider}\n")
+    print("| session | agent | requests | tool output | budget | batch | auto | floor | batch captured | auto captured | recoverable |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, agent, f in rows:
         print(f"| {name} | {agent} | {f['requests']} | {f['toolOutputBytes'] / 1e6:.2f} MB | "
-              f"{f['budget']['vsRaw']:.2f}× | {f['clearing']['vsRaw']:.2f}× | {f['floor']['vsRaw']:.2f}× | "
-              f"{f['captured'] * 100:.0f}% | {f['clearing']['recoverable'] * 100:.0f}% |")
+              f"{f['budget']['vsRaw']:.3f}× | {f['batch']['vsRaw']:.3f}× | {f['auto']['vsRaw']:.3f}× | "
+              f"{f['floor']['vsRaw']:.3f}× | {f['batch']['captured'] * 100:.0f}% | "
+              f"{f['auto']['captured'] * 100:.0f}% | {f['auto']['recoverable'] * 100:.0f}% |")
     real = [r for r in rows if r[1] != "synthetic"]
     for label, subset in (("real", real), ("real + heavy", rows)):
-        ratio, captured = pooled(subset)
-        print(f"\n{label}: budget+clearing {ratio:.3f}× raw, {captured * 100:.1f}% of the avoidable cost")
+        for way in ("batch", "auto"):
+            ratio, captured = pooled(subset, way)
+            print(f"\n{label}: {way} {ratio:.3f}× raw, {captured * 100:.1f}% of the avoidable cost", end="")
+        worst = max(subset, key=lambda r: r[2]["auto"]["vsRaw"])
+        print(f"\n{label}: auto's highest session {worst[0]} at {worst[2]['auto']['vsRaw']:.4f}× raw")
 
 
-# Each setting moved away from its default (3, 1000, 40000), one at a time.
+# Each setting `auto` reads moved away from its default (3, 1000), one at a
+# time (triggerChars is `batch`'s alone).
 SWEEP = {
-    "keep-recent": [1, 8],
-    "min-chars": [200, 4000],
-    "trigger-chars": [10000, 160000],
+    "keep-recent": [1, 2, 5, 8],
+    "min-chars": [200, 500, 2000, 4000],
 }
 
 

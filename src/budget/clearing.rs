@@ -31,6 +31,8 @@ use crate::format::size::format_size;
 use crate::format::{self, Dialect, Digest, Side};
 use crate::state::{Fate, Id, ReplacementState};
 
+pub use super::pricing::Prices;
+
 /// When old results are cleared.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -38,11 +40,15 @@ pub enum ClearingMode {
     /// Never.
     Off,
     /// As soon as the old results sent whole reach `triggerChars`.
-    #[default]
     Batch,
     /// Only when the provider's cache has gone cold (the session idle for
     /// `coldAfterSeconds`), or at four times `triggerChars`.
     Cold,
+    /// When it pays under the provider's prices (PROTOCOL.md 12.1): the
+    /// cache reads a batch has run up since it became clearable reach what
+    /// clearing it now costs extra, or at once when the cache has expired.
+    #[default]
+    Auto,
 }
 
 /// `clearing` in the configuration (file, `initializationOptions`). The
@@ -56,8 +62,8 @@ pub struct Clearing {
     pub keep_recent: u64,
     /// Results smaller than this (in `sizeUnit`) are never cleared.
     pub min_chars: u64,
-    /// The old results still sent whole must add up to this before a batch
-    /// is cleared.
+    /// `batch` and `cold`: the old results still sent whole must add up to
+    /// this before a batch is cleared.
     pub trigger_chars: u64,
     /// `cold`: how long a session must have been idle for its provider
     /// cache to count as expired.
@@ -69,7 +75,7 @@ pub struct Clearing {
 impl Default for Clearing {
     fn default() -> Self {
         Clearing {
-            mode: ClearingMode::Batch,
+            mode: ClearingMode::Auto,
             keep_recent: 3,
             min_chars: 1_000,
             trigger_chars: 40_000,
@@ -110,13 +116,13 @@ impl Clearing {
         }
     }
 
-    /// Whether a batch whose old results total `total` is cleared in an
-    /// apply made `idle` seconds after the session's previous one (`None`:
-    /// not known, as after a restart).
+    /// `batch` and `cold`: whether a batch whose old results total `total`
+    /// is cleared in an apply made `idle` seconds after the session's
+    /// previous one (`None`: not known, as after a restart).
     pub fn fires(&self, total: u64, idle: Option<u64>) -> bool {
         let trigger = self.trigger_chars.max(1);
         match self.mode {
-            ClearingMode::Off => false,
+            ClearingMode::Off | ClearingMode::Auto => false,
             ClearingMode::Batch => total >= trigger,
             ClearingMode::Cold => {
                 let cold = idle.is_some_and(|s| s > self.cold_after_seconds);
@@ -139,6 +145,46 @@ pub struct ToClear {
     pub size: u64,
 }
 
+/// What one apply decided about clearing, and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Decision {
+    /// A batch was cleared: it pays (`auto`), or reached the trigger
+    /// (`batch`, `cold`).
+    Cleared,
+    /// `auto`: the session was idle past the cache's lifetime, so the
+    /// rewrite costs nothing extra: every old result was cleared.
+    Expired,
+    /// There are old results to clear, but clearing them does not pay yet
+    /// (or, in `batch` and `cold`, they are under the trigger).
+    Waiting,
+    /// Nothing to clear (or clearing is off).
+    None,
+}
+
+/// `clearing` in `budget/apply`'s result (PROTOCOL.md 12.1).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    pub mode: ClearingMode,
+    pub decision: Decision,
+    /// The cache reads the batch weighed has run up since its results
+    /// became clearable, in chars at the input price.
+    pub rent_chars: u64,
+    /// What clearing that batch now costs beyond not clearing it, in chars
+    /// at the input price (0 when clearing already saves on this request).
+    pub cost_chars: u64,
+    /// The prices weighed, and where they came from.
+    pub pricing: Prices,
+}
+
+/// What [`plan`] decided: the results to clear now, and why.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub chosen: Vec<ToClear>,
+    pub report: Report,
+}
+
 /// What [`plan`] needs besides the messages and the state.
 pub struct ClearContext<'a> {
     pub dialect: &'a dyn Dialect,
@@ -148,24 +194,70 @@ pub struct ClearContext<'a> {
     pub is_exempt: &'a (dyn Fn(&str) -> bool + Sync),
     /// Seconds since the session's previous apply (`None`: not known).
     pub idle: Option<u64>,
+    /// The provider's cache prices for this request.
+    pub prices: Prices,
 }
 
-/// The results of `messages` to clear now, in order: none unless the old
-/// ones still sent whole reach the trigger, then all of them.
+/// The results of `messages` to clear now, in order, and why.
 ///
 /// An old result stands after the newest compaction and before the
 /// `keepRecent` most recent assistant messages that call tools; it is
 /// eligible when it is all text, of a tool that is not exempt, not a
 /// preview already, at least `minChars`, and was sent whole before (its
 /// fate frozen: a result still fresh is the budget's to decide first).
-pub fn plan(messages: &[Value], state: &ReplacementState, cx: &ClearContext) -> Vec<ToClear> {
+/// `batch` and `cold` clear every eligible result once they add up to the
+/// trigger; `auto` weighs batches by what they cost and earn (see
+/// [`weigh`]).
+pub fn plan(messages: &[Value], state: &ReplacementState, cx: &ClearContext) -> Plan {
     plan_memo(messages, state, cx, &mut Memo::default())
 }
 
-/// Sizes and digests of results already measured, by (message, block): for
-/// a caller that plans again and again over a conversation that only grows
-/// (a simulation), so each result is measured once.
-pub type Memo = HashMap<(usize, usize), (u64, Digest)>;
+/// What [`plan_memo`] keeps between calls over the same, growing,
+/// messages (a simulation), so each result and message is measured once.
+#[derive(Default)]
+pub struct Memo {
+    /// Sizes and digests of results, by (message, block).
+    results: HashMap<(usize, usize), (u64, Digest)>,
+    /// Each message's weight (see [`weight`]), by index.
+    weights: Vec<Option<u64>>,
+}
+
+impl Memo {
+    fn result(
+        &mut self,
+        dialect: &dyn Dialect,
+        state: &ReplacementState,
+        unit: SizeUnit,
+        (message, block): (&Value, usize),
+        at: (usize, usize),
+        id: &str,
+    ) -> (u64, Digest) {
+        *self.results.entry(at).or_insert_with(|| {
+            let digest = super::original_digest(dialect, message, block, state.digest_kind(id));
+            (dialect.result_content(message, block).size(unit), digest)
+        })
+    }
+
+    fn weight(&mut self, i: usize, message: &Value) -> u64 {
+        if self.weights.len() <= i {
+            self.weights.resize(i + 1, None);
+        }
+        *self.weights[i].get_or_insert_with(|| weight(message))
+    }
+}
+
+/// An eligible old result, as [`weigh`] sees it.
+struct Candidate {
+    clear: ToClear,
+    /// Chars a request stops sending once it is cleared.
+    saving: f64,
+    /// Earlier requests that sent it whole while it was already old.
+    rented: u64,
+}
+
+/// Chars a cleared result's preview takes beyond `previewChars`: the
+/// persisted-output tags and the line naming the saved output.
+const PREVIEW_OVERHEAD: u64 = 300;
 
 /// [`plan`] with a [`Memo`] kept between calls over the same, growing,
 /// messages.
@@ -174,33 +266,50 @@ pub fn plan_memo(
     state: &ReplacementState,
     cx: &ClearContext,
     memo: &mut Memo,
-) -> Vec<ToClear> {
+) -> Plan {
+    let mut out = Plan {
+        chosen: Vec::new(),
+        report: Report {
+            mode: cx.clearing.mode,
+            decision: Decision::None,
+            rent_chars: 0,
+            cost_chars: 0,
+            pricing: cx.prices,
+        },
+    };
     if cx.clearing.mode == ClearingMode::Off {
-        return Vec::new();
+        return out;
     }
     let dialect = cx.dialect;
     // What stands before the newest compaction is never sent (PROTOCOL.md
     // 11.2): nothing there is cleared.
     let cut = format::compaction_cut(dialect, messages.iter());
     let start = cut.map_or(0, |(m, _)| m);
+    let sides: Vec<Option<Side>> = messages.iter().map(|m| dialect.side(m)).collect();
     // Where the kept turns begin: the keepRecent-th newest assistant
     // message with tool calls (with fewer of them, nothing is old).
     let keep = usize::try_from(cx.clearing.keep_recent).unwrap_or(usize::MAX);
     let calling: Vec<usize> = (start..messages.len())
         .filter(|&i| {
-            dialect.side(&messages[i]) == Some(Side::Assistant)
-                && !format::calls(dialect, &messages[i]).is_empty()
+            sides[i] == Some(Side::Assistant) && !format::calls(dialect, &messages[i]).is_empty()
         })
         .collect();
     let kept_from = match keep {
         0 => messages.len(),
         k if calling.len() >= k => calling[calling.len() - k],
-        _ => return Vec::new(),
+        _ => return out,
     };
-    let mut chosen = Vec::new();
+    // Each model reply starts a run of assistant messages (a Responses
+    // turn is several items): one run, one request answered.
+    let replies: Vec<usize> = (start..messages.len())
+        .filter(|&j| {
+            sides[j] == Some(Side::Assistant) && (j == 0 || sides[j - 1] != Some(Side::Assistant))
+        })
+        .collect();
+    let mut candidates = Vec::new();
     let mut total = 0u64;
     for (i, message) in messages.iter().enumerate().take(kept_from).skip(start) {
-        if dialect.side(message) != Some(Side::User) {
+        if sides[i] != Some(Side::User) {
             continue;
         }
         for (block, id) in format::results(dialect, message) {
@@ -214,32 +323,187 @@ pub fn plan_memo(
             {
                 continue;
             }
-            let (size, digest) = *memo.entry((i, block)).or_insert_with(|| {
-                let digest =
-                    super::original_digest(dialect, message, block, state.digest_kind(&id));
-                (content.size(cx.unit), digest)
-            });
-            if size < cx.clearing.min_chars {
-                continue;
-            }
-            if state.fate(&id, digest) != Fate::Frozen {
+            let (size, digest) =
+                memo.result(dialect, state, cx.unit, (message, block), (i, block), &id);
+            if size < cx.clearing.min_chars || state.fate(&id, digest) != Fate::Frozen {
                 continue;
             }
             total += size;
-            chosen.push(ToClear {
-                message: i,
-                block,
-                tool_use_id: Id::from(&*id),
-                digest,
-                size,
+            // It became old when the keepRecent-th calling turn after it
+            // was sent; every reply since answered a request that read it.
+            let first_after = calling.partition_point(|&c| c <= i);
+            let old_at = match keep {
+                0 => i,
+                k => calling
+                    .get(first_after + k - 1)
+                    .copied()
+                    .unwrap_or(messages.len()),
+            };
+            let rented = (replies.len() - replies.partition_point(|&j| j <= old_at)) as u64;
+            let preview = cx.clearing.preview_chars + PREVIEW_OVERHEAD;
+            candidates.push(Candidate {
+                clear: ToClear {
+                    message: i,
+                    block,
+                    tool_use_id: Id::from(&*id),
+                    digest,
+                    size,
+                },
+                saving: size.saturating_sub(preview) as f64,
+                rented,
             });
         }
     }
-    if cx.clearing.fires(total, cx.idle) {
-        chosen
-    } else {
-        Vec::new()
+    if candidates.is_empty() {
+        return out;
     }
+    // The previous request ended where the newest reply begins: what the
+    // cache holds, and what a clearing rewrites from its first result on.
+    let cached_end = replies.last().copied().unwrap_or(messages.len());
+    let sent = |memo: &mut Memo, i: usize| sent_weight(messages, state, cx, memo, i, &sides);
+    let weighed = weigh(&candidates, cached_end, cx.prices, |i| sent(memo, i));
+    let (first, decision) = match cx.clearing.mode {
+        ClearingMode::Auto => {
+            let expired = cx.idle.is_some_and(|s| s > cx.prices.cache_seconds);
+            match weighed.paying {
+                _ if expired => (Some(0), Decision::Expired),
+                Some(p) => (Some(p), Decision::Cleared),
+                None => (None, Decision::Waiting),
+            }
+        }
+        _ if cx.clearing.fires(total, cx.idle) => (Some(0), Decision::Cleared),
+        _ => (None, Decision::Waiting),
+    };
+    let shown = first.unwrap_or(0);
+    out.report.decision = decision;
+    out.report.rent_chars = weighed.rent[shown].round() as u64;
+    out.report.cost_chars = weighed.cost[shown].max(0.0).round() as u64;
+    if let Some(p) = first {
+        out.chosen = candidates.into_iter().skip(p).map(|c| c.clear).collect();
+    }
+    out
+}
+
+/// Rent and cost of each batch [`plan_memo`] can clear: batch `p` is every
+/// candidate from the `p`-th on (clearing later ones rewrites less, and
+/// saves less).
+struct Weighed {
+    rent: Vec<f64>,
+    cost: Vec<f64>,
+    /// The batch that saves most among those that pay: the earliest.
+    paying: Option<usize>,
+}
+
+/// The rent-or-buy rule. Clearing batch `p` now rewrites everything the
+/// cache holds from its first result on (`C`, now without the batch's
+/// `S` saved chars) at the write price instead of reading it, and from
+/// then on every request reads `S` fewer chars:
+///
+/// - cost now: `write × (C − S) − read × C`;
+/// - rent: `read × Σ saving × rented`, what the batch's results have cost
+///   in reads since each became old.
+///
+/// A batch pays once its rent reaches its cost: deciding so never pays
+/// more than twice what the best choice in hindsight would have (the
+/// ski-rental bound), whatever the session does next.
+fn weigh(
+    candidates: &[Candidate],
+    cached_end: usize,
+    prices: Prices,
+    mut sent: impl FnMut(usize) -> u64,
+) -> Weighed {
+    let (read, write) = (prices.cache_read, prices.cache_write);
+    let n = candidates.len();
+    // C for each candidate's message: the sent chars from it to the end
+    // of the cached prefix, summed from the end.
+    let first_message = candidates[0].clear.message;
+    let mut from = vec![0f64; cached_end.saturating_sub(first_message) + 1];
+    for i in (first_message..cached_end).rev() {
+        from[i - first_message] = from[i - first_message + 1] + sent(i) as f64;
+    }
+    let (mut rent, mut cost) = (vec![0f64; n], vec![0f64; n]);
+    let (mut saved, mut rented) = (0f64, 0f64);
+    for p in (0..n).rev() {
+        let c = &candidates[p];
+        saved += c.saving;
+        rented += c.saving * c.rented as f64;
+        let rewritten = from
+            .get(c.clear.message - first_message)
+            .copied()
+            .unwrap_or(0.0);
+        rent[p] = read * rented;
+        cost[p] = write * (rewritten - saved).max(0.0) - read * rewritten;
+    }
+    let paying =
+        (0..n).find(|&p| rent[p] >= cost[p] && candidates[p..].iter().any(|c| c.saving > 0.0));
+    Weighed { rent, cost, paying }
+}
+
+/// Chars message `i` is sent as: its weight, less what the results the
+/// state already replaces no longer send.
+fn sent_weight(
+    messages: &[Value],
+    state: &ReplacementState,
+    cx: &ClearContext,
+    memo: &mut Memo,
+    i: usize,
+    sides: &[Option<Side>],
+) -> u64 {
+    let message = &messages[i];
+    let mut w = memo.weight(i, message);
+    if sides[i] != Some(Side::User) {
+        return w;
+    }
+    for (block, id) in format::results(cx.dialect, message) {
+        // Only a result of at least minChars can have been replaced by a
+        // clearing; a budget replacement is far larger still.
+        if !state.is_decided(&id)
+            || cx
+                .dialect
+                .result_content(message, block)
+                .size(SizeUnit::Bytes)
+                < cx.clearing.min_chars
+        {
+            continue;
+        }
+        let (size, digest) = memo.result(
+            cx.dialect,
+            state,
+            cx.unit,
+            (message, block),
+            (i, block),
+            &id,
+        );
+        if let Fate::Replaced(r) = state.fate(&id, digest) {
+            w = w.saturating_sub(size.saturating_sub(r.size(cx.unit)));
+        }
+    }
+    w
+}
+
+/// About how many chars `value` takes as compact JSON: its strings and
+/// keys by length, a few chars for each other value and its punctuation.
+/// Counted without writing it out, by an explicit walk (values may be
+/// nested deeper than the stack allows recursion).
+pub fn weight(value: &Value) -> u64 {
+    let mut total = 0u64;
+    let mut stack = vec![value];
+    while let Some(v) = stack.pop() {
+        total += match v {
+            Value::String(s) => s.len() as u64 + 2,
+            Value::Array(items) => {
+                stack.extend(items.iter());
+                2 + items.len() as u64
+            }
+            Value::Object(map) => {
+                stack.extend(map.values());
+                2 + map.keys().map(|k| k.len() as u64 + 4).sum::<u64>()
+            }
+            Value::Number(_) => 4,
+            Value::Bool(_) | Value::Null => 4,
+        };
+    }
+    total
 }
 
 /// The preview a cleared result is sent as: the persisted-output shape
@@ -371,11 +635,19 @@ mod tests {
             unit: SizeUnit::Chars,
             is_exempt: exempt,
             idle,
+            prices: crate::budget::pricing::resolve(
+                crate::budget::pricing::Provider::Anthropic,
+                &Default::default(),
+                None,
+            ),
         }
     }
 
-    fn ids(plan: &[ToClear]) -> Vec<String> {
-        plan.iter().map(|c| c.tool_use_id.to_string()).collect()
+    fn ids(plan: &Plan) -> Vec<String> {
+        plan.chosen
+            .iter()
+            .map(|c| c.tool_use_id.to_string())
+            .collect()
     }
 
     const NONE_EXEMPT: &(dyn Fn(&str) -> bool + Sync) = &|_: &str| false;
@@ -383,6 +655,7 @@ mod tests {
     #[test]
     fn batch_clears_every_old_result_once_the_trigger_is_reached() {
         let clearing = Clearing {
+            mode: ClearingMode::Batch,
             keep_recent: 2,
             min_chars: 100,
             trigger_chars: 3_000,
@@ -390,17 +663,22 @@ mod tests {
         };
         // 4 turns of 1000: the 2 old ones total 2000, under the trigger.
         let (messages, state) = conversation(4, 1_000);
-        assert!(plan(&messages, &state, &cx(clearing, NONE_EXEMPT, None)).is_empty());
+        assert!(
+            plan(&messages, &state, &cx(clearing, NONE_EXEMPT, None))
+                .chosen
+                .is_empty()
+        );
         // 5 turns: t0..t2 are old, 3000: all three go, never t3 or t4.
         let (messages, state) = conversation(5, 1_000);
         let chosen = plan(&messages, &state, &cx(clearing, NONE_EXEMPT, None));
         assert_eq!(ids(&chosen), ["t0", "t1", "t2"]);
-        assert!(chosen.iter().all(|c| c.size == 1_000));
+        assert!(chosen.chosen.iter().all(|c| c.size == 1_000));
     }
 
     #[test]
     fn never_an_exempt_tool_a_small_result_or_one_already_replaced() {
         let clearing = Clearing {
+            mode: ClearingMode::Batch,
             keep_recent: 1,
             min_chars: 500,
             trigger_chars: 1,
@@ -435,6 +713,7 @@ mod tests {
     #[test]
     fn nothing_before_a_compaction() {
         let clearing = Clearing {
+            mode: ClearingMode::Batch,
             keep_recent: 1,
             min_chars: 1,
             trigger_chars: 1,
@@ -463,16 +742,24 @@ mod tests {
         let (messages, state) = conversation(4, 1_000);
         // 3000 old: over the trigger, under 4x.
         for idle in [None, Some(10), Some(300)] {
-            assert!(plan(&messages, &state, &cx(clearing, NONE_EXEMPT, idle)).is_empty());
+            assert!(
+                plan(&messages, &state, &cx(clearing, NONE_EXEMPT, idle))
+                    .chosen
+                    .is_empty()
+            );
         }
         assert_eq!(
-            plan(&messages, &state, &cx(clearing, NONE_EXEMPT, Some(301))).len(),
+            plan(&messages, &state, &cx(clearing, NONE_EXEMPT, Some(301)))
+                .chosen
+                .len(),
             3
         );
         // 8000 old: cleared warm too.
         let (messages, state) = conversation(9, 1_000);
         assert_eq!(
-            plan(&messages, &state, &cx(clearing, NONE_EXEMPT, Some(1))).len(),
+            plan(&messages, &state, &cx(clearing, NONE_EXEMPT, Some(1)))
+                .chosen
+                .len(),
             8
         );
         // Off: never.
@@ -480,7 +767,113 @@ mod tests {
             mode: ClearingMode::Off,
             ..clearing
         };
-        assert!(plan(&messages, &state, &cx(off, NONE_EXEMPT, Some(10_000))).is_empty());
+        assert!(
+            plan(&messages, &state, &cx(off, NONE_EXEMPT, Some(10_000)))
+                .chosen
+                .is_empty()
+        );
+    }
+
+    /// `n` turns of one `len`-char result each, then the decision `auto`
+    /// makes at the last of them.
+    fn auto_at(n: usize, len: usize, idle: Option<u64>) -> Plan {
+        let clearing = Clearing {
+            min_chars: 100,
+            ..Clearing::default()
+        };
+        let (messages, state) = conversation(n, len);
+        plan(&messages, &state, &cx(clearing, NONE_EXEMPT, idle))
+    }
+
+    #[test]
+    fn auto_waits_until_the_reads_run_up_reach_the_cost_of_clearing() {
+        assert_eq!(Clearing::default().mode, ClearingMode::Auto);
+        // Four turns: t0 became old in this very request: no rent yet.
+        let p = auto_at(4, 10_000, None);
+        assert_eq!(p.report.decision, Decision::Waiting);
+        assert_eq!(p.report.rent_chars, 0);
+        assert!(p.report.cost_chars > 0);
+        assert!(p.chosen.is_empty());
+        // Rent grows with every request that reads the old results, and
+        // the first apply where it reaches the cost clears: never before.
+        let mut cleared_at = None;
+        for n in 5..200 {
+            let p = auto_at(n, 10_000, None);
+            assert!(p.report.decision != Decision::Expired);
+            if p.report.decision == Decision::Cleared {
+                assert!(p.report.rent_chars >= p.report.cost_chars, "{:?}", p.report);
+                assert!(!p.chosen.is_empty());
+                cleared_at = Some(n);
+                break;
+            }
+            assert_eq!(p.report.decision, Decision::Waiting);
+            assert!(p.report.rent_chars < p.report.cost_chars, "{:?}", p.report);
+        }
+        let n = cleared_at.expect("clearing pays within 200 turns");
+        // Anthropic, results of 10,000 chars (9,500 saved each), read at
+        // 0.1 and rewritten at 1.25 with the three kept turns after them:
+        // rent 950 × (n−4)(n−3)/2 passes a cost of about 24,000 − 260 n
+        // at n = 11.
+        assert_eq!(n, 11, "cleared at {n}");
+    }
+
+    #[test]
+    fn auto_clears_every_old_result_once_the_cache_has_expired() {
+        // Anthropic's 5-minute cache: idle 301 s is past it.
+        let warm = auto_at(6, 10_000, Some(300));
+        assert_eq!(warm.report.decision, Decision::Waiting);
+        let p = auto_at(6, 10_000, Some(301));
+        assert_eq!(p.report.decision, Decision::Expired);
+        assert_eq!(ids(&p), ["t0", "t1", "t2"]);
+        // Nothing old: nothing to decide, whatever the idle time.
+        let p = auto_at(3, 10_000, Some(10_000));
+        assert_eq!(p.report.decision, Decision::None);
+    }
+
+    #[test]
+    fn a_cheaper_cache_write_clears_sooner() {
+        let clearing = Clearing {
+            min_chars: 100,
+            ..Clearing::default()
+        };
+        let first_clear = |prices: Prices| {
+            (2..200).find(|&n| {
+                let (messages, state) = conversation(n, 10_000);
+                let cx = ClearContext {
+                    prices,
+                    ..cx(clearing, NONE_EXEMPT, None)
+                };
+                plan(&messages, &state, &cx).report.decision == Decision::Cleared
+            })
+        };
+        let anthropic = cx(clearing, NONE_EXEMPT, None).prices;
+        let openai = crate::budget::pricing::resolve(
+            crate::budget::pricing::Provider::Openai,
+            &Default::default(),
+            None,
+        );
+        let (a, o) = (first_clear(anthropic), first_clear(openai));
+        assert!(a.is_some() && o.is_some());
+        assert!(o < a, "openai {o:?}, anthropic {a:?}");
+    }
+
+    #[test]
+    fn weight_is_close_to_the_compact_json_length() {
+        let v = json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "x".repeat(5_000)}]});
+        let exact = serde_json::to_string(&v).unwrap().len() as f64;
+        let w = weight(&v) as f64;
+        assert!((w - exact).abs() / exact < 0.05, "{w} vs {exact}");
+        // Nesting deeper than recursion would survive is measured too.
+        let mut deep = json!("leaf");
+        for _ in 0..20_000 {
+            deep = Value::Array(vec![deep]);
+        }
+        assert!(weight(&deep) > 20_000);
+        // Dropping it recursively would overflow the stack: unwind by hand.
+        let mut v = deep;
+        while let Value::Array(mut items) = v {
+            v = items.pop().unwrap_or(Value::Null);
+        }
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod clearing;
 pub mod names;
 pub mod planner;
 pub mod preview;
+pub mod pricing;
 pub mod settings;
 
 use std::collections::{HashMap, HashSet};

@@ -40,7 +40,8 @@ pub struct Args {
     /// prices (PROTOCOL.md 11.3).
     #[arg(long, value_enum, value_name = "PROVIDER")]
     price: Option<toolwire::replay::price::Provider>,
-    /// With --price: clearing mode (default: the configuration's).
+    /// With --price: the clearing mode priced beside `auto` (default:
+    /// `batch`, or the configuration's mode when it is not `auto`).
     #[arg(long, value_enum, requires = "price")]
     clearing_mode: Option<ClearingModeArg>,
     /// With --price: clearing's keepRecent.
@@ -194,6 +195,7 @@ fn price(
         tools: config.tools,
         exempt_tools: config.exempt_tools,
         clearing,
+        pricing: config.pricing,
     };
     let pricing = price::price(steps, format, provider, &settings);
     if args.json {

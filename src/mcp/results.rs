@@ -179,6 +179,7 @@ async fn apply(
         format: Some(crate::format::Format::Anthropic),
         // Each call is applied alone, with no history to clear.
         clearing: None,
+        pricing: None,
     };
     crate::methods::budget_apply_queued(front.registry(), front.config().clone(), params).await
 }

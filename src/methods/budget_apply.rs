@@ -331,8 +331,16 @@ async fn apply_tracked(
         unit,
         is_exempt: &is_exempt,
         idle,
+        prices: budget::pricing::resolve(
+            budget::pricing::Provider::of(format),
+            &config.pricing,
+            params.pricing.as_ref(),
+        ),
     };
-    let to_clear = clearing::plan(&messages, &state, &ccx);
+    let clearing::Plan {
+        chosen: to_clear,
+        report: mut clearing_report,
+    } = clearing::plan(&messages, &state, &ccx);
     let mut cleared = Vec::new();
     if !to_clear.is_empty() {
         if hold.is_none() {
@@ -368,7 +376,11 @@ async fn apply_tracked(
                 }
             }
         }
-        tracing::info!(cleared = clear.len(), "cleared old tool results");
+        tracing::info!(cleared = clear.len(), decision = ?clearing_report.decision, rent = clearing_report.rent_chars, cost = clearing_report.cost_chars, "cleared old tool results");
+        if clear.is_empty() {
+            // Every save failed: nothing was cleared after all.
+            clearing_report.decision = clearing::Decision::Waiting;
+        }
         state.clear(clear);
     }
 
@@ -427,6 +439,7 @@ async fn apply_tracked(
         failures,
         over_limit,
         cleared,
+        clearing: Some(clearing_report),
     };
     Ok(Applied { result, changed })
 }

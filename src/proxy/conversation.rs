@@ -5,6 +5,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::route::Route;
+use crate::budget::pricing::{CacheTtl, PricingParams};
 use crate::protocol::SessionId;
 
 /// The header naming a request's session.
@@ -44,6 +45,52 @@ pub fn derive_session(route: Route, body: &Value) -> Option<SessionId> {
         .map(|b| format!("{b:02x}"))
         .collect();
     SessionId::try_from(format!("px-{hex}")).ok()
+}
+
+/// What a request says about the prices it is sent at (PROTOCOL.md 12.1):
+/// its model (the body's `model`, or for Gemini the path's
+/// `models/{model}:…`), and the cache lifetime it asked for: an Anthropic
+/// `cache_control` with `ttl: "1h"` anywhere in it, or OpenAI's
+/// `prompt_cache_retention: "24h"`. The body's text is searched rather than
+/// walked: the conversation has already been moved out of the value.
+pub fn pricing(route: Route, body: &Value, text: &str, path: &str) -> PricingParams {
+    let model = match route {
+        Route::Gemini { .. } => path
+            .rsplit_once("/models/")
+            .and_then(|(_, rest)| rest.split_once(':'))
+            .map(|(model, _)| model.to_owned()),
+        _ => body.get("model").and_then(Value::as_str).map(str::to_owned),
+    };
+    let cache_ttl = match route.format() {
+        crate::format::Format::Anthropic if member_is(text, "ttl", "1h") => Some(CacheTtl::OneHour),
+        crate::format::Format::OpenaiChat | crate::format::Format::OpenaiResponses
+            if body.get("prompt_cache_retention").and_then(Value::as_str) == Some("24h") =>
+        {
+            Some(CacheTtl::OneDay)
+        }
+        _ => None,
+    };
+    PricingParams {
+        model,
+        cache_ttl,
+        ..PricingParams::default()
+    }
+}
+
+/// Whether `text` (JSON) has a member `"name": "value"`, white space
+/// around the colon allowed.
+fn member_is(text: &str, name: &str, value: &str) -> bool {
+    let key = format!("\"{name}\"");
+    let bytes = text.as_bytes();
+    memchr::memmem::find_iter(bytes, key.as_bytes()).any(|at| {
+        let rest = text[at + key.len()..].trim_start();
+        rest.strip_prefix(':').is_some_and(|rest| {
+            rest.trim_start()
+                .strip_prefix('"')
+                .and_then(|rest| rest.strip_prefix(value))
+                .is_some_and(|rest| rest.starts_with('"'))
+        })
+    })
 }
 
 fn strip_cache_control(value: &mut Value) {

@@ -51,7 +51,8 @@ pub const DEGRADED_HEADER: &str = "x-toolwire-degraded";
 /// request that only had results moved ahead of text says so too.
 pub const REPAIRED_HEADER: &str = "x-toolwire-repaired";
 /// Response header, present only when the request cleared old results
-/// (PROTOCOL.md 11.3): their tool call ids, comma-separated,
+/// (PROTOCOL.md 11.3, 12.1): their tool call ids, comma-separated, then
+/// why: `; reason=pays|expired|trigger; rentChars=N; costChars=N`,
 /// percent-encoded.
 pub const CLEARED_HEADER: &str = "x-toolwire-cleared";
 
@@ -240,7 +241,14 @@ impl Proxy {
         let (session, body) = match target {
             Target::Route(route) if parts.method == Method::POST => {
                 match self
-                    .prepare(route, &parts.headers, body, &mut record, &mut notes)
+                    .prepare(
+                        route,
+                        parts.uri.path(),
+                        &parts.headers,
+                        body,
+                        &mut record,
+                        &mut notes,
+                    )
                     .await
                 {
                     Ok(prepared) => prepared,
@@ -280,6 +288,7 @@ impl Proxy {
     async fn prepare(
         &self,
         route: Route,
+        path: &str,
         headers: &HeaderMap,
         body: Bytes,
         record: &mut Record,
@@ -340,6 +349,7 @@ impl Proxy {
             return Ok((session, body));
         };
         let format = route.format();
+        let pricing = conversation::pricing(route, &parsed.value, text, path);
         let (messages, repaired) = crate::transcript::repair::repair_owned(format, messages);
         if let Some(report) = &repaired {
             tracing::info!(session = %session, dropped_tool_uses = ?report.dropped_tool_uses, dropped_tool_results = ?report.dropped_tool_results, moved_tool_results = ?report.moved_tool_results, "repaired the pairing of a request");
@@ -363,6 +373,7 @@ impl Proxy {
             preview_mode: None,
             format: Some(format),
             clearing: None,
+            pricing: Some(pricing.clone()),
         };
         let params = params_of(messages);
         match crate::methods::budget_apply_queued_tracked(
@@ -379,7 +390,22 @@ impl Proxy {
                 record.results_cleared = result.cleared.len() as u64;
                 record.budgeted = true;
                 if !result.cleared.is_empty() {
-                    notes.insert(CLEARED_HEADER, note(&id_list(&result.cleared)));
+                    use crate::budget::clearing::{ClearingMode, Decision};
+                    let reason = match result.clearing.map(|c| (c.mode, c.decision)) {
+                        Some((_, Decision::Expired)) => "expired",
+                        Some((ClearingMode::Auto, _)) => "pays",
+                        _ => "trigger",
+                    };
+                    let why = result.clearing.map_or(String::new(), |c| {
+                        format!("; rentChars={}; costChars={}", c.rent_chars, c.cost_chars)
+                    });
+                    notes.insert(
+                        CLEARED_HEADER,
+                        note(&format!(
+                            "{}; reason={reason}{why}",
+                            id_list(&result.cleared)
+                        )),
+                    );
                 }
                 let budgeted: Vec<Value> = result.messages.into_iter().map(|m| m.0).collect();
                 let spliced = if repaired.is_some() {

@@ -28,31 +28,15 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::Step;
-use crate::budget::clearing::{self, Clearing};
+use crate::budget::clearing::{self, Clearing, ClearingMode};
+use crate::budget::pricing::{self, Prices, PricingConfig};
 use crate::budget::{self, PlanContext};
 use crate::budget::{Limits, PreviewMode, ToolPolicy, Tools};
 use crate::format::SizeUnit;
 use crate::format::{self, Format, Side};
 use crate::state::{Id, Replacement, ReplacementState};
 
-/// Whose cache prices apply.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Provider {
-    Anthropic,
-    Openai,
-    Gemini,
-}
-
-impl Provider {
-    /// (cache read, uncached input) as multiples of the input price.
-    pub fn rates(self) -> (f64, f64) {
-        match self {
-            Provider::Anthropic => (0.1, 1.25),
-            Provider::Openai | Provider::Gemini => (0.25, 1.0),
-        }
-    }
-}
+pub use crate::budget::pricing::Provider;
 
 /// What the simulated toolwire runs with.
 #[derive(Debug, Clone, Default)]
@@ -62,7 +46,11 @@ pub struct Settings {
     pub preview_mode: PreviewMode,
     pub tools: Tools,
     pub exempt_tools: Vec<String>,
+    /// The clearing way compared with `auto` (its mode: `batch` unless
+    /// asked otherwise); `auto` runs with the same other settings.
     pub clearing: Clearing,
+    /// `[pricing]`: the cache prices, also those the session is priced at.
+    pub pricing: PricingConfig,
 }
 
 /// One way of sending the session, priced.
@@ -84,6 +72,12 @@ pub struct Way {
     pub recoverable: f64,
     /// Requests whose prefix broke before the previous request's end.
     pub cache_breaks: u64,
+    /// Results clearing replaced, and in how many batches.
+    pub cleared_results: u64,
+    pub clearing_batches: u64,
+    /// (raw − this) / (raw − floor): the share of the avoidable cost this
+    /// way saves; 1 when nothing is avoidable.
+    pub captured: f64,
 }
 
 /// The session priced every way.
@@ -91,19 +85,18 @@ pub struct Way {
 #[serde(rename_all = "camelCase")]
 pub struct Pricing {
     pub provider: Provider,
+    /// The prices every way is priced at, and `auto` weighs with.
+    pub prices: Prices,
     pub requests: u64,
     pub tool_results: u64,
     pub tool_output_bytes: u64,
     pub raw: Way,
     pub budget: Way,
-    pub clearing: Way,
+    /// Clearing in the mode compared (`batch` by default).
+    pub batch: Way,
+    /// Clearing in `auto` mode, the default.
+    pub auto: Way,
     pub floor: Way,
-    /// Results clearing replaced, and in how many batches.
-    pub cleared_results: u64,
-    pub clearing_batches: u64,
-    /// (raw − clearing) / (raw − floor): the share of the avoidable cost
-    /// clearing saves; 1 when nothing is avoidable.
-    pub captured: f64,
 }
 
 /// The fixed stub the floor sends for every result.
@@ -119,7 +112,7 @@ const ARTIFACT_DIR: &str = "/home/user/project/.toolwire/sessions/replay/tool-re
 enum Kind {
     Raw,
     Budget,
-    Clearing,
+    Clearing(ClearingMode),
     Floor,
 }
 
@@ -132,8 +125,6 @@ struct Sim {
     previous: Vec<Arc<str>>,
     state: ReplacementState,
     way: Way,
-    cleared: u64,
-    batches: u64,
     memo: clearing::Memo,
 }
 
@@ -148,8 +139,6 @@ impl Sim {
                 name: name.to_owned(),
                 ..Way::default()
             },
-            cleared: 0,
-            batches: 0,
             memo: clearing::Memo::default(),
         }
     }
@@ -195,15 +184,27 @@ fn json(message: &Value) -> Arc<str> {
 /// Price `steps` (a recording in `format`) for `provider`.
 pub fn price(steps: &[Step], format: Format, provider: Provider, settings: &Settings) -> Pricing {
     let dialect = format.dialect();
-    let rates = provider.rates();
+    let prices = pricing::resolve(provider, &settings.pricing, None);
+    let rates = (prices.cache_read, prices.cache_write);
     let unit = settings.unit;
     let dir = PathBuf::from(ARTIFACT_DIR);
     let mut names: HashMap<String, String> = HashMap::new();
     let mut originals: Vec<Value> = Vec::new();
+    let compared = match settings.clearing.mode {
+        ClearingMode::Auto => ClearingMode::Batch,
+        mode => mode,
+    };
+    let compared_name = match compared {
+        ClearingMode::Off => "clearing off",
+        ClearingMode::Batch => "batch",
+        ClearingMode::Cold => "cold",
+        ClearingMode::Auto => "auto",
+    };
     let mut sims = [
         Sim::new(Kind::Raw, "raw"),
         Sim::new(Kind::Budget, "budget"),
-        Sim::new(Kind::Clearing, "budget+clearing"),
+        Sim::new(Kind::Clearing(compared), compared_name),
+        Sim::new(Kind::Clearing(ClearingMode::Auto), "auto"),
         Sim::new(Kind::Floor, "floor"),
     ];
     let mut requests = 0u64;
@@ -263,55 +264,62 @@ pub fn price(steps: &[Step], format: Format, provider: Provider, settings: &Sett
             policy: &policy,
         };
         for sim in &mut sims {
-            advance(sim, &originals, &pcx, settings);
+            advance(sim, &originals, &pcx, settings, prices);
         }
     }
 
-    let [mut raw, budget, clearing, floor] = sims;
+    let [mut raw, mut budget, mut batch, mut auto, mut floor] = sims;
     let raw_price = raw.way.priced;
+    let floor_price = floor.way.priced;
     let finish = |sim: &mut Sim, recoverable: f64| {
-        sim.way.vs_raw = if raw_price > 0.0 {
-            sim.way.priced / raw_price
+        let way = &mut sim.way;
+        way.vs_raw = if raw_price > 0.0 {
+            way.priced / raw_price
         } else {
             1.0
         };
-        sim.way.cache_hit_rate = if sim.way.input_bytes > 0 {
-            sim.way.cached_bytes as f64 / sim.way.input_bytes as f64
+        way.cache_hit_rate = if way.input_bytes > 0 {
+            way.cached_bytes as f64 / way.input_bytes as f64
         } else {
             0.0
         };
-        sim.way.recoverable = recoverable;
+        way.recoverable = recoverable;
+        let avoidable = raw_price - floor_price;
+        way.captured = if avoidable > 0.0 {
+            (raw_price - way.priced) / avoidable
+        } else {
+            1.0
+        };
     };
     finish(&mut raw, 1.0);
-    let (mut budget, mut clearing, mut floor) = (budget, clearing, floor);
     // Every result toolwire replaced has its original saved; the rest are
     // sent whole.
     finish(&mut budget, 1.0);
-    finish(&mut clearing, 1.0);
+    finish(&mut batch, 1.0);
+    finish(&mut auto, 1.0);
     finish(&mut floor, 0.0);
-    let avoidable = raw.way.priced - floor.way.priced;
-    let captured = if avoidable > 0.0 {
-        (raw.way.priced - clearing.way.priced) / avoidable
-    } else {
-        1.0
-    };
     Pricing {
         provider,
+        prices,
         requests,
         tool_results,
         tool_output_bytes,
-        cleared_results: clearing.cleared,
-        clearing_batches: clearing.batches,
         raw: raw.way,
         budget: budget.way,
-        clearing: clearing.way,
+        batch: batch.way,
+        auto: auto.way,
         floor: floor.way,
-        captured,
     }
 }
 
 /// Bring `sim` up to date with `originals` (messages were appended).
-fn advance(sim: &mut Sim, originals: &[Value], pcx: &PlanContext, settings: &Settings) {
+fn advance(
+    sim: &mut Sim,
+    originals: &[Value],
+    pcx: &PlanContext,
+    settings: &Settings,
+    prices: Prices,
+) {
     let dialect = pcx.dialect;
     let first_new = sim.sent.len();
     for message in &originals[first_new..] {
@@ -323,7 +331,7 @@ fn advance(sim: &mut Sim, originals: &[Value], pcx: &PlanContext, settings: &Set
                     dialect.put_replacement(&mut out, i, STUB);
                 }
             }
-            Kind::Budget | Kind::Clearing => {
+            Kind::Budget | Kind::Clearing(_) => {
                 if dialect.side(message) == Some(Side::User)
                     && !format::results(dialect, message).is_empty()
                 {
@@ -334,18 +342,26 @@ fn advance(sim: &mut Sim, originals: &[Value], pcx: &PlanContext, settings: &Set
         }
         sim.sent.push(json(&out));
     }
-    if sim.kind != Kind::Clearing || first_new == originals.len() {
+    let Kind::Clearing(mode) = sim.kind else {
+        return;
+    };
+    if first_new == originals.len() {
         return;
     }
     let ccx = clearing::ClearContext {
         dialect,
-        clearing: settings.clearing,
+        clearing: Clearing {
+            mode,
+            ..settings.clearing
+        },
         unit: pcx.unit,
         is_exempt: pcx.is_exempt,
-        // Recordings carry no reliable times: `cold` clears at 4× only.
+        // Recordings carry no reliable times: `cold` clears at 4× only,
+        // `auto` never finds the cache expired.
         idle: None,
+        prices,
     };
-    let to_clear = clearing::plan_memo(originals, &sim.state, &ccx, &mut sim.memo);
+    let to_clear = clearing::plan_memo(originals, &sim.state, &ccx, &mut sim.memo).chosen;
     if to_clear.is_empty() {
         return;
     }
@@ -374,8 +390,8 @@ fn advance(sim: &mut Sim, originals: &[Value], pcx: &PlanContext, settings: &Set
             (c.tool_use_id.clone(), c.digest, Replacement::new(&text))
         })
         .collect();
-    sim.cleared += sim.state.clear(clear) as u64;
-    sim.batches += 1;
+    sim.way.cleared_results += sim.state.clear(clear) as u64;
+    sim.way.clearing_batches += 1;
     for i in touched {
         let mut out = originals[i].clone();
         budget::render_message(&mut out, &sim.state, pcx);
@@ -390,7 +406,7 @@ fn mb(bytes: f64) -> String {
 
 /// The table a user reads in ten seconds.
 pub fn render(p: &Pricing, what: &str) -> String {
-    let (read, write) = p.provider.rates();
+    let (read, write) = (p.prices.cache_read, p.prices.cache_write);
     let mut out = format!(
         "{what}: {} requests, {} tool results ({} of tool output), priced for {:?}\n\n",
         p.requests,
@@ -398,28 +414,34 @@ pub fn render(p: &Pricing, what: &str) -> String {
         mb(p.tool_output_bytes as f64),
         p.provider
     );
-    out.push_str("                     priced input    vs raw   cache hit   recoverable\n");
-    for way in [&p.raw, &p.budget, &p.clearing, &p.floor] {
-        let name = if way.name == "floor" {
-            "floor (all stubbed)"
-        } else {
-            &way.name
+    out.push_str(
+        "                     priced input    vs raw   cache hit   recoverable   captured\n",
+    );
+    for way in [&p.raw, &p.budget, &p.batch, &p.auto, &p.floor] {
+        let name = match way.name.as_str() {
+            "floor" => "floor (all stubbed)",
+            "auto" => "auto (default)",
+            name => name,
         };
         out.push_str(&format!(
-            "  {name:<19} {:>12}   {:>5.2}×   {:>7.1}%   {:>9.0}%\n",
+            "  {name:<19} {:>12}   {:>5.2}×   {:>7.1}%   {:>9.0}%   {:>7.0}%\n",
             mb(way.priced),
             way.vs_raw,
             way.cache_hit_rate * 100.0,
             way.recoverable * 100.0,
+            way.captured * 100.0,
         ));
     }
     out.push_str(&format!(
-        "\nclearing: {} results in {} batch(es); it saves {:.0}% of the avoidable cost (raw − floor).\n\
+        "\n{}: {} results in {} batch(es); auto: {} results in {} batch(es).\n\
          priced input: request bytes at the input price, cache reads at {read}×, the rest at {write}×;\n\
-         recoverable: tool output still sent whole or saved where it can be read back.\n",
-        p.cleared_results,
-        p.clearing_batches,
-        p.captured * 100.0,
+         recoverable: tool output still sent whole or saved where it can be read back;\n\
+         captured: the share of the avoidable cost (raw − floor) each way saves.\n",
+        p.batch.name,
+        p.batch.cleared_results,
+        p.batch.clearing_batches,
+        p.auto.cleared_results,
+        p.auto.clearing_batches,
     ));
     out
 }
@@ -490,14 +512,14 @@ mod tests {
             + (0.1 * (u0n + a1n + f1) + 1.25 * (a2n + f2));
         assert!((p.floor.priced - floor).abs() < 1e-9);
 
-        // OpenAI: cached 0.25, the rest 1.
         let o = price(
             &steps,
             Format::Anthropic,
             Provider::Openai,
             &Settings::default(),
         );
-        let openai = u0n + (0.25 * u0n + a1n + r1n) + (0.25 * (u0n + a1n + r1n) + a2n + r2n);
+        // OpenAI, no model named: cached 0.1, the rest 1.
+        let openai = u0n + (0.1 * u0n + a1n + r1n) + (0.1 * (u0n + a1n + r1n) + a2n + r2n);
         assert!((o.raw.priced - openai).abs() < 1e-9);
 
         // Clearing with keepRecent 1, minChars 50, trigger 100: after R2,
@@ -515,9 +537,9 @@ mod tests {
             ..Settings::default()
         };
         let c = price(&steps, Format::Anthropic, Provider::Anthropic, &settings);
-        assert_eq!(c.cleared_results, 1);
-        assert_eq!(c.clearing_batches, 1);
-        assert_eq!(c.clearing.cache_breaks, 1);
+        assert_eq!(c.batch.cleared_results, 1);
+        assert_eq!(c.batch.clearing_batches, 1);
+        assert_eq!(c.batch.cache_breaks, 1);
         // Saved under its id, as any saved output.
         let path = format!("{ARTIFACT_DIR}/t1.txt");
         let preview = clearing::preview(&"a".repeat(100), 100, &path, 10, SizeUnit::Chars);
@@ -534,12 +556,15 @@ mod tests {
             + (0.1 * u0n + 1.25 * (a1n + r1n))
             + (0.1 * (u0n + a1n + shared) + 1.25 * (third - u0n - a1n - shared));
         assert!(
-            (c.clearing.priced - cleared).abs() < 1e-9,
+            (c.batch.priced - cleared).abs() < 1e-9,
             "{} vs {cleared}",
-            c.clearing.priced
+            c.batch.priced
         );
-        assert_eq!(c.clearing.recoverable, 1.0);
+        assert_eq!(c.batch.recoverable, 1.0);
         let captured = (p.raw.priced - cleared) / (p.raw.priced - floor);
-        assert!((c.captured - captured).abs() < 1e-9);
+        assert!((c.batch.captured - captured).abs() < 1e-9);
+        // Three requests never pay back a rewrite: auto clears nothing.
+        assert_eq!(c.auto.cleared_results, 0);
+        assert_eq!(c.auto.priced, c.budget.priced);
     }
 }

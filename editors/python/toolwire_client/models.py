@@ -6,7 +6,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from ._verbatim import Verbatim
-from pydantic import BaseModel, ConfigDict, Field, RootModel, conint, constr
+from pydantic import BaseModel, ConfigDict, Field, RootModel, confloat, conint, constr
 
 
 class Toolwire(RootModel[Any]):
@@ -282,6 +282,39 @@ class ClearingMode(StrEnum):
     """
     Only when the provider's cache has gone cold (the session idle for
     `coldAfterSeconds`), or at four times `triggerChars`.
+    """
+    auto = 'auto'
+    """
+    When it pays under the provider's prices (PROTOCOL.md 12.1): the
+    cache reads a batch has run up since it became clearable reach what
+    clearing it now costs extra, or at once when the cache has expired.
+    """
+
+
+class CacheTtl(StrEnum):
+    """
+    How long the request asked its provider to keep the cache.
+    """
+
+    field_5m = '5m'
+    """
+    Anthropic's default `cache_control` lifetime.
+    """
+    field_1h = '1h'
+    """
+    Anthropic `cache_control: {ttl: "1h"}`: writes cost 2×.
+    """
+    field_24h = '24h'
+    """
+    OpenAI `prompt_cache_retention: "24h"`.
+    """
+
+
+class Multiple(RootModel[confloat(ge=0.0)]):
+    root: confloat(ge=0.0)
+    """
+    A price as a multiple of the uncached input price: finite and not
+    negative, refused at its key otherwise.
     """
 
 
@@ -635,7 +668,7 @@ class Clearing(BaseModel):
         extra='forbid',
         populate_by_name=True,
     )
-    mode: ClearingMode | None = ClearingMode.batch
+    mode: ClearingMode | None = ClearingMode.auto
     keep_recent: conint(ge=0) | None = Field(3, alias='keepRecent')
     """
     Results of this many most recent assistant tool turns are never
@@ -647,8 +680,8 @@ class Clearing(BaseModel):
     """
     trigger_chars: conint(ge=0) | None = Field(40000, alias='triggerChars')
     """
-    The old results still sent whole must add up to this before a batch
-    is cleared.
+    `batch` and `cold`: the old results still sent whole must add up to
+    this before a batch is cleared.
     """
     cold_after_seconds: conint(ge=0) | None = Field(300, alias='coldAfterSeconds')
     """
@@ -658,6 +691,31 @@ class Clearing(BaseModel):
     preview_chars: conint(ge=0) | None = Field(200, alias='previewChars')
     """
     Size of the preview a cleared result keeps.
+    """
+
+
+class PriceOverride(BaseModel):
+    """
+    One provider's prices, key by key (`[pricing.<provider>]`, or a
+    request's `pricing`); what is left out keeps the documented figure.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    cache_read: Multiple | None = Field(None, alias='cacheRead')
+    """
+    A cached input token, as a multiple of an uncached one.
+    """
+    cache_write: Multiple | None = Field(None, alias='cacheWrite')
+    """
+    An input token written to the cache (Anthropic charges a premium;
+    1 where writing costs what uncached input costs).
+    """
+    cache_seconds: conint(ge=0) | None = Field(None, alias='cacheSeconds')
+    """
+    How long the cache outlives the last request that used it.
     """
 
 
@@ -771,6 +829,65 @@ class PersistFailure(BaseModel):
     )
     tool_use_id: str = Field(..., alias='toolUseId')
     message: str
+
+
+class Decision(StrEnum):
+    """
+    What one apply decided about clearing, and why.
+    """
+
+    cleared = 'cleared'
+    """
+    A batch was cleared: it pays (`auto`), or reached the trigger
+    (`batch`, `cold`).
+    """
+    expired = 'expired'
+    """
+    `auto`: the session was idle past the cache's lifetime, so the
+    rewrite costs nothing extra: every old result was cleared.
+    """
+    waiting = 'waiting'
+    """
+    There are old results to clear, but clearing them does not pay yet
+    (or, in `batch` and `cold`, they are under the trigger).
+    """
+    none = 'none'
+    """
+    Nothing to clear (or clearing is off).
+    """
+
+
+class Provider(StrEnum):
+    """
+    Whose cache prices apply.
+    """
+
+    anthropic = 'anthropic'
+    openai = 'openai'
+    gemini = 'gemini'
+
+
+class PriceSource(StrEnum):
+    """
+    Where the prices in force came from.
+    """
+
+    model = 'model'
+    """
+    The documented prices of the request's model family.
+    """
+    default = 'default'
+    """
+    No model toolwire knows: the provider's documented default.
+    """
+    configured = 'configured'
+    """
+    `[pricing.<provider>]` in the configuration set at least one.
+    """
+    request = 'request'
+    """
+    The request's `pricing` set at least one.
+    """
 
 
 class StateForkResult(BaseModel):
@@ -1031,6 +1148,33 @@ class ClearingOverride(BaseModel):
     preview_chars: conint(ge=0) | None = Field(None, alias='previewChars')
 
 
+class PricingParams(BaseModel):
+    """
+    `pricing` in `budget/apply`'s params: what the request says about the
+    prices it is sent at. The proxy fills it from the request it forwards.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    model: str | None = None
+    """
+    The model the request is for (`claude-sonnet-4-5`, `gpt-5-codex`,
+    `gemini-2.5-pro`, …): picks the model family's discount.
+    """
+    cache_ttl: CacheTtl | None = Field(None, alias='cacheTtl')
+    """
+    The cache lifetime the request asked for.
+    """
+    cache_read: Multiple | None = Field(None, alias='cacheRead')
+    """
+    Explicit prices, over everything else (see [`PriceOverride`]).
+    """
+    cache_write: Multiple | None = Field(None, alias='cacheWrite')
+    cache_seconds: conint(ge=0) | None = Field(None, alias='cacheSeconds')
+
+
 class StateReconstructParams(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
@@ -1166,6 +1310,20 @@ class ObjectsConfig(BaseModel):
     """
 
 
+class PricingConfig(BaseModel):
+    """
+    `[pricing]` in `toolwire.toml`: overrides per provider.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    anthropic: PriceOverride | None = None
+    openai: PriceOverride | None = None
+    gemini: PriceOverride | None = None
+
+
 class TranscriptLine5(BaseModel):
     """
     The first line of a fork's transcript (`state/fork` with
@@ -1237,6 +1395,21 @@ class Persisted(BaseModel):
     """
     An identical artifact was already on disk and was kept.
     """
+
+
+class Prices(BaseModel):
+    """
+    The prices one apply weighs clearing with.
+    """
+
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    provider: Provider
+    cache_read: float = Field(..., alias='cacheRead')
+    cache_write: float = Field(..., alias='cacheWrite')
+    cache_seconds: conint(ge=0) = Field(..., alias='cacheSeconds')
+    source: PriceSource
 
 
 class PairAppendResult(BaseModel):
@@ -1323,6 +1496,11 @@ class BudgetApplyParams(BaseModel):
     Clearing of old results for this request, over the configuration's
     (PROTOCOL.md 11.3).
     """
+    pricing: PricingParams | None = None
+    """
+    What the request says about its provider's prices, for `auto`
+    clearing (PROTOCOL.md 12.1); the provider is the format's.
+    """
 
 
 class ToolSettings(BaseModel):
@@ -1375,28 +1553,29 @@ class ServerCapabilities(BaseModel):
     experimental: Experimental
 
 
-class BudgetApplyResult(BaseModel):
+class Report(BaseModel):
+    """
+    `clearing` in `budget/apply`'s result (PROTOCOL.md 12.1).
+    """
+
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    messages: list[Message]
+    mode: ClearingMode
+    decision: Decision
+    rent_chars: conint(ge=0) = Field(..., alias='rentChars')
     """
-    Same length and order as the input, replacements applied.
+    The cache reads the batch weighed has run up since its results
+    became clearable, in chars at the input price.
     """
-    records: list[ReplacementRecord]
+    cost_chars: conint(ge=0) = Field(..., alias='costChars')
     """
-    Newly made replacements only, for journaling.
+    What clearing that batch now costs beyond not clearing it, in chars
+    at the input price (0 when clearing already saves on this request).
     """
-    persisted: list[Persisted]
-    failures: list[PersistFailure]
-    over_limit: list[conint(ge=0)] = Field(..., alias='overLimit')
+    pricing: Prices
     """
-    Indexes of messages still above `maxMessageChars`.
-    """
-    cleared: list[str]
-    """
-    Old results this apply cleared (PROTOCOL.md 11.3), in order; their
-    records are in `records` too.
+    The prices weighed, and where they came from.
     """
 
 
@@ -1464,7 +1643,7 @@ class Config(BaseModel):
     """
     clearing: Clearing | None = Field(
         {
-            'mode': 'batch',
+            'mode': 'auto',
             'keepRecent': 3,
             'minChars': 1000,
             'triggerChars': 40000,
@@ -1476,6 +1655,11 @@ class Config(BaseModel):
     """
     Clearing old results (PROTOCOL.md 11.3).
     """
+    pricing: PricingConfig | None = None
+    """
+    `[pricing.<provider>]`: the cache prices `auto` clearing weighs
+    with, over the documented ones (PROTOCOL.md 12.1).
+    """
 
 
 class InitializeResult(BaseModel):
@@ -1484,3 +1668,32 @@ class InitializeResult(BaseModel):
     )
     server_info: NameVersion = Field(..., alias='serverInfo')
     capabilities: ServerCapabilities
+
+
+class BudgetApplyResult(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    messages: list[Message]
+    """
+    Same length and order as the input, replacements applied.
+    """
+    records: list[ReplacementRecord]
+    """
+    Newly made replacements only, for journaling.
+    """
+    persisted: list[Persisted]
+    failures: list[PersistFailure]
+    over_limit: list[conint(ge=0)] = Field(..., alias='overLimit')
+    """
+    Indexes of messages still above `maxMessageChars`.
+    """
+    cleared: list[str]
+    """
+    Old results this apply cleared (PROTOCOL.md 11.3), in order; their
+    records are in `records` too.
+    """
+    clearing: Report | None = None
+    """
+    Why this apply cleared what it did, or nothing (PROTOCOL.md 12.1).
+    """

@@ -53,7 +53,22 @@ export type Format = ("anthropic" | "openai-chat" | "openai-responses" | "gemini
  * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
  * via the `definition` "ClearingMode".
  */
-export type ClearingMode = ("off" | "batch" | "cold")
+export type ClearingMode = ("off" | "batch" | "cold" | "auto")
+/**
+ * How long the request asked its provider to keep the cache.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "CacheTtl".
+ */
+export type CacheTtl = ("5m" | "1h" | "24h")
+/**
+ * A price as a multiple of the uncached input price: finite and not
+ * negative, refused at its key otherwise.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "Multiple".
+ */
+export type Multiple = number
 /**
  * An LSP progress token (`workDoneToken`): `$/progress` notifications for
  * long work carry it.
@@ -149,6 +164,27 @@ parent: string
 segments: Segment[]
 })
 /**
+ * What one apply decided about clearing, and why.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "Decision".
+ */
+export type Decision = ("cleared" | "expired" | "waiting" | "none")
+/**
+ * Whose cache prices apply.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "Provider".
+ */
+export type Provider = ("anthropic" | "openai" | "gemini")
+/**
+ * Where the prices in force came from.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "PriceSource".
+ */
+export type PriceSource = ("model" | "default" | "configured" | "request")
+/**
  * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
  * via the `definition` "ArtifactKind".
  */
@@ -243,6 +279,11 @@ format?: (Format | null)
  * (PROTOCOL.md 11.3).
  */
 clearing?: (ClearingOverride | null)
+/**
+ * What the request says about its provider's prices, for `auto`
+ * clearing (PROTOCOL.md 12.1); the provider is the format's.
+ */
+pricing?: (PricingParams | null)
 }
 /**
  * format `anthropic`: a Messages API message; calls are `tool_use` blocks, results `tool_result` blocks.
@@ -343,6 +384,30 @@ minChars?: (number | null)
 triggerChars?: (number | null)
 coldAfterSeconds?: (number | null)
 previewChars?: (number | null)
+}
+/**
+ * `pricing` in `budget/apply`'s params: what the request says about the
+ * prices it is sent at. The proxy fills it from the request it forwards.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "PricingParams".
+ */
+export interface PricingParams {
+/**
+ * The model the request is for (`claude-sonnet-4-5`, `gpt-5-codex`,
+ * `gemini-2.5-pro`, …): picks the model family's discount.
+ */
+model?: (string | null)
+/**
+ * The cache lifetime the request asked for.
+ */
+cacheTtl?: (CacheTtl | null)
+/**
+ * Explicit prices, over everything else (see [`PriceOverride`]).
+ */
+cacheRead?: (Multiple | null)
+cacheWrite?: (Multiple | null)
+cacheSeconds?: (number | null)
 }
 /**
  * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
@@ -575,6 +640,7 @@ proxy?: ProxyConfig
 format?: (Format | null)
 storage?: StorageConfig
 clearing?: Clearing
+pricing?: PricingConfig
 }
 /**
  * Size limits, all counted in `sizeUnit`.
@@ -738,7 +804,7 @@ export interface Clearing {
 /**
  * When old results are cleared.
  */
-mode?: ("off" | "batch" | "cold")
+mode?: ("off" | "batch" | "cold" | "auto")
 /**
  * Results of this many most recent assistant tool turns are never
  * cleared.
@@ -749,8 +815,8 @@ keepRecent?: number
  */
 minChars?: number
 /**
- * The old results still sent whole must add up to this before a batch
- * is cleared.
+ * `batch` and `cold`: the old results still sent whole must add up to
+ * this before a batch is cleared.
  */
 triggerChars?: number
 /**
@@ -762,6 +828,37 @@ coldAfterSeconds?: number
  * Size of the preview a cleared result keeps.
  */
 previewChars?: number
+}
+/**
+ * `[pricing.<provider>]`: the cache prices `auto` clearing weighs
+ * with, over the documented ones (PROTOCOL.md 12.1).
+ */
+export interface PricingConfig {
+anthropic?: PriceOverride
+openai?: PriceOverride
+gemini?: PriceOverride
+}
+/**
+ * One provider's prices, key by key (`[pricing.<provider>]`, or a
+ * request's `pricing`); what is left out keeps the documented figure.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "PriceOverride".
+ */
+export interface PriceOverride {
+/**
+ * A cached input token, as a multiple of an uncached one.
+ */
+cacheRead?: (Multiple | null)
+/**
+ * An input token written to the cache (Anthropic charges a premium;
+ * 1 where writing costs what uncached input costs).
+ */
+cacheWrite?: (Multiple | null)
+/**
+ * How long the cache outlives the last request that used it.
+ */
+cacheSeconds?: (number | null)
 }
 /**
  * Size limits, all counted in `sizeUnit`.
@@ -901,7 +998,7 @@ export interface Clearing1 {
 /**
  * When old results are cleared.
  */
-mode?: ("off" | "batch" | "cold")
+mode?: ("off" | "batch" | "cold" | "auto")
 /**
  * Results of this many most recent assistant tool turns are never
  * cleared.
@@ -912,8 +1009,8 @@ keepRecent?: number
  */
 minChars?: number
 /**
- * The old results still sent whole must add up to this before a batch
- * is cleared.
+ * `batch` and `cold`: the old results still sent whole must add up to
+ * this before a batch is cleared.
  */
 triggerChars?: number
 /**
@@ -925,6 +1022,17 @@ coldAfterSeconds?: number
  * Size of the preview a cleared result keeps.
  */
 previewChars?: number
+}
+/**
+ * `[pricing]` in `toolwire.toml`: overrides per provider.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "PricingConfig".
+ */
+export interface PricingConfig1 {
+anthropic?: PriceOverride
+openai?: PriceOverride
+gemini?: PriceOverride
 }
 /**
  * One byte range of another transcript.
@@ -1008,6 +1116,10 @@ overLimit: number[]
  * records are in `records` too.
  */
 cleared: string[]
+/**
+ * Why this apply cleared what it did, or nothing (PROTOCOL.md 12.1).
+ */
+clearing?: (Report | null)
 }
 /**
  * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
@@ -1039,6 +1151,50 @@ reused: boolean
 export interface PersistFailure {
 toolUseId: string
 message: string
+}
+/**
+ * `clearing` in `budget/apply`'s result (PROTOCOL.md 12.1).
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "Report".
+ */
+export interface Report {
+mode: ClearingMode
+decision: Decision
+/**
+ * The cache reads the batch weighed has run up since its results
+ * became clearable, in chars at the input price.
+ */
+rentChars: number
+/**
+ * What clearing that batch now costs beyond not clearing it, in chars
+ * at the input price (0 when clearing already saves on this request).
+ */
+costChars: number
+pricing: Prices
+}
+/**
+ * The prices weighed, and where they came from.
+ */
+export interface Prices {
+provider: Provider
+cacheRead: number
+cacheWrite: number
+cacheSeconds: number
+source: PriceSource
+}
+/**
+ * The prices one apply weighs clearing with.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "Prices".
+ */
+export interface Prices1 {
+provider: Provider
+cacheRead: number
+cacheWrite: number
+cacheSeconds: number
+source: PriceSource
 }
 /**
  * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
