@@ -10,10 +10,19 @@ The sessions are never committed here: `sessions.tsv` names each one
 repositories (`MIRRORS/<owner>+<name>/repo`, a bare git directory as the
 search tool's fetch leaves it) into the directory $TOOLWIRE_SESSIONS
 (default /work/sessions). Files `toolwire replay` reads as they are (`native`:
-pi sessions) are copied; two export shapes it does not read are converted
-into plain Anthropic messages, keeping every tool call and result as
-recorded: `engram` (a Claude Code session exported one block a line by the
-Engram hook) and `gemini-stream` (Gemini CLI's `--output-format stream-json`).
+pi sessions, Codex CLI rollouts, Claude Code session files) are copied; two
+export shapes it does not read are converted into plain Anthropic messages,
+keeping every tool call and result as recorded: `engram` (a Claude Code
+session exported one block a line by the Engram hook) and `gemini-stream`
+(Gemini CLI's `--output-format stream-json`).
+
+`before-compaction-N` is a Claude Code session file cut just before its Nth
+`compact_boundary` line, then read natively. Replay reads a Claude Code file
+as Claude Code resumes it: the main line from its last message back to the
+latest compaction, so a long session that compacted would be priced on its
+last stretch only. Cut before a boundary, the same walk yields the stretch
+that ended there (from the compaction before it, if any): the conversation
+as Claude Code sent it up to that compaction, every line as recorded.
 
 Pricing runs `toolwire replay --price PROVIDER --json` ($TOOLWIRE, default
 target/release/toolwire else target/debug/toolwire) on each file.
@@ -104,6 +113,18 @@ def gemini_stream_to_messages(lines):
     return messages
 
 
+def before_compaction(raw, n):
+    """The lines of a Claude Code session before its nth compaction boundary."""
+    lines = raw.splitlines(keepends=True)
+    seen = 0
+    for i, line in enumerate(lines):
+        if b'"compact_boundary"' in line and json.loads(line).get("subtype") == "compact_boundary":
+            seen += 1
+            if seen == n:
+                return b"".join(lines[:i])
+    sys.exit(f"the session has {seen} compaction(s), not {n}")
+
+
 def extract(mirrors):
     SESSIONS.mkdir(parents=True, exist_ok=True)
     for row in manifest():
@@ -113,6 +134,8 @@ def extract(mirrors):
         out = SESSIONS / f"{row['name']}.jsonl"
         if row["shape"] == "native":
             out.write_bytes(raw)
+        elif row["shape"].startswith("before-compaction-"):
+            out.write_bytes(before_compaction(raw, int(row["shape"].rsplit("-", 1)[1])))
         else:
             convert = engram_to_messages if row["shape"] == "engram" else gemini_stream_to_messages
             messages = convert(raw.decode().splitlines())
@@ -150,13 +173,18 @@ def run_all(flags=(), provider="anthropic"):
     return [(name, agent, f) for (name, agent, _), f in zip(real + heavy, figures)]
 
 
+def captured(raw, cleared, floor):
+    """The share of the avoidable cost (raw - floor) clearing saves."""
+    return (raw - cleared) / (raw - floor) if raw > floor else 1.0
+
+
 def pooled(rows, way="auto"):
     """Pooled over sessions: priced input vs raw, and the share of the
     avoidable cost (raw - floor) the way (`auto` or `batch`) saves."""
     raw = sum(f["raw"]["priced"] for _, _, f in rows)
     cleared = sum(f[way]["priced"] for _, _, f in rows)
     floor = sum(f["floor"]["priced"] for _, _, f in rows)
-    return cleared / raw, (raw - cleared) / (raw - floor) if raw > floor else 1.0
+    return cleared / raw, captured(raw, cleared, floor)
 
 
 def price(provider="anthropic"):
@@ -172,8 +200,8 @@ def price(provider="anthropic"):
     real = [r for r in rows if r[1] != "synthetic"]
     for label, subset in (("real", real), ("real + heavy", rows)):
         for way in ("batch", "auto"):
-            ratio, captured = pooled(subset, way)
-            print(f"\n{label}: {way} {ratio:.3f}× raw, {captured * 100:.1f}% of the avoidable cost", end="")
+            ratio, share = pooled(subset, way)
+            print(f"\n{label}: {way} {ratio:.3f}× raw, {share * 100:.1f}% of the avoidable cost", end="")
         worst = max(subset, key=lambda r: r[2]["auto"]["vsRaw"])
         print(f"\n{label}: auto's highest session {worst[0]} at {worst[2]['auto']['vsRaw']:.4f}× raw")
 
@@ -186,16 +214,18 @@ SWEEP = {
 }
 
 
-def sweep():
-    print("| setting | value | real: vs raw | real: captured | real + heavy: vs raw |")
-    print("|---|---:|---:|---:|---:|")
+def sweep(provider="anthropic"):
+    print(f"priced for {provider}\n")
+    print("| setting | value | way | real: vs raw | real: captured | real + heavy: vs raw |")
+    print("|---|---:|---|---:|---:|---:|")
     for key, values in SWEEP.items():
         for value in values:
-            rows = run_all(flags=(f"--{key}", str(value)))
+            rows = run_all(flags=(f"--{key}", str(value)), provider=provider)
             real = [r for r in rows if r[1] != "synthetic"]
-            ratio, captured = pooled(real)
-            mixed, _ = pooled(rows)
-            print(f"| {key} | {value} | {ratio:.3f}× | {captured * 100:.1f}% | {mixed:.3f}× |", flush=True)
+            for way in ("batch", "auto"):
+                ratio, share = pooled(real, way)
+                mixed, _ = pooled(rows, way)
+                print(f"| {key} | {value} | {way} | {ratio:.3f}× | {share * 100:.1f}% | {mixed:.3f}× |", flush=True)
 
 
 if __name__ == "__main__":
@@ -205,6 +235,6 @@ if __name__ == "__main__":
     elif command == "price":
         price(*sys.argv[2:3])
     elif command == "sweep":
-        sweep()
+        sweep(*sys.argv[2:3])
     else:
         sys.exit(__doc__)
