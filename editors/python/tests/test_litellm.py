@@ -1,0 +1,521 @@
+"""The LiteLLM guardrail in a real LiteLLM proxy (PROTOCOL.md 12.4).
+
+Run by tests/litellm.rs with the venv of tests/setup.d/45-litellm.sh,
+TOOLWIRE_BIN naming the binary. A scripted provider on loopback answers
+every turn with a tool call; the official Anthropic and OpenAI SDKs run the
+same multi-turn sessions, with large and old tool results, once through
+LiteLLM with the guardrail (config.yaml read from docs/litellm.md) and once
+through ``toolwire proxy``, and the provider must receive the same results
+byte for byte. Skipped where LiteLLM is not installed (the wheel test of
+scripts/test_installed.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("litellm")
+anthropic = pytest.importorskip("anthropic")
+openai = pytest.importorskip("openai")
+
+from toolwire_client.litellm import derive_session  # noqa: E402
+
+BINARY = os.environ["TOOLWIRE_BIN"]
+REPO = Path(__file__).resolve().parents[3]
+START_LIMIT = 240
+LITELLM_KEY = "sk-litellm-test"
+
+TOOLWIRE_TOML = """durability = "none"
+[limits]
+max_result_chars = 6000
+[clearing]
+mode = "batch"
+keep_recent = 2
+min_chars = 1000
+trigger_chars = 5000
+"""
+
+
+def output(turn: int) -> str:
+    """A tool's output: every third one large, the others mid-sized."""
+    size = 20000 if turn % 3 == 0 else 2500
+    text = "".join(f"turn {turn} line {i}: build step output\n" for i in range(size // 30))
+    return text[:size]
+
+
+# -- the scripted provider ------------------------------------------------
+
+
+class Provider:
+    """Answers each request with a tool call and writes down what it got."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[str, dict[str, Any]]] = []
+        self.lock = threading.Lock()
+        provider = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))))
+                with provider.lock:
+                    provider.received.append((self.path, body))
+                answer = provider.answer(self.path, body)
+                if answer is None:
+                    self.send_response(404)
+                    self.end_headers()
+                    return
+                data = json.dumps(answer).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @staticmethod
+    def answer(path: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        if path.endswith("/v1/messages"):
+            n = len(body["messages"])
+            return {
+                "id": f"msg_{n}",
+                "type": "message",
+                "role": "assistant",
+                "model": body.get("model", "m"),
+                "content": [{"type": "tool_use", "id": f"toolu_{n:02d}", "name": "bash", "input": {"command": "make"}}],
+                "stop_reason": "tool_use",
+                "stop_sequence": None,
+                "usage": {"input_tokens": 100 + n, "output_tokens": 7, "cache_read_input_tokens": 50, "cache_creation_input_tokens": 0},
+            }
+        if path.endswith("/chat/completions"):
+            n = len(body["messages"])
+            return {
+                "id": f"chatcmpl-{n}",
+                "object": "chat.completion",
+                "created": 1,
+                "model": body.get("model", "m"),
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "tool_calls",
+                        "message": {
+                            "role": "assistant",
+                            "content": None,
+                            "tool_calls": [
+                                {"id": f"call_{n:02d}", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+                            ],
+                        },
+                    }
+                ],
+                "usage": {"prompt_tokens": 100 + n, "completion_tokens": 7, "total_tokens": 107 + n},
+            }
+        if path.endswith("/responses"):
+            n = len(body["input"]) if isinstance(body.get("input"), list) else 1
+            return {
+                "id": f"resp_{n}",
+                "object": "response",
+                "created_at": 1,
+                "status": "completed",
+                "model": body.get("model", "m"),
+                "output": [
+                    {
+                        "type": "function_call",
+                        "id": f"fc_{n:02d}",
+                        "call_id": f"call_{n:02d}",
+                        "name": "bash",
+                        "arguments": "{}",
+                        "status": "completed",
+                    }
+                ],
+                "parallel_tool_calls": True,
+                "tool_choice": "auto",
+                "tools": [],
+                "usage": {
+                    "input_tokens": 100 + n,
+                    "output_tokens": 7,
+                    "total_tokens": 107 + n,
+                    "input_tokens_details": {"cached_tokens": 0},
+                    "output_tokens_details": {"reasoning_tokens": 0},
+                },
+            }
+        return None
+
+    def since(self, mark: int) -> list[tuple[str, dict[str, Any]]]:
+        with self.lock:
+            return list(self.received[mark:])
+
+    def mark(self) -> int:
+        with self.lock:
+            return len(self.received)
+
+
+def results_sent(path: str, body: dict[str, Any]) -> list[tuple[str, str]]:
+    """The tool results of one request as the provider got them: (id, the
+    result's content as compact JSON)."""
+    out: list[tuple[str, str]] = []
+    if path.endswith("/v1/messages"):
+        for m in body["messages"]:
+            if isinstance(m.get("content"), list):
+                for b in m["content"]:
+                    if b.get("type") == "tool_result":
+                        out.append((b["tool_use_id"], _compact(b.get("content"))))
+    elif path.endswith("/chat/completions"):
+        for m in body["messages"]:
+            if m.get("role") == "tool":
+                out.append((m["tool_call_id"], _compact(m.get("content"))))
+    elif path.endswith("/responses"):
+        for item in body["input"]:
+            if item.get("type") == "function_call_output":
+                out.append((item["call_id"], _compact(item.get("output"))))
+    return out
+
+
+def _compact(value: Any) -> str:
+    # A text result LiteLLM sent as one text block is the same text.
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], dict) and value[0].get("type") == "text":
+        value = value[0]["text"]
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+# -- the sessions, through the official SDKs ------------------------------
+
+
+def session(send, first: str, turns: int, between=None) -> list[dict[str, str]]:
+    """An agent's loop: ``send(conversation)`` makes one call and answers
+    (the raw response, the items its tool call adds to the conversation
+    with the tool's output for ``turn``); the response headers of each turn."""
+    conversation: list[dict[str, Any]] = [{"role": "user", "content": first}]
+    headers = []
+    for turn in range(turns):
+        if between is not None:
+            between(turn)
+        raw, items = send(conversation, turn)
+        headers.append({k.lower(): v for k, v in raw.headers.items()})
+        conversation.extend(items)
+    return headers
+
+
+def anthropic_session(base_url: str, key: str, model: str, first: str, turns: int, between=None) -> list[dict[str, str]]:
+    client = anthropic.Anthropic(base_url=base_url, api_key=key, max_retries=0)
+
+    def send(messages: list[dict[str, Any]], turn: int):
+        raw = client.messages.with_raw_response.create(model=model, max_tokens=64, messages=messages)
+        call = next(b for b in raw.parse().content if b.type == "tool_use")
+        use = {"type": "tool_use", "id": call.id, "name": call.name, "input": call.input}
+        result = {"type": "tool_result", "tool_use_id": call.id, "content": output(turn)}
+        return raw, [{"role": "assistant", "content": [use]}, {"role": "user", "content": [result]}]
+
+    return session(send, first, turns, between)
+
+
+def chat_session(base_url: str, key: str, model: str, first: str, turns: int) -> list[dict[str, str]]:
+    client = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0)
+
+    def send(messages: list[dict[str, Any]], turn: int):
+        raw = client.chat.completions.with_raw_response.create(model=model, messages=messages)
+        call = raw.parse().choices[0].message.tool_calls[0]
+        function = {"name": call.function.name, "arguments": call.function.arguments}
+        use = {"role": "assistant", "content": None, "tool_calls": [{"id": call.id, "type": "function", "function": function}]}
+        return raw, [use, {"role": "tool", "tool_call_id": call.id, "content": output(turn)}]
+
+    return session(send, first, turns)
+
+
+def responses_session(base_url: str, key: str, model: str, first: str, turns: int) -> list[dict[str, str]]:
+    client = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0)
+
+    def send(items: list[dict[str, Any]], turn: int):
+        raw = client.responses.with_raw_response.create(model=model, input=items)
+        call = next(o for o in raw.parse().output if o.type == "function_call")
+        use = {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments}
+        return raw, [use, {"type": "function_call_output", "call_id": call.call_id, "output": output(turn)}]
+
+    return session(send, first, turns)
+
+
+# -- the processes ----------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def config_yaml() -> str:
+    page = (REPO / "docs/litellm.md").read_text()
+    found = re.search(r"<!-- litellm-config -->\n```yaml\n(.*?)```\n<!-- /litellm-config -->", page, re.S)
+    assert found, "docs/litellm.md has no <!-- litellm-config --> block"
+    return found.group(1)
+
+
+class Stack:
+    """A scripted provider, ``toolwire proxy`` and LiteLLM with the guardrail."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.provider = Provider()
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.proxy_ws = tmp / "proxy-ws"
+        self.litellm_ws = tmp / "litellm-ws"
+        for ws in (self.proxy_ws, self.litellm_ws):
+            ws.mkdir()
+            (ws / "toolwire.toml").write_text(TOOLWIRE_TOML)
+        # The daemons' sockets and lock files, this test's own.
+        self.runtime = tmp / "run"
+        self.runtime.mkdir(mode=0o700)
+        # toolwire "missing" while this file exists.
+        self.down = tmp / "toolwire-down"
+        self.wrapper = tmp / "toolwire"
+        self.wrapper.write_text(
+            f'#!/bin/sh\nif [ -e "{self.down}" ]; then echo "toolwire is down (test)" >&2; exit 1; fi\nexec "{BINARY}" "$@"\n'
+        )
+        self.wrapper.chmod(0o755)
+        self.proxy_url = self._start_proxy()
+        self.litellm_url = self._start_litellm()
+
+    def _start_proxy(self) -> str:
+        with (self.proxy_ws / "toolwire.toml").open("a") as f:
+            f.write(f'[proxy.upstreams]\nanthropic = "{self.provider.url}"\nopenai = "{self.provider.url}"\n')
+        proc = subprocess.Popen(
+            [BINARY, "proxy", "--listen", "127.0.0.1:0"],
+            cwd=self.proxy_ws,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "RUST_LOG": "toolwire=warn"},
+        )
+        self.procs.append(proc)
+        assert proc.stderr is not None
+        for raw in proc.stderr:
+            line = raw.decode(errors="replace").strip()
+            if line.startswith("toolwire proxy listening on "):
+                stderr = proc.stderr
+                threading.Thread(target=lambda: [None for _ in stderr], daemon=True).start()
+                return line.removeprefix("toolwire proxy listening on ")
+            print("proxy:", line, file=sys.stderr)
+        raise AssertionError("toolwire proxy exited before listening")
+
+    def _start_litellm(self) -> str:
+        config = self.tmp / "config.yaml"
+        config.write_text(config_yaml())
+        port = free_port()
+        self.litellm_log = (self.tmp / "litellm.log").open("wb")
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(REPO / "editors/python"),
+            "TOOLWIRE_BIN": str(self.wrapper),
+            "XDG_RUNTIME_DIR": str(self.runtime),
+            "TOOLWIRE_WORKSPACE": str(self.litellm_ws),
+            "PROVIDER_URL": self.provider.url,
+            "PROVIDER_OPENAI_URL": self.provider.url + "/v1",
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "LITELLM_TELEMETRY": "False",
+            "LITELLM_MASTER_KEY": LITELLM_KEY,
+            "NO_PROXY": "127.0.0.1,localhost",
+        }
+        litellm = Path(sys.executable).parent / "litellm"
+        proc = subprocess.Popen(
+            [str(litellm), "--config", str(config), "--host", "127.0.0.1", "--port", str(port)],
+            cwd=self.tmp,
+            stdin=subprocess.DEVNULL,
+            stdout=self.litellm_log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        self.procs.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + START_LIMIT
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise AssertionError(f"litellm exited ({proc.returncode}):\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(url + "/health/liveliness", timeout=5) as r:
+                    if r.status == 200:
+                        return url
+            except OSError:
+                pass
+            time.sleep(0.5)
+        raise AssertionError(f"litellm did not answer within {START_LIMIT} s:\n{self.log_tail()}")
+
+    def log_tail(self) -> str:
+        self.litellm_log.flush()
+        return (self.tmp / "litellm.log").read_text(errors="replace")[-6000:]
+
+    def daemon_pids(self) -> list[int]:
+        pids = []
+        for lock in (self.runtime / "toolwire").glob("*.lock"):
+            text = lock.read_text().strip()
+            if text.isdigit():
+                pids.append(int(text))
+        return pids
+
+    def close(self) -> None:
+        for proc in reversed(self.procs):
+            proc.terminate()
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for pid in self.daemon_pids():
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        self.provider.server.shutdown()
+        self.litellm_log.close()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory):
+    s = Stack(tmp_path_factory.mktemp("litellm"))
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def normalized(stack: Stack, requests: list[tuple[str, dict[str, Any]]], ws: Path) -> list[list[tuple[str, str]]]:
+    # A preview names its saved output by path, under each path's own workspace.
+    root = json.dumps(str(ws))[1:-1]
+    return [[(i, c.replace(root, "<workspace>")) for i, c in results_sent(p, b)] for p, b in requests]
+
+
+SESSIONS = {
+    "anthropic": (
+        anthropic_session,
+        lambda s: (s.proxy_url, "sk-ant-test", "claude-sonnet-4-5"),
+        lambda s: (s.litellm_url, LITELLM_KEY, "claude-test"),
+    ),
+    "openai-chat": (
+        chat_session,
+        lambda s: (s.proxy_url + "/v1", "sk-test", "gpt-4o"),
+        lambda s: (s.litellm_url + "/v1", LITELLM_KEY, "gpt-test"),
+    ),
+    "openai-responses": (
+        responses_session,
+        lambda s: (s.proxy_url + "/v1", "sk-test", "gpt-4o"),
+        lambda s: (s.litellm_url + "/v1", LITELLM_KEY, "gpt-test"),
+    ),
+}
+
+
+@pytest.mark.parametrize("route", list(SESSIONS))
+def test_the_provider_gets_the_previews_the_proxy_sends(stack: Stack, route: str) -> None:
+    run, via_proxy, via_litellm = SESSIONS[route]
+    first = f"fix the build ({route})"
+    turns = 7
+
+    mark = stack.provider.mark()
+    proxy_headers = run(*via_proxy(stack), first, turns)
+    through_proxy = normalized(stack, stack.provider.since(mark), stack.proxy_ws)
+
+    mark = stack.provider.mark()
+    litellm_headers = run(*via_litellm(stack), first, turns)
+    through_litellm = normalized(stack, stack.provider.since(mark), stack.litellm_ws)
+
+    # One session, as the proxy derives it, on both paths.
+    session = proxy_headers[0]["x-toolwire-session"]
+    assert [h.get("x-toolwire-session") for h in litellm_headers] == [session] * turns, litellm_headers
+    assert [h.get("x-toolwire-budget", "").split(";")[0] for h in litellm_headers] == ["applied"] * turns, litellm_headers
+    assert len(through_litellm) == len(through_proxy) == turns
+    assert through_litellm == through_proxy
+    texts = [c for request in through_litellm for _, c in request]
+    assert any("<persisted-output>" in c for c in texts), "no result was persisted"
+    cleared = [h.get("x-toolwire-cleared") for h in litellm_headers if h.get("x-toolwire-cleared")]
+    assert cleared == [h.get("x-toolwire-cleared") for h in proxy_headers if h.get("x-toolwire-cleared")]
+    assert cleared, "no old result was cleared"
+
+
+def test_toolwire_missing_fails_open_and_coming_back_restores_its_decisions(stack: Stack) -> None:
+    first = "fix the build while toolwire restarts"
+    seen: dict[int, list[tuple[str, str]]] = {}
+    mark = stack.provider.mark()
+
+    def between(turn: int) -> None:
+        if turn == 4:
+            # toolwire killed mid-session, and kept from starting again.
+            stack.down.touch()
+            pids = stack.daemon_pids()
+            assert pids, "no shared daemon is running"
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)
+        if turn == 5:
+            stack.down.unlink()
+
+    headers = anthropic_session(stack.litellm_url, LITELLM_KEY, "claude-test", first, 6, between)
+    requests = stack.provider.since(mark)
+    for turn, (path, body) in enumerate(requests):
+        seen[turn] = results_sent(path, body)
+
+    # Down: LiteLLM answered, the request went as it came, and said so.
+    assert headers[4].get("x-toolwire-budget", "").startswith("failed; "), headers[4]
+    assert "x-toolwire-degraded" in headers[4], headers[4]
+    assert [c for _, c in seen[4]] == [json.dumps(output(t)) for t in range(4)]
+    # Back: applied again, and every result decided before keeps its
+    # preview byte for byte (the cache prefix is what it was).
+    assert headers[5]["x-toolwire-budget"].startswith("applied"), headers[5]
+    cleared = set((headers[5].get("x-toolwire-cleared") or "").split(","))
+    before = dict(seen[3])
+    after = dict(seen[5])
+    kept = [i for i in before if i not in cleared]
+    assert kept
+    for i in kept:
+        assert after[i] == before[i], i
+    assert any("<persisted-output>" in after[i] for i in kept)
+
+
+def test_usage_through_litellm_reaches_toolwire_stats(stack: Stack) -> None:
+    first = "count my tokens"
+    turns = 3
+    anthropic_session(stack.litellm_url, LITELLM_KEY, "claude-test", first, turns)
+    session = derive_session("anthropic", [{"role": "user", "content": first}])
+    # The success callback runs after the response: give it a moment.
+    deadline = time.monotonic() + 30
+    while True:
+        out = subprocess.run(
+            [BINARY, "stats", "--json", "--session", str(session)],
+            cwd=stack.litellm_ws,
+            capture_output=True,
+            text=True,
+        )
+        stats = json.loads(out.stdout) if out.returncode == 0 and out.stdout.strip() else []
+        if stats and stats[0]["requests"] >= turns or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert stats, out.stderr
+    assert stats[0]["requests"] == turns
+    assert stats[0]["requestsWithoutUsage"] == 0
+    assert stats[0]["tokens"]["output"] == 7 * turns
+    assert stats[0]["tokens"]["cacheRead"] == 50 * turns
+    assert stats[0]["resultsPersisted"] >= 1
+
+
+def test_the_derived_session_is_the_proxys() -> None:
+    # src/proxy/conversation.rs's own case: cache_control left out.
+    first = [{"role": "user", "content": [{"type": "text", "text": "fix it", "cache_control": {"type": "ephemeral"}}]}]
+    later = [{"role": "user", "content": [{"type": "text", "text": "fix it"}]}, {"role": "assistant", "content": "ok"}]
+    a = derive_session("anthropic", first)
+    assert a == derive_session("anthropic", later)
+    assert a != derive_session("openai-chat", later)
+    assert a is not None and a.startswith("px-") and len(a) == 35
