@@ -26,6 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 pytest.importorskip("litellm")
@@ -157,6 +158,14 @@ class Provider:
                     "output_tokens_details": {"reasoning_tokens": 0},
                 },
             }
+        if ":generateContent" in path:
+            n = len(body["contents"])
+            call = {"functionCall": {"name": "bash", "args": {"command": "make"}}}
+            return {
+                "candidates": [{"content": {"role": "model", "parts": [call]}, "finishReason": "STOP", "index": 0}],
+                "usageMetadata": {"promptTokenCount": 100 + n, "candidatesTokenCount": 7, "totalTokenCount": 107 + n},
+                "modelVersion": "gemini-2.5-flash",
+            }
         return None
 
     def since(self, mark: int) -> list[tuple[str, dict[str, Any]]]:
@@ -186,6 +195,11 @@ def results_sent(path: str, body: dict[str, Any]) -> list[tuple[str, str]]:
         for item in body["input"]:
             if item.get("type") == "function_call_output":
                 out.append((item["call_id"], _compact(item.get("output"))))
+    elif ":generateContent" in path:
+        for n, content in enumerate(body["contents"]):
+            for part in content.get("parts", []):
+                if "functionResponse" in part:
+                    out.append((str(n), _compact(part["functionResponse"])))
     return out
 
 
@@ -199,11 +213,11 @@ def _compact(value: Any) -> str:
 # -- the sessions, through the official SDKs ------------------------------
 
 
-def session(send, first: str, turns: int, between=None) -> list[dict[str, str]]:
+def session(send, first: str, turns: int, between=None, first_item=None) -> list[dict[str, str]]:
     """An agent's loop: ``send(conversation)`` makes one call and answers
     (the raw response, the items its tool call adds to the conversation
     with the tool's output for ``turn``); the response headers of each turn."""
-    conversation: list[dict[str, Any]] = [{"role": "user", "content": first}]
+    conversation: list[dict[str, Any]] = [first_item or {"role": "user", "content": first}]
     headers = []
     for turn in range(turns):
         if between is not None:
@@ -252,6 +266,21 @@ def responses_session(base_url: str, key: str, model: str, first: str, turns: in
     return session(send, first, turns)
 
 
+def gemini_session(base_url: str, key: str, model: str, first: str, turns: int) -> list[dict[str, str]]:
+    # Gemini's REST API as its SDKs call it (no SDK is pinned here).
+    client = httpx.Client(base_url=base_url, headers={"x-goog-api-key": key}, timeout=60)
+
+    def send(contents: list[dict[str, Any]], turn: int):
+        raw = client.post(f"/v1beta/models/{model}:generateContent", json={"contents": contents})
+        raw.raise_for_status()
+        call = raw.json()["candidates"][0]["content"]["parts"][0]["functionCall"]
+        response = {"functionResponse": {"name": call["name"], "response": {"output": output(turn)}}}
+        return raw, [{"role": "model", "parts": [{"functionCall": call}]}, {"role": "user", "parts": [response]}]
+
+    # Gemini's first element is {"role", "parts"}, not {"role", "content"}.
+    return session(send, first, turns, first_item={"role": "user", "parts": [{"text": first}]})
+
+
 # -- the processes ----------------------------------------------------------
 
 
@@ -295,7 +324,9 @@ class Stack:
 
     def _start_proxy(self) -> str:
         with (self.proxy_ws / "toolwire.toml").open("a") as f:
-            f.write(f'[proxy.upstreams]\nanthropic = "{self.provider.url}"\nopenai = "{self.provider.url}"\n')
+            f.write(
+                f'[proxy.upstreams]\nanthropic = "{self.provider.url}"\nopenai = "{self.provider.url}"\ngemini = "{self.provider.url}"\n'
+            )
         proc = subprocess.Popen(
             [BINARY, "proxy", "--listen", "127.0.0.1:0"],
             cwd=self.proxy_ws,
@@ -328,6 +359,7 @@ class Stack:
             "TOOLWIRE_WORKSPACE": str(self.litellm_ws),
             "PROVIDER_URL": self.provider.url,
             "PROVIDER_OPENAI_URL": self.provider.url + "/v1",
+            "PROVIDER_GEMINI_URL": self.provider.url,
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",
             "LITELLM_TELEMETRY": "False",
             "LITELLM_MASTER_KEY": LITELLM_KEY,
@@ -416,6 +448,11 @@ SESSIONS = {
         responses_session,
         lambda s: (s.proxy_url + "/v1", "sk-test", "gpt-4o"),
         lambda s: (s.litellm_url + "/v1", LITELLM_KEY, "gpt-test"),
+    ),
+    "gemini": (
+        gemini_session,
+        lambda s: (s.proxy_url, "gemini-test-key", "gemini-2.5-flash"),
+        lambda s: (s.litellm_url, LITELLM_KEY, "gemini-test"),
     ),
 }
 
@@ -519,3 +556,28 @@ def test_the_derived_session_is_the_proxys() -> None:
     assert a == derive_session("anthropic", later)
     assert a != derive_session("openai-chat", later)
     assert a is not None and a.startswith("px-") and len(a) == 35
+
+
+def test_a_pairing_the_provider_would_refuse_is_repaired_as_the_proxy_repairs_it(stack: Stack) -> None:
+    def use(i: str) -> dict[str, Any]:
+        return {"role": "assistant", "content": [{"type": "tool_use", "id": i, "name": "bash", "input": {}}]}
+
+    messages = [
+        {"role": "user", "content": "fix the build, interrupted"},
+        use("toolu_lost"),
+        {"role": "user", "content": "never mind, go on"},
+        use("toolu_kept"),
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_kept", "content": output(0)}]},
+    ]
+    got = {}
+    for name, url, key in (("proxy", stack.proxy_url, "sk-ant-test"), ("litellm", stack.litellm_url, LITELLM_KEY)):
+        client = anthropic.Anthropic(base_url=url, api_key=key, max_retries=0)
+        mark = stack.provider.mark()
+        raw = client.messages.with_raw_response.create(model="claude-test", max_tokens=64, messages=messages)
+        [(path, body)] = stack.provider.since(mark)
+        ws = stack.proxy_ws if name == "proxy" else stack.litellm_ws
+        ids = [b.get("id") for m in body["messages"] if isinstance(m["content"], list) for b in m["content"] if b["type"] == "tool_use"]
+        got[name] = (raw.headers.get("x-toolwire-repaired"), ids, normalized(stack, [(path, body)], ws))
+    assert got["litellm"] == got["proxy"]
+    assert got["litellm"][0] == "droppedToolUses=toolu_lost; droppedToolResults=; movedToolResults=; renamedToolUses="
+    assert got["litellm"][1] == ["toolu_kept"]

@@ -33,6 +33,7 @@ import hashlib
 import json
 import logging
 import os
+import tempfile
 import time
 import uuid
 from collections import OrderedDict
@@ -51,6 +52,8 @@ BUDGET_HEADER = "x-toolwire-budget"
 DEGRADED_HEADER = "x-toolwire-degraded"
 #: Response header, present only when old results were cleared.
 CLEARED_HEADER = "x-toolwire-cleared"
+#: Response header, present only when the pairing was repaired.
+REPAIRED_HEADER = "x-toolwire-repaired"
 #: Response header naming the request's session; also read from the request.
 SESSION_HEADER = "x-toolwire-session"
 
@@ -118,6 +121,19 @@ def _chars(value: Any) -> int:
 def _note(text: str) -> str:
     """A header value from free text, as the proxy cleans it."""
     return "".join(c if c == " " or ("!" <= c <= "~") else "?" for c in text)[:512]
+
+
+def _ids(ids: Any) -> str:
+    """Ids comma-separated and percent-encoded, as the proxy lists them."""
+    return ",".join(_form_encoded(i) for i in ids or [] if isinstance(i, str))
+
+
+def _form_encoded(text: str) -> str:
+    # application/x-www-form-urlencoded as the url crate writes it (`~` too).
+    return "".join(
+        c if c.isascii() and (c.isalnum() or c in "*-._") else "+" if c == " " else "".join(f"%{b:02X}" for b in c.encode())
+        for c in text
+    )
 
 
 def _request_header(data: dict[str, Any], name: str) -> str | None:
@@ -196,7 +212,9 @@ class ToolwireGuardrail(CustomGuardrail):
         pending["session"] = session
         headers[SESSION_HEADER] = session
         try:
-            result = await asyncio.wait_for(self._apply(session, format_name, conversation), self.deadline)
+            result, conversation, repaired = await asyncio.wait_for(
+                self._apply(session, format_name, conversation), self.deadline
+            )
         except Exception as err:  # fail open: whatever went wrong, the call goes on
             reason = _reason(err, self.deadline)
             log.warning("toolwire: budgeting failed, forwarding the request as it came (session %s): %s", session, reason)
@@ -211,11 +229,26 @@ class ToolwireGuardrail(CustomGuardrail):
             headers[DEGRADED_HEADER] = _note(f"sent as is; {reason}")
             return data
         data[key] = messages
+        if repaired is not None:
+            log.info("toolwire: repaired the pairing of a request (session %s): %s", session, repaired)
+            headers[REPAIRED_HEADER] = _note(
+                "droppedToolUses={}; droppedToolResults={}; movedToolResults={}; renamedToolUses={}".format(
+                    _ids(repaired.get("droppedToolUses")),
+                    _ids(repaired.get("droppedToolResults")),
+                    _ids(repaired.get("movedToolResults")),
+                    ",".join(
+                        f"{_ids([r.get('from')])}>{_ids([r.get('to')])}"
+                        for r in repaired.get("renamedToolUses") or []
+                        if isinstance(r, dict)
+                    ),
+                )
+            )
+            pending["repaired"] = True
         persisted = len(result.get("persisted") or [])
         cleared = [c for c in result.get("cleared") or [] if isinstance(c, str)]
         headers[BUDGET_HEADER] = f"applied; persisted={persisted}"
         if cleared:
-            headers[CLEARED_HEADER] = _note(",".join(cleared))
+            headers[CLEARED_HEADER] = _note(_ids(cleared))
         pending.update(
             budgeted=True,
             results_persisted=persisted,
@@ -250,9 +283,17 @@ class ToolwireGuardrail(CustomGuardrail):
 
     # -- toolwire --------------------------------------------------------
 
-    async def _apply(self, session: str, format_name: str, conversation: list[Any]) -> dict[str, Any]:
+    async def _apply(
+        self, session: str, format_name: str, conversation: list[Any]
+    ) -> tuple[dict[str, Any], list[Any], dict[str, Any] | None]:
+        """Repair the pairing if the provider would refuse it, then budget:
+        the result of ``budget/apply``, the conversation it was given, and
+        the repair's report (None when none was needed)."""
         client = await self._connected()
         try:
+            repaired = await self._repair(client, format_name, conversation)
+            if repaired is not None:
+                conversation = repaired[0]
             result = await client.request(
                 "budget/apply",
                 {"sessionId": session, "messages": conversation, "format": format_name},
@@ -263,7 +304,35 @@ class ToolwireGuardrail(CustomGuardrail):
             raise
         if not isinstance(result, dict):
             raise ValueError("budget/apply answered something other than an object")
-        return result
+        return result, conversation, repaired[1] if repaired is not None else None
+
+    async def _repair(
+        self, client: AsyncToolwireClient, format_name: str, conversation: list[Any]
+    ) -> tuple[list[Any], dict[str, Any]] | None:
+        """The proxy's pair repair (src/transcript/repair.rs), which the
+        JSON-RPC face offers on files only: ``transcript/check`` says in
+        memory whether the provider would refuse the pairing; only then is
+        the conversation written as a transcript in a private temporary
+        directory and put through ``transcript/repair``, the same repair."""
+        check = await client.request("transcript/check", {"messages": conversation, "format": format_name})
+        if not isinstance(check, dict) or check.get("ok", True):
+            return None
+        with tempfile.TemporaryDirectory(prefix="toolwire-litellm-") as tmp:
+            path = Path(tmp) / "request.jsonl"
+            lines = [json.dumps({"type": "session", "format": format_name})]
+            lines += [json.dumps({"type": "message", "message": m}, ensure_ascii=False) for m in conversation]
+            await asyncio.to_thread(path.write_text, "\n".join(lines) + "\n", encoding="utf-8")
+            report = await client.request("transcript/repair", {"path": str(path), "format": format_name})
+            text = await asyncio.to_thread(path.read_text, encoding="utf-8")
+        if not isinstance(report, dict) or not report.get("changed"):
+            return None
+        messages = []
+        for line in text.splitlines():
+            if line.strip():
+                value = json.loads(line)
+                if isinstance(value, dict) and value.get("type") == "message":
+                    messages.append(value.get("message"))
+        return messages, report
 
     async def _connected(self) -> AsyncToolwireClient:
         loop = asyncio.get_running_loop()
@@ -322,7 +391,7 @@ class ToolwireGuardrail(CustomGuardrail):
             "resultsPersisted": pending.get("results_persisted", 0),
             "resultsCleared": pending.get("results_cleared", 0),
             "budgeted": pending.get("budgeted", False),
-            "repaired": False,
+            "repaired": pending.get("repaired", False),
             "usage": _usage(response),
         }
         directory = self.data_dir / "sessions" / pending["session"]
