@@ -12,6 +12,8 @@ scripts/test_installed.py).
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import json
 import os
 import re
@@ -33,7 +35,7 @@ pytest.importorskip("litellm")
 anthropic = pytest.importorskip("anthropic")
 openai = pytest.importorskip("openai")
 
-from toolwire_client.litellm import derive_session  # noqa: E402
+from toolwire_client.litellm import ToolwireGuardrail, derive_session  # noqa: E402
 
 BINARY = os.environ["TOOLWIRE_BIN"]
 REPO = Path(__file__).resolve().parents[3]
@@ -520,6 +522,9 @@ def test_toolwire_missing_fails_open_and_coming_back_restores_its_decisions(stac
     for i in kept:
         assert after[i] == before[i], i
     assert any("<persisted-output>" in after[i] for i in kept)
+    # ...and the log said why, at WARNING.
+    log = (stack.tmp / "litellm.log").read_text(errors="replace")
+    assert "toolwire: budgeting failed, forwarding the request as it came" in log
 
 
 def test_usage_through_litellm_reaches_toolwire_stats(stack: Stack) -> None:
@@ -581,3 +586,56 @@ def test_a_pairing_the_provider_would_refuse_is_repaired_as_the_proxy_repairs_it
     assert got["litellm"] == got["proxy"]
     assert got["litellm"][0] == "droppedToolUses=toolu_lost; droppedToolResults=; movedToolResults=; renamedToolUses="
     assert got["litellm"][1] == ["toolu_kept"]
+
+
+@pytest.mark.parametrize("toolwire", ["slow", "missing"])
+def test_a_slow_or_missing_toolwire_leaves_the_request_as_it_came(tmp_path: Path, toolwire: str) -> None:
+    binary = tmp_path / "toolwire"
+    if toolwire == "slow":
+        # Started, but never answers `initialize`.
+        binary.write_text("#!/bin/sh\nexec sleep 60\n")
+        binary.chmod(0o755)
+    guard = ToolwireGuardrail(
+        guardrail_name="toolwire",
+        event_hook="pre_call",
+        default_on=True,
+        workspace=str(tmp_path),
+        deadline_seconds=1,
+        binary=str(binary),
+    )
+    data = {
+        "model": "claude-test",
+        "litellm_call_id": "call-1",
+        "messages": [
+            {"role": "user", "content": "fix it"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": output(0)}]},
+        ],
+    }
+    sent = copy.deepcopy(data)
+
+    async def main() -> tuple[Any, int, Any]:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        running = asyncio.create_task(ticker())
+        out = await guard.async_pre_call_hook(None, None, data, "anthropic_messages")
+        running.cancel()
+        headers = await guard.async_post_call_response_headers_hook(data, None, None)
+        return out, ticks, headers
+
+    out, ticks, headers = asyncio.run(main())
+    assert out == sent
+    # LiteLLM's event loop went on serving while the guardrail waited.
+    if toolwire == "slow":
+        assert ticks > 0
+        assert headers["x-toolwire-budget"] == "failed; toolwire did not answer within 1 s (deadline_seconds)"
+    else:
+        assert headers["x-toolwire-budget"].startswith("failed; ToolwireNotFoundError: toolwire binary not found"), headers
+    assert headers["x-toolwire-degraded"].startswith("sent as is; ")
+    assert headers["x-toolwire-session"] == derive_session("anthropic", sent["messages"])
