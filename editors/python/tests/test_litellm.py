@@ -299,6 +299,13 @@ def config_yaml() -> str:
     return found.group(1)
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 class Stack:
     """A scripted provider, ``toolwire proxy`` and LiteLLM with the guardrail."""
 
@@ -306,6 +313,8 @@ class Stack:
         self.tmp = tmp
         self.provider = Provider()
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.logs: list[Any] = []
+        self.runtimes: list[Path] = []
         self.proxy_ws = tmp / "proxy-ws"
         self.litellm_ws = tmp / "litellm-ws"
         for ws in (self.proxy_ws, self.litellm_ws):
@@ -322,7 +331,27 @@ class Stack:
         )
         self.wrapper.chmod(0o755)
         self.proxy_url = self._start_proxy()
-        self.litellm_url = self._start_litellm()
+        # With a PostgreSQL store at hand, this LiteLLM keeps its sessions
+        # there, and a second replica on a workspace of its own (another
+        # host, as far as toolwire can tell) shares it, started meanwhile
+        # (LiteLLM takes long to start).
+        pg = os.environ.get("TOOLWIRE_PG_URL")
+        shared = f'[storage]\nbackend = "postgres"\n[storage.postgres]\nurl = "{pg}"\n'
+        if pg:
+            with (self.litellm_ws / "toolwire.toml").open("a") as f:
+                f.write(shared)
+        ready = self.start_litellm("litellm", self.litellm_ws, self.runtime)
+        self.replicas: list[tuple[Path, Any]] = []
+        if pg:
+            ws = tmp / "replica-ws"
+            ws.mkdir()
+            (ws / "toolwire.toml").write_text(TOOLWIRE_TOML + shared)
+            runtime = tmp / "replica-run"
+            runtime.mkdir(mode=0o700)
+            self.replicas.append((ws, self.start_litellm("replica", ws, runtime)))
+        self.litellm_url = ready()
+        self.replicas.insert(0, (self.litellm_ws, lambda: self.litellm_url))
+        self.replicas = [(ws, replica_ready()) for ws, replica_ready in self.replicas]
 
     def _start_proxy(self) -> str:
         with (self.proxy_ws / "toolwire.toml").open("a") as f:
@@ -348,17 +377,22 @@ class Stack:
             print("proxy:", line, file=sys.stderr)
         raise AssertionError("toolwire proxy exited before listening")
 
-    def _start_litellm(self) -> str:
+    def start_litellm(self, name: str, ws: Path, runtime: Path) -> Any:
+        """Start LiteLLM with the guardrail on workspace ``ws``, its shared
+        daemon's socket under ``runtime``, logging to ``<name>.log``; call
+        what this returns for its URL once it answers (LiteLLM takes a while
+        to start: several start at once)."""
         config = self.tmp / "config.yaml"
         config.write_text(config_yaml())
         port = free_port()
-        self.litellm_log = (self.tmp / "litellm.log").open("wb")
+        log = (self.tmp / f"{name}.log").open("wb")
+        self.logs.append(log)
         env = {
             **os.environ,
             "PYTHONPATH": str(REPO / "editors/python"),
             "TOOLWIRE_BIN": str(self.wrapper),
-            "XDG_RUNTIME_DIR": str(self.runtime),
-            "TOOLWIRE_WORKSPACE": str(self.litellm_ws),
+            "XDG_RUNTIME_DIR": str(runtime),
+            "TOOLWIRE_WORKSPACE": str(ws),
             "PROVIDER_URL": self.provider.url,
             "PROVIDER_OPENAI_URL": self.provider.url + "/v1",
             "PROVIDER_GEMINI_URL": self.provider.url,
@@ -372,16 +406,20 @@ class Stack:
             [str(litellm), "--config", str(config), "--host", "127.0.0.1", "--port", str(port)],
             cwd=self.tmp,
             stdin=subprocess.DEVNULL,
-            stdout=self.litellm_log,
+            stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
         )
         self.procs.append(proc)
+        self.runtimes.append(runtime)
         url = f"http://127.0.0.1:{port}"
+        return lambda: self._ready(name, proc, url)
+
+    def _ready(self, name: str, proc: subprocess.Popen[bytes], url: str) -> str:
         deadline = time.monotonic() + START_LIMIT
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                raise AssertionError(f"litellm exited ({proc.returncode}):\n{self.log_tail()}")
+                raise AssertionError(f"litellm exited ({proc.returncode}):\n{self.log_tail(name)}")
             try:
                 with urllib.request.urlopen(url + "/health/liveliness", timeout=5) as r:
                     if r.status == 200:
@@ -389,17 +427,17 @@ class Stack:
             except OSError:
                 pass
             time.sleep(0.5)
-        raise AssertionError(f"litellm did not answer within {START_LIMIT} s:\n{self.log_tail()}")
+        raise AssertionError(f"litellm did not answer within {START_LIMIT} s:\n{self.log_tail(name)}")
 
-    def log_tail(self) -> str:
-        self.litellm_log.flush()
-        return (self.tmp / "litellm.log").read_text(errors="replace")[-6000:]
+    def log_tail(self, name: str) -> str:
+        return (self.tmp / f"{name}.log").read_text(errors="replace")[-6000:]
 
-    def daemon_pids(self) -> list[int]:
+    def daemon_pids(self, runtime: Path | None = None) -> list[int]:
         pids = []
-        for lock in (self.runtime / "toolwire").glob("*.lock"):
+        for lock in ((runtime or self.runtime) / "toolwire").glob("*.lock"):
             text = lock.read_text().strip()
-            if text.isdigit():
+            # A lock file outlives its daemon: only a live toolwire counts.
+            if text.isdigit() and b"toolwire" in _cmdline(int(text)):
                 pids.append(int(text))
         return pids
 
@@ -411,13 +449,15 @@ class Stack:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        for pid in self.daemon_pids():
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+        for runtime in self.runtimes:
+            for pid in self.daemon_pids(runtime):
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
         self.provider.server.shutdown()
-        self.litellm_log.close()
+        for log in self.logs:
+            log.close()
 
 
 @pytest.fixture(scope="module")
@@ -639,3 +679,46 @@ def test_a_slow_or_missing_toolwire_leaves_the_request_as_it_came(tmp_path: Path
         assert headers["x-toolwire-budget"].startswith("failed; ToolwireNotFoundError: toolwire binary not found"), headers
     assert headers["x-toolwire-degraded"].startswith("sent as is; ")
     assert headers["x-toolwire-session"] == derive_session("anthropic", sent["messages"])
+
+
+@pytest.mark.skipif("TOOLWIRE_PG_URL" not in os.environ, reason="needs TOOLWIRE_PG_URL (tests/litellm.rs makes one)")
+def test_two_litellm_replicas_on_one_postgres_store_decide_each_result_once(stack: Stack) -> None:
+    # Two hosts, as far as toolwire can tell: each replica its own workspace
+    # and daemon, sharing only the PostgreSQL store (see Stack).
+    workspaces = [ws for ws, _ in stack.replicas]
+    urls = [url for _, url in stack.replicas]
+    clients = [anthropic.Anthropic(base_url=u, api_key=LITELLM_KEY, max_retries=0) for u in urls]
+    turns = 8
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "fix the build on two replicas"}]
+    mark = stack.provider.mark()
+    headers = []
+    for turn in range(turns):
+        # Alternating: every turn goes to the other replica.
+        raw = clients[turn % 2].messages.with_raw_response.create(model="claude-test", max_tokens=64, messages=messages)
+        headers.append(raw.headers)
+        call = next(b for b in raw.parse().content if b.type == "tool_use")
+        messages.append({"role": "assistant", "content": [{"type": "tool_use", "id": call.id, "name": call.name, "input": call.input}]})
+        messages.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": output(turn)}]})
+    assert [h.get("x-toolwire-budget", "").split(";")[0] for h in headers] == ["applied"] * turns
+    requests = [dict(results_sent(p, b)) for p, b in stack.provider.since(mark)]
+    # One decision per result: once a result is sent replaced, every later
+    # request, from either replica, sends the same bytes until it is
+    # cleared, and a cleared result stays as it was cleared.
+    originals = {f"toolu_{2 * t + 1:02d}": json.dumps(output(t)) for t in range(turns)}
+    persisted = 0
+    for i, original in originals.items():
+        seen = [r[i] for r in requests if i in r]
+        changed = [c for c in seen if c != original]
+        first = seen.index(changed[0]) if changed else len(seen)
+        assert all(c != original for c in seen[first:]), i
+        distinct = list(dict.fromkeys(changed))
+        assert len(distinct) <= 2, (i, distinct)
+        if distinct:
+            persisted += "<persisted-output>" in distinct[0]
+            # Each replaced form is sent in one unbroken run, never flipping back.
+            runs = [c for n, c in enumerate(changed) if n == 0 or changed[n - 1] != c]
+            assert runs == distinct, i
+    assert persisted >= 2
+    # The previews name saved outputs where the replica that decided wrote them.
+    texts = " ".join(c for r in requests for c in r.values())
+    assert str(workspaces[0]) in texts and str(workspaces[1]) in texts
