@@ -77,12 +77,22 @@ class Provider:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))))
+                # Claude Code adds `?beta=true`, which toolwire proxy passes on.
+                path = self.path.split("?")[0]
                 with provider.lock:
-                    provider.received.append((self.path, body))
-                answer = provider.answer(self.path, body)
+                    provider.received.append((path, body))
+                answer = provider.answer(path, body)
                 if answer is None:
                     self.send_response(404)
                     self.end_headers()
+                    return
+                if body.get("stream") is True and path.endswith("/v1/messages"):
+                    events = anthropic_events(answer)
+                    self.send_response(200)
+                    self.send_header("content-type", "text/event-stream")
+                    self.send_header("content-length", str(len(events)))
+                    self.end_headers()
+                    self.wfile.write(events)
                     return
                 data = json.dumps(answer).encode()
                 self.send_response(200)
@@ -97,6 +107,10 @@ class Provider:
 
     @staticmethod
     def answer(path: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        if path.endswith("/v1/messages/count_tokens"):
+            return {"input_tokens": len(json.dumps(body)) // 4}
+        if path.endswith("/v1/messages") and body.get("tools"):
+            return agent_answer(body)
         if path.endswith("/v1/messages"):
             n = len(body["messages"])
             return {
@@ -177,6 +191,65 @@ class Provider:
     def mark(self) -> int:
         with self.lock:
             return len(self.received)
+
+
+AGENT_CALLS = 3
+
+
+def agent_answer(body: dict[str, Any]) -> dict[str, Any]:
+    """An agent's request (it sends tools): a Bash call that prints a large
+    output, until it has had AGENT_CALLS results, then text."""
+    n = len(body["messages"])
+    done = sum(
+        1
+        for m in body["messages"]
+        if isinstance(m.get("content"), list)
+        for b in m["content"]
+        if isinstance(b, dict) and b.get("type") == "tool_result"
+    )
+    if done >= AGENT_CALLS:
+        content: list[dict[str, Any]] = [{"type": "text", "text": "All done."}]
+        stop = "end_turn"
+    else:
+        command = f"seq 1 {4000 + 1000 * done}"
+        content = [
+            {"type": "tool_use", "id": f"toolu_cc{done:02d}", "name": "Bash", "input": {"command": command, "description": "count"}}
+        ]
+        stop = "tool_use"
+    return {
+        "id": f"msg_cc{n}",
+        "type": "message",
+        "role": "assistant",
+        "model": body.get("model", "m"),
+        "content": content,
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 100 + n, "output_tokens": 7, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0},
+    }
+
+
+def anthropic_events(message: dict[str, Any]) -> bytes:
+    """A Messages answer as Anthropic streams it."""
+    start = {**message, "content": [], "stop_reason": None}
+    events: list[tuple[str, dict[str, Any]]] = [("message_start", {"type": "message_start", "message": start})]
+    for i, block in enumerate(message["content"]):
+        if block["type"] == "tool_use":
+            empty = {**block, "input": {}}
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+        else:
+            empty = {"type": "text", "text": ""}
+            delta = {"type": "text_delta", "text": block["text"]}
+        events.append(("content_block_start", {"type": "content_block_start", "index": i, "content_block": empty}))
+        events.append(("content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta}))
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
+    events.append(
+        (
+            "message_delta",
+            {"type": "message_delta", "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None}, "usage": message["usage"]},
+        )
+    )
+    events.append(("message_stop", {"type": "message_stop"}))
+    return "".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events).encode()
 
 
 def results_sent(path: str, body: dict[str, Any]) -> list[tuple[str, str]]:
@@ -330,6 +403,14 @@ class Stack:
             f'#!/bin/sh\nif [ -e "{self.down}" ]; then echo "toolwire is down (test)" >&2; exit 1; fi\nexec "{BINARY}" "$@"\n'
         )
         self.wrapper.chmod(0o755)
+        try:
+            self._start_all(tmp)
+        except BaseException:
+            # Nothing this started outlives a failed start.
+            self.close()
+            raise
+
+    def _start_all(self, tmp: Path) -> None:
         self.proxy_url = self._start_proxy()
         # With a PostgreSQL store at hand, this LiteLLM keeps its sessions
         # there, and a second replica on a workspace of its own (another
@@ -722,3 +803,44 @@ def test_two_litellm_replicas_on_one_postgres_store_decide_each_result_once(stac
     # The previews name saved outputs where the replica that decided wrote them.
     texts = " ".join(c for r in requests for c in r.values())
     assert str(workspaces[0]) in texts and str(workspaces[1]) in texts
+
+
+# The Claude Code CLI tests/setup.d's agents part installs (or another, named).
+CLAUDE = os.environ.get("TOOLWIRE_TEST_CLAUDE") or str(REPO / "tests/agents/node_modules/.bin/claude")
+
+
+@pytest.mark.skipif(not os.access(CLAUDE, os.X_OK), reason=f"no Claude Code CLI at {CLAUDE}")
+def test_claude_code_through_litellm_sends_what_it_sends_through_the_proxy(stack: Stack, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    home = tmp_path / "home"
+    home.mkdir()
+
+    def run(base_url: str, key: str, ws: Path) -> list[list[tuple[str, str]]]:
+        mark = stack.provider.mark()
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(home),
+            "ANTHROPIC_BASE_URL": base_url,
+            "ANTHROPIC_API_KEY": key,
+            "ANTHROPIC_SMALL_FAST_MODEL": "claude-test",
+            "ANTHROPIC_DEFAULT_HAIKU_MODEL": "claude-test",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_TELEMETRY": "1",
+            "DISABLE_AUTOUPDATER": "1",
+        }
+        argv = [CLAUDE, "-p", "count for me", "--model", "claude-test", "--allowedTools", "Bash"]
+        argv += ["--output-format", "json", "--max-turns", "8"]
+        out = subprocess.run(argv, cwd=project, env=env, capture_output=True, text=True, timeout=180)
+        assert out.returncode == 0, (out.stdout, out.stderr)
+        result = json.loads(out.stdout)
+        assert result["result"] == "All done." and not result["is_error"], result
+        # The agent's own requests (it sends tools), each turn of its loop.
+        turns = [(p, b) for p, b in stack.provider.since(mark) if b.get("tools")]
+        assert len(turns) == AGENT_CALLS + 1
+        return normalized(stack, turns, ws)
+
+    via_proxy = run(stack.proxy_url, "sk-ant-test", stack.proxy_ws)
+    via_litellm = run(stack.litellm_url, LITELLM_KEY, stack.litellm_ws)
+    assert via_litellm == via_proxy
+    assert [len(r) for r in via_litellm] == list(range(AGENT_CALLS + 1))
