@@ -28,12 +28,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 pytest.importorskip("litellm")
 anthropic = pytest.importorskip("anthropic")
 openai = pytest.importorskip("openai")
+httpx = pytest.importorskip("httpx")
 
 from toolwire_client.litellm import ToolwireGuardrail, derive_session  # noqa: E402
 
