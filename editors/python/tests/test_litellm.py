@@ -844,3 +844,15 @@ def test_claude_code_through_litellm_sends_what_it_sends_through_the_proxy(stack
     via_litellm = run(stack.litellm_url, LITELLM_KEY, stack.litellm_ws)
     assert via_litellm == via_proxy
     assert [len(r) for r in via_litellm] == list(range(AGENT_CALLS + 1))
+
+
+def test_a_session_named_in_the_request_is_the_session(stack: Stack) -> None:
+    client = anthropic.Anthropic(base_url=stack.litellm_url, api_key=LITELLM_KEY, max_retries=0)
+    raw = client.messages.with_raw_response.create(
+        model="claude-test",
+        max_tokens=64,
+        messages=[{"role": "user", "content": "a named session"}],
+        extra_headers={"x-toolwire-session": "team-build-7"},
+    )
+    assert raw.headers.get("x-toolwire-session") == "team-build-7"
+    assert raw.headers.get("x-toolwire-budget") == "applied; persisted=0"
