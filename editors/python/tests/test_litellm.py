@@ -653,25 +653,26 @@ def test_usage_through_litellm_reaches_toolwire_stats(stack: Stack) -> None:
     turns = 3
     anthropic_session(stack.litellm_url, LITELLM_KEY, "claude-test", first, turns)
     session = derive_session("anthropic", [{"role": "user", "content": first}])
-    # The success callback runs after the response: give it a moment.
+    stats = stats_of(stack.litellm_ws, str(session), turns)
+    assert stats["requests"] == turns
+    assert stats["requestsWithoutUsage"] == 0
+    assert stats["tokens"]["output"] == 7 * turns
+    assert stats["tokens"]["cacheRead"] == 50 * turns
+    assert stats["resultsPersisted"] >= 1
+
+
+def stats_of(ws: Path, session: str, requests: int) -> dict[str, Any]:
+    """``toolwire stats`` of one session, once it counts ``requests`` (a
+    usage record is written after its response has gone: a bounded wait)."""
     deadline = time.monotonic() + 30
     while True:
-        out = subprocess.run(
-            [BINARY, "stats", "--json", "--session", str(session)],
-            cwd=stack.litellm_ws,
-            capture_output=True,
-            text=True,
-        )
+        out = subprocess.run([BINARY, "stats", "--json", "--session", session], cwd=ws, capture_output=True, text=True)
         stats = json.loads(out.stdout) if out.returncode == 0 and out.stdout.strip() else []
-        if stats and stats[0]["requests"] >= turns or time.monotonic() > deadline:
+        if stats and stats[0]["requests"] >= requests or time.monotonic() > deadline:
             break
         time.sleep(0.2)
     assert stats, out.stderr
-    assert stats[0]["requests"] == turns
-    assert stats[0]["requestsWithoutUsage"] == 0
-    assert stats[0]["tokens"]["output"] == 7 * turns
-    assert stats[0]["tokens"]["cacheRead"] == 50 * turns
-    assert stats[0]["resultsPersisted"] >= 1
+    return stats[0]
 
 
 def test_the_derived_session_is_the_proxys() -> None:
@@ -838,12 +839,19 @@ def test_claude_code_through_litellm_sends_what_it_sends_through_the_proxy(stack
         # The agent's own requests (it sends tools), each turn of its loop.
         turns = [(p, b) for p, b in stack.provider.since(mark) if b.get("tools")]
         assert len(turns) == AGENT_CALLS + 1
-        return normalized(stack, turns, ws)
+        return turns
 
     via_proxy = run(stack.proxy_url, "sk-ant-test", stack.proxy_ws)
     via_litellm = run(stack.litellm_url, LITELLM_KEY, stack.litellm_ws)
-    assert via_litellm == via_proxy
-    assert [len(r) for r in via_litellm] == list(range(AGENT_CALLS + 1))
+    assert normalized(stack, via_litellm, stack.litellm_ws) == normalized(stack, via_proxy, stack.proxy_ws)
+    assert [len(results_sent(p, b)) for p, b in via_litellm] == list(range(AGENT_CALLS + 1))
+    # Its streamed responses' usage reaches toolwire stats, as the proxy's does.
+    session = derive_session("anthropic", via_litellm[0][1]["messages"])
+    for ws in (stack.proxy_ws, stack.litellm_ws):
+        stats = stats_of(ws, str(session), AGENT_CALLS + 1)
+        assert stats["requests"] == AGENT_CALLS + 1, (ws, stats)
+        assert stats["requestsWithoutUsage"] == 0, (ws, stats)
+        assert stats["tokens"]["output"] == 7 * (AGENT_CALLS + 1), (ws, stats)
 
 
 def test_a_session_named_in_the_request_is_the_session(stack: Stack) -> None:
