@@ -72,8 +72,8 @@ _ROUTES: dict[str, tuple[str, str]] = {
     "agenerate_content_stream": ("gemini", "contents"),
 }
 
-# Notes kept from a request's pre-call hook until its response: bounded, so
-# calls that never answer (a client that hung up) cannot pile up.
+# Notes kept from a request's pre-call hook for its response headers and
+# usage record: the most recent calls only, so memory stays bounded.
 _PENDING_LIMIT = 4096
 
 
@@ -378,9 +378,12 @@ class ToolwireGuardrail(CustomGuardrail):
         """Append the call's usage record where ``toolwire stats`` reads it
         (``<dataDir>/sessions/<id>/proxy-usage.jsonl``, src/proxy/stats.rs)."""
         call_id = kwargs.get("litellm_call_id") if isinstance(kwargs, dict) else None
-        pending = self._pending.pop(str(call_id), None)
-        if pending is None or "session" not in pending:
+        # Kept (for the response headers, whichever hook LiteLLM runs
+        # first) until newer calls push it out; recorded once.
+        pending = self._pending.get(str(call_id))
+        if pending is None or "session" not in pending or pending.get("recorded"):
             return
+        pending["recorded"] = True
         record = {
             "timeMs": int(time.time() * 1000),
             "format": pending["format"],
