@@ -42,17 +42,6 @@ REPO = Path(__file__).resolve().parents[3]
 START_LIMIT = 240
 LITELLM_KEY = "sk-litellm-test"
 
-TOOLWIRE_TOML = """durability = "none"
-[limits]
-max_result_chars = 6000
-[clearing]
-mode = "batch"
-keep_recent = 2
-min_chars = 1000
-trigger_chars = 5000
-"""
-
-
 def output(turn: int) -> str:
     """A tool's output: every third one large, the others mid-sized."""
     size = 20000 if turn % 3 == 0 else 2500
@@ -365,11 +354,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def config_yaml() -> str:
+def from_docs(name: str, language: str) -> str:
+    """A configuration block of docs/litellm.md: what the page shows is what runs."""
     page = (REPO / "docs/litellm.md").read_text()
-    found = re.search(r"<!-- litellm-config -->\n```yaml\n(.*?)```\n<!-- /litellm-config -->", page, re.S)
-    assert found, "docs/litellm.md has no <!-- litellm-config --> block"
+    found = re.search(f"<!-- {name} -->\n```{language}\n(.*?)```\n<!-- /{name} -->", page, re.S)
+    assert found, f"docs/litellm.md has no <!-- {name} --> block"
     return found.group(1)
+
+
+def config_yaml() -> str:
+    return from_docs("litellm-config", "yaml")
+
+
+# The workspaces' toolwire.toml.
+TOOLWIRE_TOML = from_docs("litellm-toolwire-toml", "toml")
 
 
 def _cmdline(pid: int) -> bytes:
