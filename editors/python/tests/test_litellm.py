@@ -814,12 +814,16 @@ def test_claude_code_through_litellm_sends_what_it_sends_through_the_proxy(stack
     project.mkdir()
     home = tmp_path / "home"
     home.mkdir()
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
 
     def run(base_url: str, key: str, ws: Path) -> list[list[tuple[str, str]]]:
         mark = stack.provider.mark()
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": str(home),
+            # Its scratch files (`$TMPDIR/claude-<uid>/`) stay in the test's directory.
+            "TMPDIR": str(scratch),
             "ANTHROPIC_BASE_URL": base_url,
             "ANTHROPIC_API_KEY": key,
             "ANTHROPIC_SMALL_FAST_MODEL": "claude-test",
