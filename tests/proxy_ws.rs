@@ -39,8 +39,15 @@ struct FakeUpstream {
     seen: Arc<Mutex<Seen>>,
 }
 
+/// The events answering the n-th `response.create` (from 1), given its body.
+type Script = fn(usize, &Value) -> Vec<Value>;
+
 impl FakeUpstream {
     async fn start() -> FakeUpstream {
+        FakeUpstream::scripted(|n, _| events(n)).await
+    }
+
+    async fn scripted(script: Script) -> FakeUpstream {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let seen = Arc::new(Mutex::new(Seen::default()));
@@ -53,7 +60,7 @@ impl FakeUpstream {
                 };
                 let state = state.clone();
                 let counter = counter.clone();
-                tokio::spawn(serve(stream, state, counter));
+                tokio::spawn(serve(stream, state, counter, script));
             }
         });
         FakeUpstream { url, seen }
@@ -65,7 +72,12 @@ impl FakeUpstream {
 }
 
 /// One upstream connection: a WebSocket upgrade, or one HTTP request.
-async fn serve(stream: tokio::net::TcpStream, state: Arc<Mutex<Seen>>, counter: Arc<Mutex<usize>>) {
+async fn serve(
+    stream: tokio::net::TcpStream,
+    state: Arc<Mutex<Seen>>,
+    counter: Arc<Mutex<usize>>,
+    script: Script,
+) {
     let mut peek = [0u8; 4096];
     let n = stream.peek(&mut peek).await.unwrap_or(0);
     let head = String::from_utf8_lossy(&peek[..n]).to_ascii_lowercase();
@@ -104,7 +116,7 @@ async fn serve(stream: tokio::net::TcpStream, state: Arc<Mutex<Seen>>, counter: 
         match body["type"].as_str() {
             Some("response.create") => {
                 let n = next(&counter);
-                for event in events(n) {
+                for event in script(n, &body) {
                     if ws.send(Message::text(event.to_string())).await.is_err() {
                         return;
                     }
@@ -428,7 +440,7 @@ async fn a_conversation_moving_from_http_to_the_socket_keeps_its_session_and_pre
 async fn bad_messages_pass_as_sent_and_the_upstreams_close_code_reaches_the_agent() {
     let upstream = FakeUpstream::start().await;
     // A small body limit, so "too large" is cheap to send.
-    let proxy = Proxy::start(&upstream.url, "[proxy]\nmaxRequestBytes = 100000").await;
+    let proxy = Proxy::start(&upstream.url, "[proxy]\nmax_request_bytes = 100000").await;
     let (mut agent, _) = connect(&proxy).await;
     let not_json = "this is { not json";
     let unknown = json!({"type": "response.unheard_of", "input": [{"x": 1}]}).to_string();
@@ -507,4 +519,112 @@ async fn an_upgrade_on_another_path_is_refused_and_an_unreachable_upstream_is_a_
         panic!("expected an HTTP refusal, got {err}");
     };
     assert_eq!(response.status(), 404);
+}
+
+/// Codex as it ships (`codex exec`, its own provider, `openai_base_url`
+/// pointing at the proxy): over the WebSocket, no 404, no fallback to
+/// HTTPS; its shell command's large output reaches the upstream as a
+/// preview, and the usage counts in `toolwire stats`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_exec_speaks_websocket_through_the_proxy() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let codex = root.join("tests/agents/node_modules/.bin/codex");
+    assert!(
+        codex.exists(),
+        "Codex is not installed at {}: run ./tests/setup.sh (tests/setup.d/70-agents.sh)",
+        codex.display()
+    );
+    let upstream = FakeUpstream::scripted(codex_script).await;
+    // Codex caps a command's output at about 10,000 tokens itself.
+    let proxy = Proxy::start(&upstream.url, "[limits]\nmax_result_chars = 2000").await;
+    let home = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let mut command = tokio::process::Command::new(&codex);
+    command
+        .args([
+            "exec",
+            "--skip-git-repo-check",
+            "--dangerously-bypass-approvals-and-sandbox",
+            "-c",
+            &format!("openai_base_url={}/v1", proxy.url),
+            "list the numbers",
+        ])
+        .current_dir(work.path())
+        .env("HOME", home.path())
+        .env("CODEX_HOME", home.path())
+        .env("OPENAI_API_KEY", "sk-test-secret")
+        .env("NO_PROXY", "*")
+        .env_remove("HTTP_PROXY")
+        .env_remove("HTTPS_PROXY")
+        .env_remove("ALL_PROXY")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(LIMIT, command.output())
+        .await
+        .expect("codex exec finished in time")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let both = format!("{stdout}\n{stderr}");
+    let log = proxy.log();
+    assert!(
+        out.status.success(),
+        "codex exec failed:\n{both}\nproxy log:\n{log}"
+    );
+    assert!(both.contains("all numbers listed"), "{both}");
+    assert!(!both.contains("Falling back"), "{both}");
+    assert!(!both.contains("Reconnecting"), "{both}");
+    assert!(!log.contains("no route"), "{log}");
+    let seen = upstream.messages();
+    let creates: Vec<Value> = seen
+        .iter()
+        .filter_map(|(_, m)| serde_json::from_str::<Value>(m).ok())
+        .filter(|m| m["type"] == "response.create")
+        .collect();
+    let previews: Vec<String> = creates
+        .iter()
+        .flat_map(|c| c["input"].as_array().cloned().unwrap_or_default())
+        .filter_map(|i| output_of(&i))
+        .filter(|o| o.contains("<persisted-output>"))
+        .collect();
+    assert!(
+        !previews.is_empty(),
+        "the shell output went up whole: {seen:?}"
+    );
+    assert!(
+        upstream.seen.lock().unwrap().http_bodies.is_empty(),
+        "Codex fell back to HTTP"
+    );
+    let stats = proxy.stats();
+    let requests: u64 = stats.iter().map(|s| s["requests"].as_u64().unwrap()).sum();
+    assert!(requests >= 2, "{stats:?}");
+    assert!(
+        stats.iter().all(|s| s["requestsWithoutUsage"] == 0),
+        "{stats:?}"
+    );
+    assert!(!log.contains("sk-test-secret"), "a key reached the log");
+}
+
+/// The model Codex talks to: first a command printing 200k characters,
+/// then, once that output came back, a final message.
+fn codex_script(n: usize, body: &Value) -> Vec<Value> {
+    let id = format!("resp_{n}");
+    let has_output = body["input"]
+        .as_array()
+        .is_some_and(|items| items.iter().any(|i| i["type"] == "function_call_output"));
+    let item = if has_output {
+        json!({"type": "message", "id": format!("msg_{n}"), "role": "assistant", "status": "completed",
+               "content": [{"type": "output_text", "text": "all numbers listed", "annotations": []}]})
+    } else {
+        json!({"type": "function_call", "id": format!("fc_{n}"), "call_id": format!("call_{n}"),
+               "name": "exec_command", "status": "completed",
+               "arguments": json!({"cmd": "seq 1 40000"}).to_string()})
+    };
+    vec![
+        json!({"type": "response.created", "response": {"id": id, "status": "in_progress", "output": []}}),
+        json!({"type": "response.output_item.added", "output_index": 0, "item": item}),
+        json!({"type": "response.output_item.done", "output_index": 0, "item": item}),
+        json!({"type": "response.completed", "response": {"id": id, "status": "completed",
+               "output": [item], "usage": usage()}}),
+    ]
 }

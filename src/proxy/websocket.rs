@@ -418,16 +418,22 @@ impl Relay {
         let Some(Value::Array(client)) = whole.remove("input") else {
             return None;
         };
-        let Some(session) = session else {
-            self.forget();
-            return None;
+        // No session without a conversation (Codex's warm-up request has
+        // an empty input): nothing to budget or record, but the response
+        // it makes is one the next request may continue.
+        let (budgeted, session_dir) = match &session {
+            Some(session) => (
+                self.budget(session, client.clone(), &mut record).await,
+                Some(
+                    crate::session::SessionKey {
+                        data_dir: self.proxy.config.data_dir.clone(),
+                        id: session.clone(),
+                    }
+                    .session_dir(),
+                ),
+            ),
+            None => (client.clone(), None),
         };
-        let budgeted = self.budget(&session, client.clone(), &mut record).await;
-        let session_dir = crate::session::SessionKey {
-            data_dir: self.proxy.config.data_dir.clone(),
-            id: session.clone(),
-        }
-        .session_dir();
         let continues = previous.is_some()
             && budgeted.len() >= held.len()
             && budgeted[..held.len()] == held[..];
@@ -441,7 +447,7 @@ impl Relay {
             }
         } else {
             if previous.is_some() {
-                tracing::debug!(session = %session, "budgeting changed what the upstream holds; sending the whole conversation");
+                tracing::debug!(session = ?session, "budgeting changed what the upstream holds; sending the whole conversation");
             }
             if previous.is_none() && budgeted == sent {
                 None
@@ -456,7 +462,7 @@ impl Relay {
         }
         self.pending = Some(Pending {
             record,
-            session_dir: Some(session_dir),
+            session_dir,
             client,
             upstream: budgeted,
             output: Vec::new(),
