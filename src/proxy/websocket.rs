@@ -280,7 +280,14 @@ impl Relay {
                         }
                     }
                     Some(Err(err)) => {
-                        tracing::debug!(%err, "the agent's WebSocket failed");
+                        tracing::info!(%err, "the agent's WebSocket failed");
+                        if let tungstenite::Error::Capacity(_) = err {
+                            let frame = CloseFrame {
+                                code: CloseCode::Size,
+                                reason: "toolwire proxy: message too big".into(),
+                            };
+                            let _ = client.send(Message::Close(Some(frame))).await;
+                        }
                         let _ = upstream.close(None).await;
                         break;
                     }
