@@ -226,3 +226,211 @@ async fn print_env_shows_how_each_agent_is_pointed() {
         assert!(other.contains(&line), "{other}");
     }
 }
+
+/// A provider that answers every conversation with the text "all done",
+/// in Anthropic's or Gemini's shape, streamed when asked (what Claude Code
+/// and Gemini CLI need to finish a one-prompt session), recording the
+/// paths it was asked for.
+async fn text_provider() -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use http_body_util::BodyExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let paths = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = paths.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let seen = seen.clone();
+            let service =
+                hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                    let seen = seen.clone();
+                    async move {
+                        let path = req.uri().path().to_owned();
+                        let query = req.uri().query().unwrap_or("").to_owned();
+                        let body = req.into_body().collect().await.unwrap().to_bytes();
+                        let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                        seen.lock().unwrap().push(path.clone());
+                        let (kind, text) = text_answer(&path, &query, &body);
+                        Ok::<_, std::convert::Infallible>(
+                            http::Response::builder()
+                                .header("content-type", kind)
+                                .body(http_body_util::Full::new(bytes::Bytes::from(text)))
+                                .unwrap(),
+                        )
+                    }
+                });
+            tokio::spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (url, paths)
+}
+
+fn text_answer(path: &str, query: &str, body: &Value) -> (&'static str, String) {
+    let sse = |events: Vec<(Option<&str>, Value)>| {
+        let mut text = String::new();
+        for (name, data) in events {
+            if let Some(name) = name {
+                text.push_str(&format!("event: {name}\n"));
+            }
+            text.push_str(&format!("data: {data}\n\n"));
+        }
+        ("text/event-stream", text)
+    };
+    let usage = serde_json::json!({"input_tokens": 50, "output_tokens": 3,
+        "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0});
+    if path.ends_with("/v1/messages") {
+        let model = body["model"].as_str().unwrap_or("claude").to_owned();
+        let message = serde_json::json!({"id": "msg_1", "type": "message", "role": "assistant",
+            "model": model, "content": [], "stop_reason": null, "stop_sequence": null, "usage": usage});
+        if body["stream"] != true {
+            let mut whole = message;
+            whole["content"] = serde_json::json!([{"type": "text", "text": "all done"}]);
+            whole["stop_reason"] = "end_turn".into();
+            return ("application/json", whole.to_string());
+        }
+        return sse(vec![
+            (
+                Some("message_start"),
+                serde_json::json!({"type": "message_start", "message": message}),
+            ),
+            (
+                Some("content_block_start"),
+                serde_json::json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            ),
+            (
+                Some("content_block_delta"),
+                serde_json::json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "all done"}}),
+            ),
+            (
+                Some("content_block_stop"),
+                serde_json::json!({"type": "content_block_stop", "index": 0}),
+            ),
+            (
+                Some("message_delta"),
+                serde_json::json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"output_tokens": 3}}),
+            ),
+            (
+                Some("message_stop"),
+                serde_json::json!({"type": "message_stop"}),
+            ),
+        ]);
+    }
+    if path.contains(":generateContent") || path.contains(":streamGenerateContent") {
+        let answer = serde_json::json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "all done"}]},
+            "finishReason": "STOP", "index": 0}],
+            "usageMetadata": {"promptTokenCount": 50, "candidatesTokenCount": 3, "totalTokenCount": 53}});
+        if path.contains(":stream") && query.contains("alt=sse") {
+            return sse(vec![(None, answer)]);
+        }
+        if path.contains(":stream") {
+            return ("application/json", serde_json::json!([answer]).to_string());
+        }
+        return ("application/json", answer.to_string());
+    }
+    if path.contains(":countTokens") {
+        return (
+            "application/json",
+            serde_json::json!({"totalTokens": 50}).to_string(),
+        );
+    }
+    ("application/json", serde_json::json!({"type": "error", "error": {"type": "not_found_error", "message": "not here"}}).to_string())
+}
+
+/// The agent CLIs of tests/agents (installed by tests/setup.sh), each run
+/// by `toolwire run` in a workspace whose proxy goes to [`text_provider`].
+async fn real_agent(name: &str, args: &[&str], env: &[(&str, &str)]) -> (Output, Vec<String>) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let agent = root.join("tests/agents/node_modules/.bin").join(name);
+    assert!(
+        agent.exists(),
+        "{name} is not installed at {}: run ./tests/setup.sh (tests/setup.d/70-agents.sh)",
+        agent.display()
+    );
+    let (url, paths) = text_provider().await;
+    let dir = workspace(&url);
+    let home = tempfile::tempdir().unwrap();
+    // Gemini CLI takes GOOGLE_GEMINI_BASE_URL with an API key only when
+    // its settings select that auth (else it reads the variable as a
+    // "gateway" auth it then refuses in -p mode).
+    std::fs::create_dir_all(home.path().join(".gemini")).unwrap();
+    std::fs::write(
+        home.path().join(".gemini/settings.json"),
+        r#"{"security": {"auth": {"selectedType": "gemini-api-key"}}}"#,
+    )
+    .unwrap();
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolwire"));
+    command
+        .args(["run", "--"])
+        .arg(&agent)
+        .args(args)
+        .current_dir(dir.path())
+        .env("HOME", home.path())
+        .env("NO_PROXY", "*")
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(LIMIT, command.output())
+        .await
+        .expect("the agent finished in time")
+        .unwrap();
+    let paths = paths.lock().unwrap().clone();
+    (out, paths)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn toolwire_run_claude_p_goes_through_the_proxy() {
+    let (out, paths) = real_agent(
+        "claude",
+        &["-p", "say hi"],
+        &[
+            ("ANTHROPIC_API_KEY", "sk-ant-test"),
+            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+        ],
+    )
+    .await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}\n{paths:?}");
+    assert!(stdout.contains("all done"), "{stdout}\n{stderr}");
+    assert!(paths.iter().any(|p| p == "/v1/messages"), "{paths:?}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("toolwire: ") && l.contains("requests in")),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn toolwire_run_gemini_p_goes_through_the_proxy() {
+    let (out, paths) = real_agent(
+        "gemini",
+        // A model named: Gemini 3 models are routed by a classifier call
+        // first, which wants JSON this provider does not write.
+        &["-m", "gemini-2.5-flash", "-p", "say hi"],
+        &[
+            ("GEMINI_API_KEY", "test-key"),
+            ("GEMINI_CLI_TRUST_WORKSPACE", "true"),
+        ],
+    )
+    .await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}\n{paths:?}");
+    assert!(stdout.contains("all done"), "{stdout}\n{stderr}");
+    assert!(
+        paths
+            .iter()
+            .any(|p| p.contains("GenerateContent") || p.contains("generateContent")),
+        "{paths:?}"
+    );
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("toolwire: ") && l.contains("requests in")),
+        "{stderr}"
+    );
+}

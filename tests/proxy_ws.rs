@@ -527,6 +527,34 @@ async fn an_upgrade_on_another_path_is_refused_and_an_unreachable_upstream_is_a_
 /// preview, and the usage counts in `toolwire stats`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_exec_speaks_websocket_through_the_proxy() {
+    let upstream = FakeUpstream::scripted(codex_script).await;
+    // Codex caps a command's output at about 10,000 tokens itself.
+    let proxy = Proxy::start(&upstream.url, "[limits]\nmax_result_chars = 2000").await;
+    let base = format!("openai_base_url={}/v1", proxy.url);
+    let out = codex(&proxy, &["exec", "-c", &base]).await;
+    assert_codex_went_over_the_socket(&upstream, &proxy, &out, 2);
+}
+
+/// The same through `toolwire run -- codex exec …` in the proxy's
+/// workspace: it finds the running proxy and adds the `-c` itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn toolwire_run_codex_exec_speaks_websocket_through_the_proxy() {
+    let upstream = FakeUpstream::scripted(codex_script).await;
+    let proxy = Proxy::start(&upstream.url, "[limits]\nmax_result_chars = 2000").await;
+    let out = codex(&proxy, &["exec"]).await;
+    assert_codex_went_over_the_socket(&upstream, &proxy, &out, 2);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("toolwire: "))
+        .unwrap_or_default();
+    assert!(line.contains(&format!("through {}", proxy.url)), "{stderr}");
+}
+
+/// Run Codex in a throwaway home, in the proxy's workspace: `exec` with
+/// `args` given straight, or through `toolwire run` when `args` is only
+/// `["exec"]`.
+async fn codex(proxy: &Proxy, args: &[&str]) -> std::process::Output {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let codex = root.join("tests/agents/node_modules/.bin/codex");
     assert!(
@@ -534,22 +562,22 @@ async fn codex_exec_speaks_websocket_through_the_proxy() {
         "Codex is not installed at {}: run ./tests/setup.sh (tests/setup.d/70-agents.sh)",
         codex.display()
     );
-    let upstream = FakeUpstream::scripted(codex_script).await;
-    // Codex caps a command's output at about 10,000 tokens itself.
-    let proxy = Proxy::start(&upstream.url, "[limits]\nmax_result_chars = 2000").await;
     let home = tempfile::tempdir().unwrap();
-    let work = tempfile::tempdir().unwrap();
-    let mut command = tokio::process::Command::new(&codex);
+    let mut command = if args == ["exec"] {
+        let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolwire"));
+        c.args(["run", "--"]).arg(&codex);
+        c
+    } else {
+        tokio::process::Command::new(&codex)
+    };
     command
+        .args(args)
         .args([
-            "exec",
             "--skip-git-repo-check",
             "--dangerously-bypass-approvals-and-sandbox",
-            "-c",
-            &format!("openai_base_url={}/v1", proxy.url),
             "list the numbers",
         ])
-        .current_dir(work.path())
+        .current_dir(proxy.dir.path())
         .env("HOME", home.path())
         .env("CODEX_HOME", home.path())
         .env("OPENAI_API_KEY", "sk-test-secret")
@@ -559,10 +587,21 @@ async fn codex_exec_speaks_websocket_through_the_proxy() {
         .env_remove("ALL_PROXY")
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true);
-    let out = tokio::time::timeout(LIMIT, command.output())
+    tokio::time::timeout(LIMIT, command.output())
         .await
         .expect("codex exec finished in time")
-        .unwrap();
+        .unwrap()
+}
+
+/// Codex finished over the WebSocket: no 404, no reconnect, no fallback
+/// to HTTPS; its command's output went up as a preview; at least
+/// `requests` responses counted, each with its usage; no key logged.
+fn assert_codex_went_over_the_socket(
+    upstream: &FakeUpstream,
+    proxy: &Proxy,
+    out: &std::process::Output,
+    requests: u64,
+) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let both = format!("{stdout}\n{stderr}");
@@ -589,15 +628,15 @@ async fn codex_exec_speaks_websocket_through_the_proxy() {
         .collect();
     assert!(
         !previews.is_empty(),
-        "the shell output went up whole: {seen:?}"
+        "the command's output went up whole: {seen:?}"
     );
     assert!(
         upstream.seen.lock().unwrap().http_bodies.is_empty(),
         "Codex fell back to HTTP"
     );
     let stats = proxy.stats();
-    let requests: u64 = stats.iter().map(|s| s["requests"].as_u64().unwrap()).sum();
-    assert!(requests >= 2, "{stats:?}");
+    let counted: u64 = stats.iter().map(|s| s["requests"].as_u64().unwrap()).sum();
+    assert!(counted >= requests, "{stats:?}");
     assert!(
         stats.iter().all(|s| s["requestsWithoutUsage"] == 0),
         "{stats:?}"
