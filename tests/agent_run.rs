@@ -249,6 +249,9 @@ async fn text_provider() -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>
                         let body = req.into_body().collect().await.unwrap().to_bytes();
                         let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
                         seen.lock().unwrap().push(path.clone());
+                        if path.contains("enerateContent") {
+                            seen.lock().unwrap().push(body.to_string());
+                        }
                         let (kind, text) = text_answer(&path, &query, &body);
                         Ok::<_, std::convert::Infallible>(
                             http::Response::builder()
@@ -351,6 +354,14 @@ async fn real_agent(name: &str, args: &[&str], env: &[(&str, &str)]) -> (Output,
     );
     let (url, paths) = text_provider().await;
     let dir = workspace(&url);
+    // A workspace toolwire has served before: its data directory exists.
+    std::fs::create_dir_all(dir.path().join(".toolwire/sessions/px-earlier")).unwrap();
+    std::fs::write(
+        dir.path()
+            .join(".toolwire/sessions/px-earlier/proxy-usage.jsonl"),
+        "",
+    )
+    .unwrap();
     let home = tempfile::tempdir().unwrap();
     // Gemini CLI takes GOOGLE_GEMINI_BASE_URL with an API key only when
     // its settings select that auth (else it reads the variable as a
@@ -427,6 +438,10 @@ async fn toolwire_run_gemini_p_goes_through_the_proxy() {
             .any(|p| p.contains("GenerateContent") || p.contains("generateContent")),
         "{paths:?}"
     );
+    // Its first message lists the workspace, toolwire's files included
+    // (what Gemini CLI 0.61 honours: docs/proxy.md).
+    let first = paths.iter().find(|p| p.contains("Showing up to")).unwrap();
+    assert!(first.contains("agent.py"), "{first}");
     assert!(
         stderr
             .lines()
