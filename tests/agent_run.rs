@@ -357,6 +357,11 @@ async fn real_agent(name: &str, args: &[&str], env: &[(&str, &str)]) -> (Output,
     // A workspace toolwire has served before: its data directory exists.
     std::fs::create_dir_all(dir.path().join(".toolwire/sessions/px-earlier")).unwrap();
     std::fs::write(
+        dir.path().join(".geminiignore"),
+        ".toolwire/\ntoolwire.toml\n",
+    )
+    .unwrap();
+    std::fs::write(
         dir.path()
             .join(".toolwire/sessions/px-earlier/proxy-usage.jsonl"),
         "",
@@ -438,10 +443,17 @@ async fn toolwire_run_gemini_p_goes_through_the_proxy() {
             .any(|p| p.contains("GenerateContent") || p.contains("generateContent")),
         "{paths:?}"
     );
-    // Its first message lists the workspace, toolwire's files included
-    // (what Gemini CLI 0.61 honours: docs/proxy.md).
+    // Its first message lists the workspace: toolwire's files stay out
+    // through the workspace's .geminiignore (docs/proxy.md).
     let first = paths.iter().find(|p| p.contains("Showing up to")).unwrap();
     assert!(first.contains("agent.py"), "{first}");
+    // (Gemini CLI still names an ignored directory, as `.toolwire/...`.)
+    assert!(
+        !first.contains("toolwire.toml")
+            && !first.contains("sessions")
+            && !first.contains("run-proxy.log"),
+        "{first}"
+    );
     assert!(
         stderr
             .lines()
