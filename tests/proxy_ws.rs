@@ -667,3 +667,47 @@ fn codex_script(n: usize, body: &Value) -> Vec<Value> {
                "output": [item], "usage": usage()}}),
     ]
 }
+
+/// Not run by default (`cargo test --test proxy_ws -- --ignored`): Codex's
+/// session straight to the WebSocket upstream and through the proxy,
+/// five runs each, printing the wall times (docs/proxy.md quotes them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn codex_over_the_socket_direct_and_through_the_proxy_timed() {
+    let upstream = FakeUpstream::scripted(codex_script).await;
+    let proxy = Proxy::start(&upstream.url, "[limits]\nmax_result_chars = 2000").await;
+    let mut times = Vec::new();
+    for round in 0..10 {
+        let base = if round % 2 == 0 {
+            &upstream.url
+        } else {
+            &proxy.url
+        };
+        let option = format!("openai_base_url={base}/v1");
+        let started = std::time::Instant::now();
+        let out = codex(&proxy, &["exec", "-c", &option]).await;
+        let took = started.elapsed();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        times.push((round % 2 == 1, took));
+    }
+    for through in [false, true] {
+        let runs: Vec<f64> = times
+            .iter()
+            .filter(|(t, _)| *t == through)
+            .map(|(_, d)| d.as_secs_f64())
+            .collect();
+        eprintln!(
+            "{}: {runs:.2?} s, mean {:.2} s",
+            if through {
+                "through the proxy"
+            } else {
+                "direct"
+            },
+            runs.iter().sum::<f64>() / runs.len() as f64
+        );
+    }
+}

@@ -414,16 +414,19 @@ impl Relay {
         let sent = delta.clone();
         client.extend(delta);
         self.last_response = None;
-        let mut whole = Map::new();
-        whole.insert("input".to_owned(), Value::Array(client));
-        let session = self.named.clone().or_else(|| {
-            super::conversation::derive_session(
-                Route::OpenAiResponses,
-                &Value::Object(whole.clone()),
-            )
-        });
-        let Some(Value::Array(client)) = whole.remove("input") else {
-            return None;
+        // The session is derived from the whole conversation, as the HTTP
+        // route derives it from a body's `input`.
+        let whole = Value::Object(Map::from_iter([("input".to_owned(), Value::Array(client))]));
+        let session = self
+            .named
+            .clone()
+            .or_else(|| super::conversation::derive_session(Route::OpenAiResponses, &whole));
+        let client = match whole {
+            Value::Object(mut map) => match map.remove("input") {
+                Some(Value::Array(items)) => items,
+                _ => Vec::new(),
+            },
+            _ => Vec::new(),
         };
         // No session without a conversation (Codex's warm-up request has
         // an empty input): nothing to budget or record, but the response
@@ -487,8 +490,7 @@ impl Relay {
         record: &mut Record,
     ) -> Vec<Value> {
         let format = Route::OpenAiResponses.format();
-        let (messages, repaired) =
-            crate::transcript::repair::repair_owned(format, conversation.clone());
+        let (messages, repaired) = crate::transcript::repair::repair_owned(format, conversation);
         if let Some(report) = &repaired {
             tracing::info!(session = %session, dropped_tool_uses = ?report.dropped_tool_uses, dropped_tool_results = ?report.dropped_tool_results, moved_tool_results = ?report.moved_tool_results, "repaired the pairing of a WebSocket request");
             record.repaired = true;
@@ -534,12 +536,8 @@ impl Relay {
                         known.into_iter().map(|m| m.0).collect()
                     }
                     _ => {
-                        tracing::warn!(session = %session, %err, "budgeting failed; forwarding the request as sent");
-                        if repaired.is_some() {
-                            messages
-                        } else {
-                            conversation
-                        }
+                        tracing::warn!(session = %session, %err, "budgeting failed; forwarding the conversation unbudgeted (repaired if it had to be)");
+                        messages
                     }
                 }
             }
