@@ -466,6 +466,13 @@ async fn bad_messages_pass_as_sent_and_the_upstreams_close_code_reaches_the_agen
             break;
         }
     }
+    // A continuation of a response this socket never carried goes as sent.
+    let stranger = create(
+        vec![json!({"type": "function_call_output", "call_id": "call_9", "output": "ok"})],
+        Some("resp_from_elsewhere"),
+    )
+    .to_string();
+    turn(&mut agent, &serde_json::from_str(&stranger).unwrap()).await;
     agent
         .send(Message::text(
             json!({"type": "test.close", "code": 4004}).to_string(),
@@ -488,10 +495,12 @@ async fn bad_messages_pass_as_sent_and_the_upstreams_close_code_reaches_the_agen
     assert_eq!(seen[1], unknown);
     assert_eq!(seen[2], oversized, "an oversized message goes as sent");
     assert_eq!(seen[3], "binary:raw bytes");
+    assert_eq!(seen[4], stranger, "an unknown continuation goes as sent");
     let log = proxy.log();
     assert!(log.contains("not a JSON object passes as sent"), "{log}");
     assert!(log.contains("unknown type passes as sent"), "{log}");
     assert!(log.contains("larger than proxy.maxRequestBytes"), "{log}");
+    assert!(log.contains("did not carry"), "{log}");
     // The proxy is still up.
     let (_again, answer) = connect(&proxy).await;
     assert_eq!(answer.status(), 101);
@@ -709,5 +718,59 @@ async fn codex_over_the_socket_direct_and_through_the_proxy_timed() {
             },
             runs.iter().sum::<f64>() / runs.len() as f64
         );
+    }
+}
+
+/// Clearing rewrites an item the upstream already holds: that turn goes as
+/// the whole budgeted conversation without `previous_response_id`, and the
+/// next turn continues from it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_that_clears_old_results_resends_the_whole_conversation_once() {
+    let upstream = FakeUpstream::start().await;
+    let proxy = Proxy::start(
+        &upstream.url,
+        "[clearing]\nmode = \"batch\"\nkeep_recent = 1\nmin_chars = 100\ntrigger_chars = 2000",
+    )
+    .await;
+    let (mut agent, _) = connect(&proxy).await;
+    let result = |n: usize| {
+        let text: String = (0..150).map(|i| format!("call {n} line {i}\n")).collect();
+        json!({"type": "function_call_output", "call_id": format!("call_{n}"), "output": text})
+    };
+    turn(&mut agent, &create(vec![user()], None)).await;
+    for n in 1..=4 {
+        turn(
+            &mut agent,
+            &create(vec![result(n)], Some(&format!("resp_{n}"))),
+        )
+        .await;
+    }
+    let seen: Vec<Value> = upstream
+        .messages()
+        .iter()
+        .map(|(_, m)| serde_json::from_str(m).unwrap())
+        .collect();
+    let whole: Vec<usize> = (0..seen.len())
+        .filter(|&k| seen[k].get("previous_response_id").is_none())
+        .collect();
+    // The first turn, and each turn that cleared: whole, and only those.
+    assert!(whole.len() >= 2, "no turn cleared: {seen:?}");
+    assert_eq!(whole[0], 0);
+    let stats = proxy.stats();
+    let cleared = stats[0]["resultsCleared"].as_u64().unwrap();
+    assert!(cleared >= 1, "{stats:?}");
+    for &k in &whole[1..] {
+        let input = seen[k]["input"].as_array().unwrap();
+        assert_eq!(input[0], user(), "turn {k} starts from the user's message");
+        let outputs: Vec<String> = input.iter().filter_map(output_of).collect();
+        assert!(
+            outputs.iter().any(|o| !o.starts_with("call ")),
+            "turn {k} went whole without a cleared result: {outputs:?}"
+        );
+    }
+    // After a whole turn, the next one continues from it.
+    let last = *whole.last().unwrap();
+    if last + 1 < seen.len() {
+        assert!(seen[last + 1].get("previous_response_id").is_some());
     }
 }
