@@ -263,13 +263,26 @@ fn quoted(word: &str) -> String {
 fn start_proxy(workspace: &Path, data_dir: &Path) -> Result<(Child, String), String> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().map_err(|err| format!("cannot find toolwire: {err}"))?;
-    let mut child = Command::new(exe)
+    let mut command = Command::new(exe);
+    command
         .args(["proxy", "--listen", "127.0.0.1:0", "--unannounced"])
         .current_dir(workspace)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
-        .process_group(0)
+        .process_group(0);
+    // SAFETY: only prctl, async-signal-safe, between fork and exec: the
+    // proxy gets SIGTERM if `toolwire run` dies without stopping it
+    // (SIGKILL), so no proxy is left behind.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = command
         .spawn()
         .map_err(|err| format!("cannot start the proxy: {err}"))?;
     let Some(stderr) = child.stderr.take() else {
@@ -290,6 +303,7 @@ fn start_proxy(workspace: &Path, data_dir: &Path) -> Result<(Child, String), Str
         }
     };
     let log_path = data_dir.join("run-proxy.log");
+    let _ = std::fs::create_dir_all(data_dir);
     std::thread::spawn(move || {
         let mut log = std::fs::OpenOptions::new()
             .create(true)
