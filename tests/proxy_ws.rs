@@ -82,7 +82,7 @@ async fn serve(
     let n = stream.peek(&mut peek).await.unwrap_or(0);
     let head = String::from_utf8_lossy(&peek[..n]).to_ascii_lowercase();
     if !head.contains("upgrade: websocket") {
-        return serve_http(stream, state, counter).await;
+        return serve_http(stream, state, counter, script).await;
     }
     let captured = state.clone();
     #[allow(clippy::result_large_err)] // the handshake callback's type is tungstenite's
@@ -171,29 +171,43 @@ async fn serve_http(
     stream: tokio::net::TcpStream,
     state: Arc<Mutex<Seen>>,
     counter: Arc<Mutex<usize>>,
+    script: Script,
 ) {
     let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
         let state = state.clone();
         let counter = counter.clone();
         async move {
             use http_body_util::BodyExt;
+            let path = req.uri().path().to_owned();
             let body = req.into_body().collect().await.unwrap().to_bytes();
-            state
-                .lock()
-                .unwrap()
-                .http_bodies
-                .push(String::from_utf8_lossy(&body).into_owned());
-            let n = next(&counter);
-            let answer = json!({"id": format!("resp_{n}"), "object": "response", "status": "completed",
-                                "output": [item(n)], "usage": usage()});
-            Ok::<_, std::convert::Infallible>(
-                http::Response::builder()
-                    .header("content-type", "application/json")
-                    .body(http_body_util::Full::new(bytes::Bytes::from(
-                        answer.to_string(),
-                    )))
-                    .unwrap(),
-            )
+            let text = String::from_utf8_lossy(&body).into_owned();
+            let answer = |kind: &str, text: String| {
+                Ok::<_, std::convert::Infallible>(
+                    http::Response::builder()
+                        .header("content-type", kind)
+                        .body(http_body_util::Full::new(bytes::Bytes::from(text)))
+                        .unwrap(),
+                )
+            };
+            if !path.ends_with("/responses") {
+                // Model lists and the like: nothing here.
+                return answer(
+                    "application/json",
+                    json!({"object": "list", "data": []}).to_string(),
+                );
+            }
+            state.lock().unwrap().http_bodies.push(text.clone());
+            let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+            let events = script(next(&counter), &body);
+            if body["stream"] == true {
+                let sse: String = events
+                    .iter()
+                    .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
+                    .collect();
+                return answer("text/event-stream", sse);
+            }
+            let done = events.last().unwrap()["response"].clone();
+            answer("application/json", done.to_string())
         }
     });
     let _ = hyper::server::conn::http1::Builder::new()
@@ -773,4 +787,75 @@ async fn a_turn_that_clears_old_results_resends_the_whole_conversation_once() {
     if last + 1 < seen.len() {
         assert!(seen[last + 1].get("previous_response_id").is_some());
     }
+}
+
+/// Codex's session over HTTP (a provider of its own without WebSocket)
+/// and over the socket, each through a proxy of its own: the same result
+/// persisted, and the same preview but for the session's directory it
+/// names and what Codex itself varies between runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_over_http_and_over_the_socket_gets_the_same_previews() {
+    let mut previews = Vec::new();
+    for http in [true, false] {
+        let upstream = FakeUpstream::scripted(codex_script).await;
+        let proxy = Proxy::start(&upstream.url, "[limits]\nmax_result_chars = 2000").await;
+        let base = format!("openai_base_url={}/v1", proxy.url);
+        // Over HTTP: a provider of its own that does not speak WebSocket.
+        let provider = format!(
+            "model_providers.tw={{name=\"tw\", base_url=\"{}/v1\", wire_api=\"responses\", env_key=\"OPENAI_API_KEY\", supports_websockets=false}}",
+            proxy.url
+        );
+        let args: Vec<&str> = if http {
+            vec!["exec", "-c", &provider, "-c", "model_provider=\"tw\""]
+        } else {
+            vec!["exec", "-c", &base]
+        };
+        let out = codex(&proxy, &args).await;
+        let both = format!(
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "{both}");
+        assert!(both.contains("all numbers listed"), "{both}");
+        let bodies: Vec<String> = if http {
+            upstream.seen.lock().unwrap().http_bodies.clone()
+        } else {
+            assert!(upstream.seen.lock().unwrap().http_bodies.is_empty());
+            upstream.messages().into_iter().map(|(_, m)| m).collect()
+        };
+        assert!(
+            !bodies.is_empty(),
+            "nothing reached the upstream (http: {http})"
+        );
+        let sessions = proxy.dir.path().join(".toolwire/sessions");
+        let found: Vec<String> = bodies
+            .iter()
+            .filter_map(|b| serde_json::from_str::<Value>(b).ok())
+            .flat_map(|b| b["input"].as_array().cloned().unwrap_or_default())
+            .filter_map(|i| output_of(&i))
+            .filter(|o| o.contains("<persisted-output>"))
+            .map(|o| {
+                // The saved output's path names this run's session.
+                let o = o.replace(&sessions.display().to_string(), "<sessions>");
+                let id = proxy.stats()[0]["sessionId"].as_str().unwrap().to_owned();
+                let o = o.replace(&id, "<session>");
+                // What Codex itself sends differently per run: its call
+                // ids (the socket's warm-up response takes resp_1) and a
+                // random chunk id in the command's output.
+                let o = regex::Regex::new(r"call_\d+")
+                    .unwrap()
+                    .replace_all(&o, "call_N");
+                regex::Regex::new(r"Chunk ID: \w+")
+                    .unwrap()
+                    .replace_all(&o, "Chunk ID: X")
+                    .into_owned()
+            })
+            .collect();
+        assert!(!found.is_empty(), "no preview went up (http: {http})");
+        let stats = proxy.stats();
+        assert_eq!(stats[0]["resultsPersisted"], 1, "{stats:?}");
+        previews.push(found[0].clone());
+    }
+    assert_eq!(previews[0], previews[1]);
 }
