@@ -795,6 +795,8 @@ async fn a_turn_that_clears_old_results_resends_the_whole_conversation_once() {
 /// names and what Codex itself varies between runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_over_http_and_over_the_socket_gets_the_same_previews() {
+    let call_id = regex::Regex::new(r"call_\d+").unwrap();
+    let chunk_id = regex::Regex::new(r"Chunk ID: \w+").unwrap();
     let mut previews = Vec::new();
     for http in [true, false] {
         let upstream = FakeUpstream::scripted(codex_script).await;
