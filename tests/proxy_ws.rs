@@ -845,13 +845,8 @@ async fn codex_over_http_and_over_the_socket_gets_the_same_previews() {
                 // What Codex itself sends differently per run: its call
                 // ids (the socket's warm-up response takes resp_1) and a
                 // random chunk id in the command's output.
-                let o = regex::Regex::new(r"call_\d+")
-                    .unwrap()
-                    .replace_all(&o, "call_N");
-                regex::Regex::new(r"Chunk ID: \w+")
-                    .unwrap()
-                    .replace_all(&o, "Chunk ID: X")
-                    .into_owned()
+                let o = call_id.replace_all(&o, "call_N");
+                chunk_id.replace_all(&o, "Chunk ID: X").into_owned()
             })
             .collect();
         assert!(!found.is_empty(), "no preview went up (http: {http})");
