@@ -461,3 +461,65 @@ async fn toolwire_run_gemini_p_goes_through_the_proxy() {
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn toolwire_run_pi_p_goes_through_the_proxy() {
+    let (out, paths) = real_agent(
+        "pi",
+        &[
+            "--provider",
+            "anthropic",
+            "--model",
+            "claude-sonnet-4-5",
+            "--no-session",
+            "-p",
+            "say hi",
+        ],
+        &[("ANTHROPIC_API_KEY", "sk-ant-test"), ("PI_OFFLINE", "1")],
+    )
+    .await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}\n{paths:?}");
+    assert!(stdout.contains("all done"), "{stdout}\n{stderr}");
+    assert!(paths.iter().any(|p| p == "/v1/messages"), "{paths:?}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("toolwire: ") && l.contains("requests in")),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn toolwire_run_opencode_run_goes_through_the_proxy() {
+    let (out, paths) = real_agent(
+        "opencode",
+        &[
+            "run",
+            "--pure",
+            "-m",
+            "anthropic/claude-sonnet-4-5",
+            "say hi",
+        ],
+        &[
+            ("ANTHROPIC_API_KEY", "sk-ant-test"),
+            ("OPENCODE_DISABLE_AUTOUPDATE", "1"),
+            ("OPENCODE_DISABLE_MODELS_FETCH", "1"),
+            ("OPENCODE_DISABLE_LSP_DOWNLOAD", "1"),
+            ("OPENCODE_DISABLE_SHARE", "1"),
+        ],
+    )
+    .await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}\n{paths:?}");
+    assert!(stdout.contains("all done"), "{stdout}\n{stderr}");
+    assert!(paths.iter().any(|p| p == "/v1/messages"), "{paths:?}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("toolwire: ") && l.contains("requests in")),
+        "{stderr}"
+    );
+}
