@@ -861,3 +861,26 @@ async fn codex_over_http_and_over_the_socket_gets_the_same_previews() {
     }
     assert_eq!(previews[0], previews[1]);
 }
+
+/// `x-toolwire-session` on the upgrade names the socket's session, and is
+/// not forwarded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_session_header_on_the_upgrade_names_the_session() {
+    let upstream = FakeUpstream::start().await;
+    let proxy = Proxy::start(&upstream.url, "").await;
+    let mut request = proxy.ws_url().into_client_request().unwrap();
+    request.headers_mut().insert(
+        "x-toolwire-session",
+        http::HeaderValue::from_static("named-by-agent"),
+    );
+    let (mut agent, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    let result =
+        json!({"type": "function_call_output", "call_id": "call_1", "output": big_output()});
+    turn(&mut agent, &create(vec![user(), item(1), result], None)).await;
+    let stats = proxy.stats();
+    assert_eq!(stats.len(), 1, "{stats:?}");
+    assert_eq!(stats[0]["sessionId"], "named-by-agent");
+    assert_eq!(stats[0]["resultsPersisted"], 1);
+    let headers = upstream.seen.lock().unwrap().headers[0].clone();
+    assert!(!headers.contains_key("x-toolwire-session"));
+}
