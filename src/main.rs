@@ -62,6 +62,9 @@ pub(crate) enum Command {
     Migrate(cli::migrate::Args),
     /// What the proxy did per session: requests, chars, cache hit rate.
     Stats(cli::stats::Args),
+    /// Run an agent through the workspace's proxy (started if none runs),
+    /// pointed at it the way that agent reads its endpoint.
+    Run(cli::run::Args),
     /// Say whether the provider would accept a transcript's tool calls and
     /// results (exit 1 when not).
     Check(cli::check::Args),
@@ -100,6 +103,7 @@ fn main() -> ExitCode {
         Command::Proxy(args) => cli::proxy::run(args),
         Command::Migrate(args) => cli::migrate::run(args),
         Command::Stats(args) => cli::stats::run(args),
+        Command::Run(args) => cli::run::run(args),
         Command::Check(args) => cli::check::run(args),
     }
 }

@@ -47,18 +47,10 @@ impl Proxy {
     async fn start_limited(toml: &str, args: &[&str], log: &str, open_files: Option<u64>) -> Proxy {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("toolwire.toml"), toml).unwrap();
-        let (child, url, mut lines) =
+        let (child, url, lines) =
             proxy_process::start_limited(dir.path(), args, log, "proxy", &[], open_files).await;
         // Keep draining stderr (the log) so the proxy never blocks on it.
-        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-        let sink = stderr.clone();
-        tokio::spawn(async move {
-            while let Ok(Some(line)) = lines.next_line().await {
-                let mut s = sink.lock().unwrap();
-                s.push_str(&line);
-                s.push('\n');
-            }
-        });
+        let stderr = proxy_process::keep_log(lines);
         Proxy {
             child,
             url,
@@ -68,21 +60,7 @@ impl Proxy {
     }
 
     fn stats(&self) -> Vec<Value> {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolwire"))
-            .args(["stats", "--json"])
-            .current_dir(self.dir.path())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice::<Value>(&out.stdout)
-            .unwrap()
-            .as_array()
-            .unwrap()
-            .clone()
+        proxy_process::stats(self.dir.path())
     }
 
     async fn stop(mut self) -> String {

@@ -12,6 +12,7 @@ pub mod migrate;
 pub mod proxy;
 pub mod repair;
 pub mod replay;
+pub mod run;
 pub mod schema;
 pub mod serve;
 pub mod show;

@@ -18,6 +18,10 @@ pub struct Args {
     /// can spend your API keys' budget through it).
     #[arg(long)]
     allow_remote: bool,
+    /// Do not name this proxy in `<dataDir>/proxy.json` (a proxy
+    /// `toolwire run` starts for one agent only).
+    #[arg(long, hide = true)]
+    unannounced: bool,
 }
 
 pub fn run(args: Args) -> ExitCode {
@@ -39,6 +43,7 @@ async fn serve(args: Args) -> Result<(), String> {
     let workspace =
         std::env::current_dir().map_err(|err| format!("no workspace directory: {err}"))?;
     let config = toolwire::config::load(&workspace, None).map_err(|err| err.for_cli())?;
+    let data_dir = config.data_dir.clone();
     let listen = args.listen.unwrap_or_else(|| config.proxy.listen.clone());
     let addrs: Vec<_> = tokio::net::lookup_host(&listen)
         .await
@@ -62,16 +67,28 @@ async fn serve(args: Args) -> Result<(), String> {
     // SIGINT or SIGTERM: sessions closed, the commit log removed. Installed
     // before the line below, so a launcher may signal as soon as it reads it.
     let mut stop = toolwire::process::Terminated::install();
+    let url = format!("http://{local}");
+    // `toolwire run` finds the workspace's proxy here.
+    let data_dir = (!args.unannounced).then(|| data_dir.clone());
+    if let Some(dir) = &data_dir
+        && let Err(err) = super::run::announce(dir, &url)
+    {
+        tracing::warn!(dir = %dir.display(), %err, "cannot write the proxy's address for `toolwire run`");
+    }
     // The one line a launcher waits for (stderr: stdout stays clean).
-    eprintln!("toolwire proxy listening on http://{local}");
-    tokio::select! {
+    eprintln!("toolwire proxy listening on {url}");
+    let outcome = tokio::select! {
         served = proxy.clone().serve(listener) => served.map_err(|err| format!("accepting connections: {err}")),
         () = stop.recv() => {
             proxy.registry().close_all().await;
             let _ = tokio::task::spawn_blocking(toolwire::transcript::wal::close_all).await;
             Ok(())
         }
+    };
+    if let Some(dir) = &data_dir {
+        super::run::withdraw(dir);
     }
+    outcome
 }
 
 /// Clients the kernel holds, handshake done, while the proxy is at its

@@ -17,6 +17,7 @@ pub mod stats;
 mod timeouts;
 pub mod upstream;
 pub mod usage;
+pub mod websocket;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -142,7 +143,7 @@ impl Proxy {
             .header_read_timeout(seconds(timeouts.header_timeout_seconds));
         builder.http2().timer(TokioTimer::new());
         let io = TokioIo::new(timeouts::Watched::new(stream, activity.clone()));
-        let conn = builder.serve_connection(io, service);
+        let conn = builder.serve_connection_with_upgrades(io, service);
         tokio::pin!(conn);
         let idle = seconds(timeouts.idle_timeout_seconds);
         let watching = idle.is_some();
@@ -172,9 +173,19 @@ impl Proxy {
         }
     }
 
-    async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
+    async fn handle(
+        self: &Arc<Self>,
+        req: Request<Incoming>,
+        peer: SocketAddr,
+    ) -> Response<ProxyBody> {
         let raw_path = req.uri().path();
         tracing::debug!(%peer, method = %req.method(), path = %raw_path, headers = %redacted(req.headers()), "request");
+        // The Responses API's WebSocket mode (Codex's own provider).
+        if websocket::is_upgrade(&req)
+            && let Some(path) = route::normalize_path(raw_path)
+        {
+            return websocket::accept(self.clone(), req, &path).await;
+        }
         // Routed on the path as it will leave (`Upstream::url` resolves
         // it the same way), never on what the agent spelled.
         let Some(target) = route::normalize_path(raw_path)

@@ -67,7 +67,7 @@ impl Upstream {
         })
     }
 
-    fn base(&self, provider: Provider) -> &url::Url {
+    pub(super) fn base(&self, provider: Provider) -> &url::Url {
         match provider {
             Provider::Anthropic => &self.anthropic,
             Provider::OpenAi => &self.openai,
@@ -80,11 +80,24 @@ impl Upstream {
     /// another host, never outside the base URL's own path (a gateway's
     /// `/gateway/anthropic`).
     fn url(&self, provider: Provider, parts: &Parts) -> Option<url::Url> {
+        self.url_of(provider, &parts.uri)
+    }
+
+    /// [`Upstream::url`] with `ws://` or `wss://` for `http://` or
+    /// `https://`: where a WebSocket of the same path opens.
+    pub(super) fn websocket_url(&self, provider: Provider, uri: &http::Uri) -> Option<url::Url> {
+        let mut url = self.url_of(provider, uri)?;
+        let scheme = if url.scheme() == "https" { "wss" } else { "ws" };
+        url.set_scheme(scheme).ok()?;
+        Some(url)
+    }
+
+    fn url_of(&self, provider: Provider, uri: &http::Uri) -> Option<url::Url> {
         let base = self.base(provider);
         let base_path = base.path().trim_end_matches('/');
         let mut text = base.as_str().trim_end_matches('/').to_owned();
-        text.push_str(&super::route::normalize_path(parts.uri.path())?);
-        if let Some(query) = parts.uri.query() {
+        text.push_str(&super::route::normalize_path(uri.path())?);
+        if let Some(query) = uri.query() {
             text.push('?');
             text.push_str(query);
         }
@@ -233,7 +246,7 @@ pub fn shown(url: &url::Url) -> String {
 }
 
 /// The end-to-end headers of a message, in order.
-fn forwardable(headers: &HeaderMap) -> HeaderMap {
+pub(super) fn forwardable(headers: &HeaderMap) -> HeaderMap {
     // Headers named by `Connection` are hop-by-hop too.
     let named: Vec<String> = headers
         .get_all(header::CONNECTION)
@@ -263,8 +276,21 @@ fn error_chain(err: &dyn std::error::Error) -> String {
     text
 }
 
-fn finish(session_dir: &std::path::Path, mut record: Record, usage_reader: Option<UsageReader>) {
-    record.usage = usage_reader.and_then(UsageReader::finish);
+fn finish(session_dir: &std::path::Path, record: Record, usage_reader: Option<UsageReader>) {
+    record_usage(
+        session_dir,
+        record,
+        usage_reader.and_then(UsageReader::finish),
+    );
+}
+
+/// Append a request's record, with its usage and the time it ended.
+pub(super) fn record_usage(
+    session_dir: &std::path::Path,
+    mut record: Record,
+    usage: Option<super::usage::Usage>,
+) {
+    record.usage = usage;
     record.time_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);

@@ -91,3 +91,39 @@ pub async fn start_limited(
     .unwrap();
     (child, url, lines)
 }
+
+/// Keep reading a proxy's log (so it never blocks on a full pipe) into a
+/// string the test can look at.
+pub fn keep_log(
+    mut lines: Lines<BufReader<ChildStderr>>,
+) -> std::sync::Arc<std::sync::Mutex<String>> {
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let sink = log.clone();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            let mut s = sink.lock().unwrap();
+            s.push_str(&line);
+            s.push('\n');
+        }
+    });
+    log
+}
+
+/// `toolwire stats --json` in a workspace: one summary per session.
+pub fn stats(dir: &Path) -> Vec<serde_json::Value> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolwire"))
+        .args(["stats", "--json"])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice::<serde_json::Value>(&out.stdout)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
+}
