@@ -47,6 +47,27 @@ pub fn derive_session(route: Route, body: &Value) -> Option<SessionId> {
     SessionId::try_from(format!("px-{hex}")).ok()
 }
 
+/// The `budget/apply` params the proxy sends a conversation with, on every
+/// route and over HTTP or a WebSocket alike: the configuration's limits,
+/// tools and clearing, the route's format and the request's prices.
+pub fn apply_params(
+    session: &SessionId,
+    messages: Vec<Value>,
+    format: crate::format::Format,
+    pricing: &PricingParams,
+) -> crate::protocol::BudgetApplyParams {
+    crate::protocol::BudgetApplyParams {
+        session_id: session.clone(),
+        messages: messages.into_iter().map(crate::protocol::Message).collect(),
+        limits: None,
+        tools: None,
+        preview_mode: None,
+        format: Some(format),
+        clearing: None,
+        pricing: Some(pricing.clone()),
+    }
+}
+
 /// What a request says about the prices it is sent at (PROTOCOL.md 12.1):
 /// its model (the body's `model`, or for Gemini the path's
 /// `models/{model}:…`), and the cache lifetime it asked for: an Anthropic

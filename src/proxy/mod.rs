@@ -33,7 +33,7 @@ use serde_json::Value;
 use tokio::net::TcpListener;
 
 use crate::config::Effective;
-use crate::protocol::{BudgetApplyParams, Message, SessionId};
+use crate::protocol::SessionId;
 use crate::session::Registry;
 use conversation::SESSION_HEADER;
 use route::{Provider, Route};
@@ -376,16 +376,8 @@ impl Proxy {
             );
             record.repaired = true;
         }
-        let params_of = |messages: Vec<Value>| BudgetApplyParams {
-            session_id: session.clone(),
-            messages: messages.into_iter().map(Message).collect(),
-            limits: None,
-            tools: None,
-            preview_mode: None,
-            format: Some(format),
-            clearing: None,
-            pricing: Some(pricing.clone()),
-        };
+        let params_of =
+            |messages: Vec<Value>| conversation::apply_params(&session, messages, format, &pricing);
         let params = params_of(messages);
         match crate::methods::budget_apply_queued_tracked(
             &self.registry,

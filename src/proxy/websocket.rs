@@ -43,7 +43,7 @@ use super::route::{Provider, Route};
 use super::stats::Record;
 use super::upstream::{ProxyBody, forwardable, shown};
 use super::usage::Usage;
-use crate::protocol::{BudgetApplyParams, Message as ConversationMessage, SessionId};
+use crate::protocol::SessionId;
 
 /// The handshake headers of one side's WebSocket: each side has its own.
 const HANDSHAKE: &[&str] = &[
@@ -510,15 +510,8 @@ impl Relay {
             tracing::info!(session = %session, dropped_tool_uses = ?report.dropped_tool_uses, dropped_tool_results = ?report.dropped_tool_results, moved_tool_results = ?report.moved_tool_results, "repaired the pairing of a WebSocket request");
             record.repaired = true;
         }
-        let params_of = |messages: Vec<Value>| BudgetApplyParams {
-            session_id: session.clone(),
-            messages: messages.into_iter().map(ConversationMessage).collect(),
-            limits: None,
-            tools: None,
-            preview_mode: None,
-            format: Some(format),
-            clearing: None,
-            pricing: Some(pricing.clone()),
+        let params_of = |messages: Vec<Value>| {
+            super::conversation::apply_params(session, messages, format, &pricing)
         };
         let registry = self.proxy.registry();
         let config = self.proxy.config.clone();
