@@ -395,6 +395,8 @@ pub fn resolve(workspace: &Path, config: Config) -> Effective {
         Some(dir) => workspace.join(dir),
         None => workspace.join(".toolwire"),
     });
+    // A data directory made from here on gets its `.gitignore` (PROTOCOL.md 12.2).
+    crate::private::register(&data_dir);
     Effective {
         workspace: workspace.to_path_buf(),
         data_dir,

@@ -26,6 +26,7 @@ pub mod json;
 pub mod logfile;
 pub mod mcp;
 pub mod methods;
+pub mod private;
 pub mod process;
 pub mod protocol;
 pub mod proxy;

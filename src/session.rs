@@ -44,7 +44,10 @@ use crate::transcript::Lines;
 /// reported at each client's `initialize`, where the client sees it).
 pub async fn open_workspace(dir: &std::path::Path) -> Result<Storage> {
     match crate::config::load(dir, None) {
-        Ok(config) => crate::store::open(&config.storage).await,
+        Ok(config) => {
+            crate::private::prepare(&config.data_dir);
+            crate::store::open(&config.storage).await
+        }
         Err(_) => Ok(Storage::default()),
     }
 }

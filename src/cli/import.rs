@@ -60,7 +60,10 @@ fn import(args: &Args) -> Result<(), String> {
         (conversion, agent.title())
     };
     match &args.output {
-        Some(out) => write_file(out, &conversion)?,
+        Some(out) => {
+            super::prepare_data_dir();
+            write_file(out, &conversion)?
+        }
         None => {
             let mut stdout = std::io::stdout().lock();
             match conversion
@@ -84,8 +87,8 @@ fn import(args: &Args) -> Result<(), String> {
     Ok(())
 }
 
-/// Write atomically: a new file beside OUT (created with the usual mode,
-/// or OUT's mode when it exists), renamed over it.
+/// Write atomically: a new file beside OUT (0600, or OUT's mode when it
+/// exists), renamed over it.
 fn write_file(out: &Path, conversion: &Conversion) -> Result<(), String> {
     let fail = |e: std::io::Error| format!("{}: {e}", out.display());
     let name = out
@@ -96,7 +99,9 @@ fn write_file(out: &Path, conversion: &Conversion) -> Result<(), String> {
     tmp_name.push(format!(".import-{}", std::process::id()));
     let tmp = out.with_file_name(tmp_name);
     let written = (|| {
-        let mut file = std::fs::OpenOptions::new()
+        // 0600 as everything toolwire writes (a transcript holds tool
+        // output), or OUT's own mode when it exists.
+        let mut file = toolwire::private::file_options()
             .write(true)
             .create_new(true)
             .open(&tmp)?;

@@ -56,6 +56,7 @@ fn front(args: Args) -> Result<i32, String> {
         None => toolwire::config::load(&workspace, None),
     }
     .map_err(|err| err.for_cli())?;
+    toolwire::private::prepare(&config.data_dir);
     let session = match args.session {
         Some(id) => SessionId::try_from(id)?,
         None => mcp::default_session(&args.command).map_err(|err| err.to_string())?,

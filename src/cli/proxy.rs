@@ -39,6 +39,7 @@ async fn serve(args: Args) -> Result<(), String> {
     let workspace =
         std::env::current_dir().map_err(|err| format!("no workspace directory: {err}"))?;
     let config = toolwire::config::load(&workspace, None).map_err(|err| err.for_cli())?;
+    toolwire::private::prepare(&config.data_dir);
     let listen = args.listen.unwrap_or_else(|| config.proxy.listen.clone());
     let addrs: Vec<_> = tokio::net::lookup_host(&listen)
         .await
