@@ -19,6 +19,7 @@ pub mod config;
 pub mod daemon;
 #[cfg(test)]
 mod docs;
+pub mod egress;
 pub mod error;
 pub mod format;
 pub mod heap;
