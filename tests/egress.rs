@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use fake_provider::FakeProvider;
 use serde_json::{Value, json};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 const LIMIT: Duration = Duration::from_secs(120);
 const NAME: &str = "provider.test";
@@ -166,10 +166,43 @@ fn free_port() -> u16 {
 /// `refused.test` to 127.0.0.1 from a hosts file of its own, tunnelling to
 /// the first and refusing the second.
 struct Squid {
-    /// Killed when dropped.
-    _child: Child,
+    child: std::process::Child,
+    /// Its service name (`-n`), unique to this squid: it names the
+    /// shared-memory segments squid makes in /dev/shm.
+    service: String,
     port: u16,
     dir: tempfile::TempDir,
+}
+
+impl Drop for Squid {
+    /// Stopped with SIGTERM, as squid wants to be, so it removes its
+    /// shared-memory segments; whatever a squid that had to be killed
+    /// left there goes after it.
+    fn drop(&mut self) {
+        let pid = self.child.id() as i32;
+        // SAFETY: signalling the squid this test started.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while matches!(self.child.try_wait(), Ok(None)) {
+            if std::time::Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if let Ok(entries) = std::fs::read_dir("/dev/shm") {
+            for entry in entries.flatten() {
+                if entry
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with(&format!("{}-", self.service))
+                {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+        }
+    }
 }
 
 impl Squid {
@@ -206,28 +239,33 @@ impl Squid {
             ),
         )
         .unwrap();
-        let child = Command::new("squid")
-            .args(["-N", "-f"])
+        // Letters and digits only, as squid wants it.
+        let service = format!("toolwiretest{port}");
+        let child = std::process::Command::new("squid")
+            .args(["-N", "-n", &service, "-f"])
             .arg(dir.path().join("squid.conf"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
+            .stderr(std::fs::File::create(dir.path().join("stderr")).unwrap())
             .spawn()
             .expect("squid is not installed: apt-get install squid (.ci/apt/egress.txt)");
         let squid = Squid {
-            _child: child,
+            child,
+            service,
             port,
             dir,
         };
+        let mut squid = squid;
         let deadline = std::time::Instant::now() + LIMIT;
         while tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await
             .is_err()
         {
+            let exited = squid.child.try_wait().unwrap();
             assert!(
-                std::time::Instant::now() < deadline,
-                "squid did not listen: {}",
+                exited.is_none() && std::time::Instant::now() < deadline,
+                "squid did not listen ({exited:?}): {}{}",
+                std::fs::read_to_string(squid.dir.path().join("stderr")).unwrap_or_default(),
                 squid.log()
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
