@@ -271,11 +271,11 @@ impl Egress {
             None => {
                 // object_store's reqwest client reads the environment's
                 // proxies itself unless given one: a proxy that takes
-                // nothing ("*" excludes every host) turns that off, so
-                // `system_proxy = false` (or a variable set empty) holds.
+                // nothing turns that off, so `system_proxy = false` holds.
+                // (`*` excludes every name, the two ranges every address.)
                 options = options
                     .with_proxy_url("http://127.0.0.1:9")
-                    .with_proxy_excludes("*");
+                    .with_proxy_excludes("*,0.0.0.0/0,::/0");
             }
         }
         for der in &self.extra_roots {
@@ -382,6 +382,37 @@ mod tests {
         assert_eq!(route("http://127.0.0.1:8080/"), None);
         assert_eq!(route("http://localhost:8080/"), None);
         assert_eq!(route("http://[::1]:8080/"), None);
+    }
+
+    #[test]
+    fn object_storage_takes_the_https_proxy_or_none_at_all() {
+        use object_store::{ClientConfigKey, ClientOptions};
+        let mut egress = Egress {
+            http: Some(parse_proxy("HTTP_PROXY", "http://plain:3128").unwrap()),
+            https: Some(parse_proxy("HTTPS_PROXY", "http://u:p@secure:3128").unwrap()),
+            no_proxy: format!("internal.corp,{LOOPBACK}"),
+            extra_roots: Vec::new(),
+            ca_file: None,
+        };
+        let options = egress.object_store(ClientOptions::new()).unwrap();
+        let get = |o: &ClientOptions, key| o.get_config_value(&key).unwrap_or_default();
+        assert_eq!(
+            get(&options, ClientConfigKey::ProxyUrl),
+            "http://u:p@secure:3128/"
+        );
+        assert_eq!(
+            get(&options, ClientConfigKey::ProxyExcludes),
+            egress.no_proxy
+        );
+        // No proxy configured (or system_proxy = false): object_store's
+        // client must not read the environment's itself.
+        egress.http = None;
+        egress.https = None;
+        let options = egress.object_store(ClientOptions::new()).unwrap();
+        assert_eq!(
+            get(&options, ClientConfigKey::ProxyExcludes),
+            "*,0.0.0.0/0,::/0"
+        );
     }
 
     #[test]

@@ -77,12 +77,11 @@ pub fn check_workspace_config() -> Result<(), String> {
 /// without opening a store (`repair`, `import`). A workspace whose
 /// configuration does not load has no data directory to speak of here;
 /// the command itself reports that configuration where it matters.
-pub fn prepare_data_dir() {
-    if let Ok(workspace) = std::env::current_dir()
-        && let Ok(config) = toolwire::config::load(&workspace, None)
-    {
-        toolwire::private::prepare(&config.data_dir);
-    }
+pub fn prepare_data_dir() -> Option<std::path::PathBuf> {
+    let workspace = std::env::current_dir().ok()?;
+    let config = toolwire::config::load(&workspace, None).ok()?;
+    toolwire::private::prepare(&config.data_dir);
+    Some(config.data_dir)
 }
 
 /// Write a command's whole output to stdout. A reader that went away (a

@@ -32,7 +32,7 @@ pub fn run(
     }
     // Before reading the file: a transcript of an older version's data
     // directory is closed first, and its repair and `.bak` keep that mode.
-    super::prepare_data_dir();
+    let _ = super::prepare_data_dir();
     let path = path.as_path();
     let format = format.map(toolwire::format::Format::from);
     match toolwire::transcript::repair::repair_file(path, format, dry_run) {
