@@ -779,7 +779,7 @@ pub fn recover(dir: &Path) -> io::Result<Recovered> {
     };
     // One recovery at a time: a second process waits for the first to
     // finish rather than read transcripts it is still mending.
-    let guard = match OpenOptions::new()
+    let guard = match crate::private::file_options()
         .create(true)
         .truncate(false)
         .write(true)
