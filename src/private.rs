@@ -172,7 +172,7 @@ fn tighten(root: &Path) {
     }
 }
 
-/// Take group and other bits off `path` (a directory becomes 0700),
+/// Take group and other bits off `path`,
 /// through a descriptor opened without following a link, so a path
 /// swapped for a link meanwhile is refused rather than followed.
 fn close(path: &Path, dir: bool) -> io::Result<()> {
@@ -186,19 +186,22 @@ fn close(path: &Path, dir: bool) -> io::Result<()> {
         // way, and the open above just saw it was no link.
         Err(err) if err.kind() == io::ErrorKind::PermissionDenied => {
             let mode = fs::symlink_metadata(path)?.permissions().mode();
-            return fs::set_permissions(path, Permissions::from_mode(closed(mode, dir)));
+            return fs::set_permissions(path, Permissions::from_mode(closed(mode)));
         }
         Err(err) => return Err(err),
     };
     let mode = file.metadata()?.permissions().mode();
-    if mode & 0o7777 != closed(mode, dir) {
-        file.set_permissions(Permissions::from_mode(closed(mode, dir)))?;
+    if mode & 0o7777 != closed(mode) {
+        file.set_permissions(Permissions::from_mode(closed(mode)))?;
     }
     Ok(())
 }
 
-fn closed(mode: u32, dir: bool) -> u32 {
-    if dir { DIR_MODE } else { mode & 0o700 }
+/// The owner's bits only: 0755 becomes 0700 and 0644 0600, while a
+/// directory or file its owner made read-only (0555, 0444) stays so
+/// (0500, 0400) rather than becoming writable.
+fn closed(mode: u32) -> u32 {
+    mode & 0o700
 }
 
 /// Write the data directory's `.gitignore` unless one is there (a user's
@@ -267,6 +270,29 @@ mod tests {
         assert_eq!(mode(&root.join("sessions/s1.jsonl")), 0o600);
         assert_eq!(mode(&outside), 0o644, "a link was followed");
         assert!(root.join(GITIGNORE).is_file());
+    }
+
+    #[test]
+    fn what_its_owner_made_read_only_stays_read_only() {
+        let temp = tempfile::tempdir().unwrap();
+        let root = temp.path().join("data");
+        fs::create_dir_all(root.join("sessions")).unwrap();
+        fs::write(root.join("sessions/s1.jsonl"), b"{}\n").unwrap();
+        fs::write(root.join(GITIGNORE), b"*\n").unwrap();
+        fs::set_permissions(
+            root.join("sessions/s1.jsonl"),
+            Permissions::from_mode(0o444),
+        )
+        .unwrap();
+        fs::set_permissions(root.join("sessions"), Permissions::from_mode(0o555)).unwrap();
+        fs::set_permissions(&root, Permissions::from_mode(0o555)).unwrap();
+        prepare(&root);
+        assert_eq!(mode(&root), 0o500);
+        assert_eq!(mode(&root.join("sessions")), 0o500);
+        assert_eq!(mode(&root.join("sessions/s1.jsonl")), 0o400);
+        for dir in [root.join("sessions"), root] {
+            fs::set_permissions(dir, Permissions::from_mode(0o700)).unwrap();
+        }
     }
 
     #[test]
