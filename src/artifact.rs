@@ -66,9 +66,7 @@ impl ArtifactStore for FsArtifactStore {
         if let Some(written) = reuse_existing(path, bytes)? {
             return Ok(written);
         }
-        let mut tmp = tempfile::Builder::new()
-            .prefix(TEMP_PREFIX)
-            .tempfile_in(dir)?;
+        let mut tmp = crate::private::temp_file_in(dir, TEMP_PREFIX)?;
         tmp.write_all(bytes)?;
         if fsync {
             tmp.as_file().sync_all()?;
@@ -91,7 +89,7 @@ impl ArtifactStore for FsArtifactStore {
 /// Create `dir` (and parents) and make sure neither it nor its parent, the
 /// session directory, is a symbolic link.
 fn ensure_real_dir(dir: &Path) -> io::Result<()> {
-    fs::create_dir_all(dir)?;
+    crate::private::create_dir_all(dir)?;
     for d in [Some(dir), dir.parent()].into_iter().flatten() {
         let meta = fs::symlink_metadata(d)?;
         if !meta.file_type().is_dir() {

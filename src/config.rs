@@ -98,6 +98,15 @@ pub struct ProxyConfig {
     /// Seconds a connection may stay open with no request in progress and
     /// no byte moving either way before the proxy closes it.
     pub idle_timeout_seconds: u64,
+    /// Whether outbound connections (the upstreams, object storage) go
+    /// through the proxy that `HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY` name
+    /// (minus `NO_PROXY`; loopback never). `false`: always direct.
+    pub system_proxy: bool,
+    /// A PEM file of certificates to trust for outbound TLS besides the
+    /// system's store (and `SSL_CERT_FILE` / `SSL_CERT_DIR`): a company's
+    /// TLS-inspecting proxy's CA. Relative to the workspace root.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
 }
 
 /// `[proxy.upstreams]`: the only hosts the proxy ever forwards to.
@@ -140,6 +149,8 @@ impl Default for ProxyConfig {
             // calls rarely take this long, and a closed connection only
             // costs the next request a new one.
             idle_timeout_seconds: 120,
+            system_proxy: true,
+            ca_file: None,
         }
     }
 }
@@ -173,6 +184,15 @@ pub struct Effective {
 impl Effective {
     pub fn fsync(&self) -> bool {
         self.durability == Durability::Fsync
+    }
+
+    /// How outbound connections leave (`[proxy] system_proxy`, `ca_file`
+    /// from the workspace root), for [`crate::egress::configure`].
+    pub fn egress(&self) -> crate::egress::Settings {
+        crate::egress::Settings {
+            system_proxy: self.proxy.system_proxy,
+            ca_file: self.proxy.ca_file.as_ref().map(|f| self.workspace.join(f)),
+        }
     }
 
     /// A path from a request: absolute as given, else from the workspace root.
@@ -400,6 +420,8 @@ pub fn resolve(workspace: &Path, config: Config) -> Effective {
         Some(dir) => workspace.join(dir),
         None => workspace.join(".toolwire"),
     });
+    // A data directory made from here on gets its `.gitignore` (PROTOCOL.md 12.2).
+    crate::private::register(&data_dir);
     Effective {
         workspace: workspace.to_path_buf(),
         data_dir,

@@ -19,6 +19,7 @@ pub mod config;
 pub mod daemon;
 #[cfg(test)]
 mod docs;
+pub mod egress;
 pub mod error;
 pub mod format;
 pub mod heap;
@@ -26,6 +27,7 @@ pub mod json;
 pub mod logfile;
 pub mod mcp;
 pub mod methods;
+pub mod private;
 pub mod process;
 pub mod protocol;
 pub mod proxy;

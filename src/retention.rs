@@ -1061,11 +1061,16 @@ pub fn due(retention: &Retention, data_dir: &Path, shared: bool) -> Result<bool>
         return Ok(false);
     }
     if shared {
-        fs::create_dir_all(data_dir).map_err(|err| Error::storage(data_dir, &err))?;
+        crate::private::create_dir_all(data_dir).map_err(|err| Error::storage(data_dir, &err))?;
     } else if !data_dir.join("sessions").is_dir() {
         return Ok(false);
     }
-    let file = File::create(&stamp).map_err(|err| Error::storage(&stamp, &err))?;
+    let file = crate::private::file_options()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&stamp)
+        .map_err(|err| Error::storage(&stamp, &err))?;
     file.set_modified(now)
         .map_err(|err| Error::storage(&stamp, &err))?;
     Ok(true)
@@ -1086,7 +1091,7 @@ pub fn hold_session(artifact_dir: &Path) -> io::Result<SessionHold> {
         .parent()
         .ok_or_else(|| io::Error::other("artifact directory has no session directory"))?;
     for _ in 0..64 {
-        fs::create_dir_all(artifact_dir)?;
+        crate::private::create_dir_all(artifact_dir)?;
         let dir = match File::open(session_dir) {
             Ok(dir) => dir,
             Err(err) if err.kind() == io::ErrorKind::NotFound => continue,

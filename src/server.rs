@@ -473,6 +473,7 @@ impl Connection {
         let params: InitializeParams = methods::params(raw)?;
         let workspace = workspace_root(&params)?;
         let config = config::load(&workspace, params.initialization_options.as_ref())?;
+        crate::private::prepare(&config.data_dir);
         tracing::info!(workspace = %workspace.display(), data_dir = %config.data_dir.display(), client = ?params.client_info.as_ref().map(|c| &c.name), "initialized");
         self.phase = Phase::Running(Arc::new(config));
         let result = InitializeResult {

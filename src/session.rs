@@ -44,7 +44,16 @@ use crate::transcript::Lines;
 /// reported at each client's `initialize`, where the client sees it).
 pub async fn open_workspace(dir: &std::path::Path) -> Result<Storage> {
     match crate::config::load(dir, None) {
-        Ok(config) => crate::store::open(&config.storage).await,
+        Ok(config) => {
+            crate::private::prepare(&config.data_dir);
+            // Object storage is the only outbound client here: a bad
+            // proxy variable or CA file matters (and is refused) with it.
+            if config.storage.objects.is_some() {
+                crate::egress::configure(&config.egress())
+                    .map_err(|why| Error::invalid_params("proxy", why))?;
+            }
+            crate::store::open(&config.storage).await
+        }
         Err(_) => Ok(Storage::default()),
     }
 }

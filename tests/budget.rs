@@ -355,14 +355,15 @@ async fn hostile_ids_never_reach_outside_the_artifact_directory() {
         assert!(path.is_file());
     }
     // Nothing else was created anywhere in the workspace but the session's
-    // journal and the data directory's commit log.
+    // journal, the data directory's commit log and its `.gitignore`.
     let journal = dir.path().join(".toolwire/sessions/s.jsonl");
     let wal = dir.path().join(".toolwire/wal");
+    let ignore = dir.path().join(".toolwire/.gitignore");
     let mut found = Vec::new();
     walk(dir.path(), &mut found);
     for f in found {
         assert!(
-            f.starts_with(&tool_results) || f == journal || f.starts_with(&wal),
+            f.starts_with(&tool_results) || f == journal || f == ignore || f.starts_with(&wal),
             "unexpected file {f:?}"
         );
     }

@@ -3,13 +3,14 @@
 //! the official Anthropic SDK through `toolwire proxy` to the fake
 //! provider, whose prefix cache shows every break.
 
+#[path = "common/agent_py.rs"]
+mod agent_py;
 mod common;
 mod fake_provider;
 #[path = "common/proxy_process.rs"]
 mod proxy_process;
 
 use std::path::Path;
-use std::time::Duration;
 
 use common::*;
 use fake_provider::{FakeProvider, Received};
@@ -314,33 +315,7 @@ impl Proxy {
 
 /// tests/proxy/agent.py with the official Anthropic SDK.
 async fn agent(args: &[&str]) -> Value {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let python = root.join("tests/proxy/.venv/bin/python");
-    assert!(
-        python.exists(),
-        "the provider SDKs are not installed: run ./tests/setup.sh (or bash tests/setup.d/40-proxy.sh)"
-    );
-    let out = tokio::time::timeout(
-        Duration::from_secs(600),
-        tokio::process::Command::new(python)
-            .arg(root.join("tests/proxy/agent.py"))
-            .args(args)
-            .env("NO_PROXY", "*")
-            .env_remove("HTTP_PROXY")
-            .env_remove("HTTPS_PROXY")
-            .env_remove("ALL_PROXY")
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .unwrap()
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "agent.py {args:?}:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    agent_py::run(args).await
 }
 
 /// Every tool result's text in a request, by tool_use_id.

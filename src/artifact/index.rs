@@ -337,9 +337,7 @@ fn store_index(at: &Path, mtime: (i64, i64), index: &LineIndex) -> io::Result<()
         sha256: DiskIndex::digest(mtime, index)?,
         index: index.clone(),
     };
-    let mut tmp = tempfile::Builder::new()
-        .prefix(super::TEMP_PREFIX)
-        .tempfile_in(dir)?;
+    let mut tmp = crate::private::temp_file_in(dir, super::TEMP_PREFIX)?;
     let mut out = io::BufWriter::new(tmp.as_file_mut());
     serde_json::to_writer(&mut out, &disk).map_err(io::Error::other)?;
     // Flushed here, not on drop, where a failed write would go unseen.

@@ -198,11 +198,18 @@ impl ObjectArtifacts {
             retry_timeout: std::time::Duration::from_secs(15),
             ..object_store::RetryConfig::default()
         };
+        // The environment's proxy and the certificates trusted, as for the
+        // proxy's upstreams (PROTOCOL.md 12.2); the options below (a
+        // store's own `proxy_url`, say) are applied over them.
+        let client = crate::egress::current()
+            .and_then(|egress| egress.object_store(object_store::ClientOptions::new()))
+            .map_err(|why| Error::invalid_params("storage.objects", why))?;
         macro_rules! build {
             ($builder:ty) => {{
                 let mut builder = <$builder>::new()
                     .with_url(url.to_string())
-                    .with_retry(retry);
+                    .with_retry(retry)
+                    .with_client_options(client.clone());
                 for (key, value) in options {
                     if let Ok(key) = key.parse() {
                         builder = builder.with_config(key, value);

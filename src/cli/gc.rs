@@ -45,6 +45,10 @@ fn gc(args: &Args) -> Result<GcReport, String> {
         .map_or_else(std::env::current_dir, Ok)
         .map_err(|err| format!("no workspace directory: {err}"))?;
     let config = toolwire::config::load(&workspace, None).map_err(|err| err.for_cli())?;
+    toolwire::private::prepare(&config.data_dir);
+    if config.storage.objects.is_some() {
+        toolwire::egress::configure(&config.egress())?;
+    }
     let policy = config.retention.policy(std::time::SystemTime::now());
     let objects = match &config.storage.objects {
         Some(objects) => Some(

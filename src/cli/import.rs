@@ -60,7 +60,17 @@ fn import(args: &Args) -> Result<(), String> {
         (conversion, agent.title())
     };
     match &args.output {
-        Some(out) => write_file(out, &conversion)?,
+        Some(out) => {
+            // Into the data directory, the transcript is private as
+            // everything there; elsewhere it is the user's file, made with
+            // the usual mode.
+            let private = super::prepare_data_dir().is_some_and(|data_dir| {
+                let parent = out.parent().filter(|p| !p.as_os_str().is_empty());
+                std::fs::canonicalize(parent.unwrap_or(Path::new(".")))
+                    .is_ok_and(|dir| dir.starts_with(&data_dir))
+            });
+            write_file(out, &conversion, private)?
+        }
         None => {
             let mut stdout = std::io::stdout().lock();
             match conversion
@@ -84,9 +94,9 @@ fn import(args: &Args) -> Result<(), String> {
     Ok(())
 }
 
-/// Write atomically: a new file beside OUT (created with the usual mode,
-/// or OUT's mode when it exists), renamed over it.
-fn write_file(out: &Path, conversion: &Conversion) -> Result<(), String> {
+/// Write atomically: a new file beside OUT (with the usual mode, 0600 when
+/// `private`, or OUT's mode when it exists), renamed over it.
+fn write_file(out: &Path, conversion: &Conversion, private: bool) -> Result<(), String> {
     let fail = |e: std::io::Error| format!("{}: {e}", out.display());
     let name = out
         .file_name()
@@ -96,10 +106,12 @@ fn write_file(out: &Path, conversion: &Conversion) -> Result<(), String> {
     tmp_name.push(format!(".import-{}", std::process::id()));
     let tmp = out.with_file_name(tmp_name);
     let written = (|| {
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)?;
+        let mut options = if private {
+            toolwire::private::file_options()
+        } else {
+            std::fs::OpenOptions::new()
+        };
+        let mut file = options.write(true).create_new(true).open(&tmp)?;
         if let Ok(meta) = std::fs::metadata(out) {
             file.set_permissions(meta.permissions())?;
         }

@@ -56,6 +56,10 @@ fn front(args: Args) -> Result<i32, String> {
         None => toolwire::config::load(&workspace, None),
     }
     .map_err(|err| err.for_cli())?;
+    toolwire::private::prepare(&config.data_dir);
+    if config.storage.objects.is_some() {
+        toolwire::egress::configure(&config.egress())?;
+    }
     let session = match args.session {
         Some(id) => SessionId::try_from(id)?,
         None => mcp::default_session(&args.command).map_err(|err| err.to_string())?,

@@ -73,6 +73,18 @@ pub fn check_workspace_config() -> Result<(), String> {
         .map_err(|err| err.for_cli())
 }
 
+/// The workspace's data directory brought to private modes with its
+/// `.gitignore` (PROTOCOL.md 12.2), for the commands that write files
+/// without opening a store (`repair`, `import`). A workspace whose
+/// configuration does not load has no data directory to speak of here;
+/// the command itself reports that configuration where it matters.
+pub fn prepare_data_dir() -> Option<std::path::PathBuf> {
+    let workspace = std::env::current_dir().ok()?;
+    let config = toolwire::config::load(&workspace, None).ok()?;
+    toolwire::private::prepare(&config.data_dir);
+    Some(config.data_dir)
+}
+
 /// Write a command's whole output to stdout. A reader that went away (a
 /// closed pipe: `toolwire man | head`) is not an error worth a message.
 pub fn write_stdout(bytes: &[u8]) -> std::process::ExitCode {

@@ -44,6 +44,9 @@ async fn serve(args: Args) -> Result<(), String> {
         std::env::current_dir().map_err(|err| format!("no workspace directory: {err}"))?;
     let config = toolwire::config::load(&workspace, None).map_err(|err| err.for_cli())?;
     let data_dir = config.data_dir.clone();
+    toolwire::private::prepare(&config.data_dir);
+    // Before the store opens: object storage reaches out the same way.
+    toolwire::egress::configure(&config.egress())?;
     let listen = args.listen.unwrap_or_else(|| config.proxy.listen.clone());
     let addrs: Vec<_> = tokio::net::lookup_host(&listen)
         .await

@@ -30,6 +30,9 @@ pub fn run(
         eprintln!("toolwire repair: {err}");
         return ExitCode::FAILURE;
     }
+    // Before reading the file: a transcript of an older version's data
+    // directory is closed first, and its repair and `.bak` keep that mode.
+    let _ = super::prepare_data_dir();
     let path = path.as_path();
     let format = format.map(toolwire::format::Format::from);
     match toolwire::transcript::repair::repair_file(path, format, dry_run) {

@@ -66,7 +66,8 @@ pub struct Proxy {
 
 impl Proxy {
     pub fn new(registry: Registry, config: Effective) -> Result<Arc<Proxy>, String> {
-        let upstream = Upstream::new(&config.proxy.upstreams)?;
+        let egress = crate::egress::configure(&config.egress())?;
+        let upstream = Upstream::new(&config.proxy.upstreams, egress)?;
         Ok(Arc::new(Proxy {
             registry,
             config: Arc::new(config),

@@ -3,7 +3,6 @@
 //! and the per-session summary `toolwire stats` prints.
 
 use std::collections::BTreeMap;
-use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 
@@ -46,12 +45,12 @@ pub struct Record {
 
 /// Append one record to the session's usage file.
 pub fn append(session_dir: &Path, record: &Record) -> std::io::Result<()> {
-    std::fs::create_dir_all(session_dir)?;
+    crate::private::create_dir_all(session_dir)?;
     let mut line = serde_json::to_vec(record).map_err(std::io::Error::other)?;
     line.push(b'\n');
     // One write of one short line with O_APPEND: concurrent requests of a
     // session never interleave within a line.
-    OpenOptions::new()
+    crate::private::file_options()
         .create(true)
         .append(true)
         .open(session_dir.join(USAGE_FILE))?

@@ -2,8 +2,10 @@
 //!
 //! `reqwest` (on hyper, with rustls) keeps a pool of connections per
 //! upstream, speaks HTTP/2 where the upstream offers it (ALPN) and HTTP/1.1
-//! otherwise. It follows no redirect and uses no proxy from the
-//! environment: a request leaves only for the configured upstream.
+//! otherwise. It follows no redirect: a request leaves only for the
+//! configured upstream, through the forward proxy the environment names
+//! and trusting the certificates the system and the user trust
+//! ([`crate::egress`]).
 
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -29,6 +31,7 @@ pub type ProxyBody = http_body_util::combinators::UnsyncBoxBody<Bytes, BoxError>
 /// The configured upstreams and the client that reaches them.
 pub struct Upstream {
     client: reqwest::Client,
+    egress: std::sync::Arc<crate::egress::Egress>,
     anthropic: url::Url,
     openai: url::Url,
     gemini: url::Url,
@@ -51,16 +54,21 @@ const HOP_BY_HOP: &[&str] = &[
 ];
 
 impl Upstream {
-    pub fn new(upstreams: &Upstreams) -> Result<Upstream, String> {
-        let client = reqwest::Client::builder()
+    pub fn new(
+        upstreams: &Upstreams,
+        egress: std::sync::Arc<crate::egress::Egress>,
+    ) -> Result<Upstream, String> {
+        let builder = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
             .connect_timeout(std::time::Duration::from_secs(30))
-            .tcp_nodelay(true)
+            .tcp_nodelay(true);
+        let client = egress
+            .reqwest(builder)?
             .build()
-            .map_err(|err| format!("cannot build the HTTP client: {err}"))?;
+            .map_err(|err| format!("cannot build the HTTP client: {}", error_chain(&err)))?;
         Ok(Upstream {
             client,
+            egress,
             anthropic: base_url("anthropic", &upstreams.anthropic)?,
             openai: base_url("openai", &upstreams.openai)?,
             gemini: base_url("gemini", &upstreams.gemini)?,
@@ -146,12 +154,22 @@ impl Upstream {
                 // The error names the host, never the request's headers.
                 // reqwest's error would print the whole URL, and Gemini's
                 // `?key=` with it: the URL is left out, the base is shown
-                // without credentials.
+                // without credentials; so is the forward proxy's URL. A
+                // refused certificate or tunnel is said in words first.
+                let err = err.without_url();
+                let via = self
+                    .egress
+                    .route(self.base(provider))
+                    .map(|route| format!(" through {route}"))
+                    .unwrap_or_default();
+                let why = match crate::egress::failure_reason(&err) {
+                    Some(reason) => format!("{reason} ({})", error_chain(&err)),
+                    None => error_chain(&err),
+                };
                 let message = format!(
-                    "toolwire proxy: the {} upstream {} could not be reached: {}",
+                    "toolwire proxy: the {} upstream {}{via} could not be reached: {why}",
                     provider.name(),
                     shown(self.base(provider)),
-                    error_chain(&err.without_url())
                 );
                 tracing::warn!("{message}");
                 record.status = 502;

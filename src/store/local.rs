@@ -255,10 +255,7 @@ fn fork_transcript(
     let written = (|| {
         let sync_dir = || std::fs::File::open(dir).and_then(|d| d.sync_all());
         let bytes = line.to_line();
-        let mut tmp = tempfile::Builder::new()
-            .prefix(".fork-")
-            .tempfile_in(dir)
-            .map_err(storage)?;
+        let mut tmp = crate::private::temp_file_in(dir, ".fork-").map_err(storage)?;
         writer::lock(tmp.as_file(), to)?;
         tmp.write_all(&bytes).map_err(storage)?;
         tmp.as_file().sync_data().map_err(storage)?;
@@ -338,7 +335,7 @@ fn create_transcript(key: &SessionKey, files: &dyn LogFileFactory) -> Result<Tra
     recovered(key)?;
     let path = key.transcript_path();
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|err| Error::storage(dir, &err))?;
+        crate::private::create_dir_all(dir).map_err(|err| Error::storage(dir, &err))?;
     }
     let file = writer::open_locked(&path, true)?;
     let meta = file.metadata().map_err(|err| Error::storage(&path, &err))?;

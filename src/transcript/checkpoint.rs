@@ -231,9 +231,7 @@ pub fn write(
         return Ok(None);
     };
     let dir = path.parent().unwrap_or(Path::new("."));
-    let mut tmp = tempfile::Builder::new()
-        .prefix(TEMP_PREFIX)
-        .tempfile_in(dir)?;
+    let mut tmp = crate::private::temp_file_in(dir, TEMP_PREFIX)?;
     kill_point();
     // Streamed to the file rather than built whole in memory first: the
     // session's state is already held, and a copy of it in a buffer

@@ -380,11 +380,11 @@ impl Log {
     /// its name only once it is whole on the disk: recovery never sees a
     /// log that is not locked by a live process or left by a dead one.
     fn create(dir: &Path) -> io::Result<Log> {
-        std::fs::create_dir_all(dir)?;
+        crate::private::create_dir_all(dir)?;
         if let Some(parent) = dir.parent() {
             File::open(parent)?.sync_all()?;
         }
-        let tmp = tempfile::Builder::new().prefix(".wal-").tempfile_in(dir)?;
+        let tmp = crate::private::temp_file_in(dir, ".wal-")?;
         tmp.as_file().lock()?;
         let zeros = vec![0u8; 64 << 10];
         let mut at = 0;
@@ -779,7 +779,7 @@ pub fn recover(dir: &Path) -> io::Result<Recovered> {
     };
     // One recovery at a time: a second process waits for the first to
     // finish rather than read transcripts it is still mending.
-    let guard = match OpenOptions::new()
+    let guard = match crate::private::file_options()
         .create(true)
         .truncate(false)
         .write(true)

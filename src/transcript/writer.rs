@@ -210,7 +210,7 @@ impl TranscriptWriter {
 
 /// Open (creating if asked) and exclusively lock a transcript file.
 pub fn open_locked(path: &Path, create: bool) -> Result<File> {
-    let file = OpenOptions::new()
+    let file = crate::private::file_options()
         .read(true)
         .append(true)
         .create(create)

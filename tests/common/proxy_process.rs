@@ -70,6 +70,18 @@ pub async fn start_limited(
         .args(args)
         .current_dir(dir)
         .env("RUST_LOG", log)
+        // Outbound settings from the machine running the tests never reach
+        // a test's proxy; tests/egress.rs sets them itself.
+        .env_remove("HTTPS_PROXY")
+        .env_remove("https_proxy")
+        .env_remove("HTTP_PROXY")
+        .env_remove("http_proxy")
+        .env_remove("ALL_PROXY")
+        .env_remove("all_proxy")
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy")
+        .env_remove("SSL_CERT_FILE")
+        .env_remove("SSL_CERT_DIR")
         .envs(envs.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
