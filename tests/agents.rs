@@ -42,6 +42,8 @@ enum Agent {
     ClaudeCode,
     Codex,
     GeminiCli,
+    Pi,
+    Opencode,
 }
 
 fn bin(name: &str) -> PathBuf {
@@ -64,12 +66,14 @@ impl Agent {
             Agent::ClaudeCode => "claude-code",
             Agent::Codex => "codex",
             Agent::GeminiCli => "gemini-cli",
+            Agent::Pi => "pi",
+            Agent::Opencode => "opencode",
         }
     }
 
     fn api(self) -> Api {
         match self {
-            Agent::ClaudeCode => Api::Anthropic,
+            Agent::ClaudeCode | Agent::Pi | Agent::Opencode => Api::Anthropic,
             Agent::Codex => Api::Responses,
             Agent::GeminiCli => Api::Gemini,
         }
@@ -137,6 +141,46 @@ impl Agent {
                     .env("GOOGLE_GEMINI_BASE_URL", base)
                     .env("GEMINI_API_KEY", "scripted")
                     .env("GEMINI_CLI_TRUST_WORKSPACE", "true");
+            }
+            Agent::Pi => {
+                // The built-in Anthropic provider, its base URL moved
+                // (pi's docs/models.md, "Overriding Built-in Providers").
+                let dir = home.join(".pi/agent");
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::write(
+                    dir.join("models.json"),
+                    format!(r#"{{"providers": {{"anthropic": {{"baseUrl": "{base}"}}}}}}"#),
+                )
+                .unwrap();
+                cmd = Command::new(bin("pi"));
+                cmd.args([
+                    "-p",
+                    "--provider",
+                    "anthropic",
+                    "--model",
+                    "claude-sonnet-4-5",
+                    "--no-session",
+                    "--offline",
+                    PROMPT,
+                ])
+                .env("ANTHROPIC_API_KEY", "scripted")
+                .env("PI_OFFLINE", "1");
+            }
+            Agent::Opencode => {
+                let dir = home.join(".config/opencode");
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::write(
+                    dir.join("opencode.json"),
+                    format!(
+                        r#"{{"autoupdate": false, "share": "disabled", "snapshot": false,
+  "provider": {{"anthropic": {{"options": {{"baseURL": "{base}/v1", "apiKey": "scripted"}}}}}}}}"#
+                    ),
+                )
+                .unwrap();
+                cmd = Command::new(bin("opencode"));
+                cmd.args(["run", "--model", "anthropic/claude-sonnet-4-5", PROMPT])
+                    .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
+                    .env("OPENCODE_DISABLE_AUTOUPDATE", "1");
             }
         }
         // Loopback only: no system proxy between the agent and its base URL.
@@ -303,7 +347,23 @@ async fn run(agent: Agent, script: Vec<String>, route: Route) -> Run {
     let output = finished
         .await
         .unwrap()
-        .unwrap_or_else(|_| panic!("{}: did not finish within {RUN_LIMIT:?}", agent.name()))
+        .unwrap_or_else(|_| {
+            let seen: Vec<String> = provider
+                .seen()
+                .iter()
+                .map(|s| {
+                    format!(
+                        "{} {} main={} step={} status={}",
+                        s.method, s.path, s.main, s.step, s.status
+                    )
+                })
+                .collect();
+            panic!(
+                "{}: did not finish within {RUN_LIMIT:?}; the provider saw:\n{}",
+                agent.name(),
+                seen.join("\n")
+            )
+        })
         .unwrap();
     drop(proxy);
     Run {
@@ -637,4 +697,24 @@ async fn gemini_cli_short() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gemini_cli_long() {
     long(Agent::GeminiCli).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pi_short() {
+    short(Agent::Pi).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pi_long() {
+    long(Agent::Pi).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opencode_short() {
+    short(Agent::Opencode).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opencode_long() {
+    long(Agent::Opencode).await;
 }
