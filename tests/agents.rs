@@ -669,52 +669,27 @@ async fn long(agent: Agent) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claude_code_short() {
-    short(Agent::ClaudeCode).await;
+/// Each agent's two tests, `<agent>::short` and `<agent>::long`.
+macro_rules! agent_tests {
+    ($($module:ident => $agent:expr),* $(,)?) => {$(
+        mod $module {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn short() {
+                super::short($agent).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn long() {
+                super::long($agent).await;
+            }
+        }
+    )*};
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claude_code_long() {
-    long(Agent::ClaudeCode).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn codex_short() {
-    short(Agent::Codex).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn codex_long() {
-    long(Agent::Codex).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gemini_cli_short() {
-    short(Agent::GeminiCli).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gemini_cli_long() {
-    long(Agent::GeminiCli).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pi_short() {
-    short(Agent::Pi).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pi_long() {
-    long(Agent::Pi).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn opencode_short() {
-    short(Agent::Opencode).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn opencode_long() {
-    long(Agent::Opencode).await;
+agent_tests! {
+    claude_code => super::Agent::ClaudeCode,
+    codex => super::Agent::Codex,
+    gemini_cli => super::Agent::GeminiCli,
+    pi => super::Agent::Pi,
+    opencode => super::Agent::Opencode,
 }
