@@ -278,6 +278,7 @@ async fn start_proxy(dir: &Path, listen: &str, log: Arc<Mutex<String>>) -> Proxy
     Proxy { child, url }
 }
 
+#[derive(Clone, Copy)]
 enum Route {
     Direct,
     Proxy,
@@ -366,9 +367,23 @@ async fn run(agent: Agent, script: Vec<String>, route: Route) -> Run {
         })
         .unwrap();
     drop(proxy);
+    let seen = provider.seen();
+    // For looking into a run by hand: every request the provider got.
+    if let Some(dir) = std::env::var_os("TOOLWIRE_AGENTS_DUMP") {
+        let name = match route {
+            Route::Direct => "direct",
+            Route::Proxy => "proxy",
+            Route::ProxyKilledAt(_) => "killed",
+        };
+        let dir = Path::new(&dir).join(format!("{}-{name}-{}", agent.name(), seen.len()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (k, s) in seen.iter().enumerate() {
+            std::fs::write(dir.join(format!("{k:03}.json")), &s.body).unwrap();
+        }
+    }
     Run {
         output,
-        seen: provider.seen(),
+        seen,
         sent: tap.map(|t| t.sent()).unwrap_or_default(),
         workspace,
         held,

@@ -260,9 +260,13 @@ async fn handle(state: Arc<Mutex<State>>, req: Request<Incoming>) -> Response<Bo
             .map(|earlier| crate::fake_provider::common_prefix(earlier, &body))
             .unwrap_or(0) as u64;
         s.recent.insert(key, body.clone());
+        // Main turns are numbered by their step, so both runs of a script
+        // get the same ids; the others after them.
+        let number = if seen.main { step } else { 1000 + s.seen.len() };
         let usage = Usage {
             total: body.len() as u64 / 4,
             cached: cached / 4,
+            number,
         };
         let answer = match &tool {
             Some(name) => match s.script.get(step) {
@@ -325,10 +329,14 @@ enum Answer {
     Text(String),
 }
 
+/// What every answer carries besides its content: its usage, and a
+/// number that makes its ids unique (Claude Code merges assistant
+/// messages that share a message id into one).
 #[derive(Clone, Copy)]
 struct Usage {
     total: u64,
     cached: u64,
+    number: usize,
 }
 
 /// The shell tool's input in the shape its agent declares: Codex's
@@ -384,7 +392,7 @@ fn stop_reason(answer: &Answer) -> &'static str {
 }
 
 fn anthropic_message(answer: &Answer, u: Usage) -> Value {
-    json!({"id": "msg_scripted", "type": "message", "role": "assistant", "model": "claude-scripted",
+    json!({"id": format!("msg_tw_{:04}", u.number), "type": "message", "role": "assistant", "model": "claude-scripted",
            "content": anthropic_blocks(answer), "stop_reason": stop_reason(answer), "stop_sequence": null,
            "usage": anthropic_usage(u)})
 }
@@ -435,22 +443,22 @@ fn anthropic_events(answer: &Answer, u: Usage) -> Vec<(Option<&'static str>, Val
 
 // ---------------------------------------------------------- Responses --
 
-fn responses_output(answer: &Answer) -> Vec<Value> {
+fn responses_output(answer: &Answer, u: Usage) -> Vec<Value> {
     match answer {
         Answer::Call { id, tool, command } => vec![
             json!({"type": "function_call", "id": format!("fc_{id}"), "call_id": id, "name": tool,
                    "arguments": tool_input(tool, command).to_string(), "status": "completed"}),
         ],
         Answer::Text(text) => vec![
-            json!({"type": "message", "id": "msg_scripted", "status": "completed", "role": "assistant",
+            json!({"type": "message", "id": format!("msg_tw_{:04}", u.number), "status": "completed", "role": "assistant",
                    "content": [{"type": "output_text", "text": text, "annotations": []}]}),
         ],
     }
 }
 
 fn responses_object(answer: &Answer, u: Usage) -> Value {
-    json!({"id": "resp_scripted", "object": "response", "created_at": 1, "status": "completed", "model": "gpt-scripted",
-           "output": responses_output(answer), "parallel_tool_calls": true, "tool_choice": "auto", "tools": [],
+    json!({"id": format!("resp_tw_{:04}", u.number), "object": "response", "created_at": 1, "status": "completed", "model": "gpt-scripted",
+           "output": responses_output(answer, u), "parallel_tool_calls": true, "tool_choice": "auto", "tools": [],
            "usage": {"input_tokens": u.total, "input_tokens_details": {"cached_tokens": u.cached}, "output_tokens": 20,
                      "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": u.total + 20}})
 }
@@ -470,7 +478,7 @@ fn responses_events(answer: &Answer, u: Usage) -> Vec<(Option<&'static str>, Val
         Some("response.created"),
         json!({"type": "response.created", "sequence_number": next(), "response": created}),
     )];
-    for (i, item) in responses_output(answer).into_iter().enumerate() {
+    for (i, item) in responses_output(answer, u).into_iter().enumerate() {
         events.push((Some("response.output_item.added"), json!({"type": "response.output_item.added", "sequence_number": next(), "output_index": i, "item": item})));
         if let Some(text) = item.pointer("/content/0/text") {
             events.push((Some("response.output_text.delta"), json!({"type": "response.output_text.delta", "sequence_number": next(), "output_index": i, "item_id": item["id"], "content_index": 0, "delta": text})));
