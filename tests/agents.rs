@@ -612,9 +612,10 @@ fn report(agent: Agent, what: &str, ratios: &[(Prices, f64)]) -> String {
 async fn short(agent: Agent) {
     let script = short_script();
     let steps = script.len();
-    let (direct, through) = tokio::join!(
+    let (direct, through, killed) = tokio::join!(
         run(agent, script.clone(), Route::Direct),
-        run(agent, script.clone(), Route::Proxy)
+        run(agent, script.clone(), Route::Proxy),
+        run(agent, script.clone(), Route::ProxyKilledAt(4))
     );
     assert_finished(agent, "direct", &direct, steps);
     assert_finished(agent, "through toolwire", &through, steps);
@@ -626,7 +627,6 @@ async fn short(agent: Agent) {
     let r = ratios(&direct, &through);
     let line = report(agent, "short", &r);
 
-    let killed = run(agent, script.clone(), Route::ProxyKilledAt(4)).await;
     assert_finished(agent, "killed and restarted", &killed, steps);
     assert_outputs_and_previews(agent, "killed and restarted", &killed);
     let held = killed.held.clone().unwrap();
