@@ -194,7 +194,13 @@ impl Agent {
         ] {
             cmd.env_remove(var);
         }
+        // Temporary files too stay in the throwaway HOME (Claude Code
+        // writes under $TMPDIR/claude-<uid>, pi its jiti cache), so a run
+        // leaves nothing behind in the suite's TMPDIR.
+        let tmp = home.join("tmp");
+        std::fs::create_dir_all(&tmp).unwrap();
         cmd.env("NO_PROXY", "*")
+            .env("TMPDIR", &tmp)
             .env("HOME", home)
             .env("XDG_CONFIG_HOME", home.join(".config"))
             .env("XDG_CACHE_HOME", home.join(".cache"))
