@@ -1,5 +1,5 @@
 //! The real agent CLIs through `toolwire proxy` (PROTOCOL.md 12.1): Claude
-//! Code, Codex and Gemini CLI, pinned in tests/agents/package-lock.json and
+//! Code, Codex, Gemini CLI, pi and opencode, pinned in tests/agents/ and
 //! installed by tests/setup.d/70-agents.sh, each run non-interactively in a
 //! throwaway HOME against a scripted provider (tests/scripted_provider)
 //! that has it run a fixed list of shell commands, big and small. Every
@@ -47,8 +47,15 @@ enum Agent {
 }
 
 fn bin(name: &str) -> PathBuf {
+    // opencode has a folder of its own (tests/setup.d/70-agents.sh says why).
+    let folder = if name == "opencode" {
+        "tests/agents/opencode"
+    } else {
+        "tests/agents"
+    };
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/agents/node_modules/.bin")
+        .join(folder)
+        .join("node_modules/.bin")
         .join(name);
     assert!(
         path.exists(),
