@@ -186,13 +186,13 @@ fn message_variants() -> Vec<Value> {
     let mut anthropic = object(
         &["role", "content"],
         json!({
-            "role": { "type": "string", "enum": ["user", "assistant"] },
+            "role": { "type": "string", "enum": ["user", "assistant", "system"] },
             "content": { "anyOf": [ { "type": "string" }, { "type": "array", "items": typed } ] }
         }),
     );
     anthropic["title"] = json!("AnthropicMessage");
     anthropic["description"] = json!(
-        "format `anthropic`: a Messages API message; calls are `tool_use` blocks, results `tool_result` blocks."
+        "format `anthropic`: a Messages API message; calls are `tool_use` blocks, results `tool_result` blocks; a `system` message (Claude Code 2.1 sends them among its messages) belongs to no turn."
     );
     let mut chat = object(
         &["role"],

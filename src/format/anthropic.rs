@@ -58,10 +58,12 @@ impl Dialect for Anthropic {
             return Err(Error::invalid_params(path, "a message must be an object"));
         };
         let role = field(obj, "role").and_then(Value::as_str);
-        if !matches!(role, Some("user" | "assistant")) {
+        // Claude Code 2.1 sends `system` messages among the others (its
+        // agent list, reminders); they hold text and belong to no turn.
+        if !matches!(role, Some("user" | "assistant" | "system")) {
             return Err(Error::invalid_params(
                 format!("{path}.role"),
-                "role must be \"user\" or \"assistant\"",
+                "role must be \"user\", \"assistant\" or \"system\"",
             ));
         }
         let blocks = match field(obj, "content") {
@@ -441,6 +443,25 @@ mod tests {
         assert!(
             skim(r#"{"role":"assistant","content":[{"type":["tool_use"],"id":"a"}]}"#).is_none()
         );
+    }
+
+    #[test]
+    fn system_messages_are_read_and_belong_to_no_turn() {
+        // Claude Code 2.1.197's second message.
+        let system = json!({"role": "system", "content": "Available agent types: …"});
+        Anthropic.validate(&system, "messages[1]", true).unwrap();
+        assert_eq!(Anthropic.side(&system), None);
+        // Tool blocks stay where the contract puts them.
+        let misplaced = json!({"role": "system", "content": [{"type": "tool_result", "tool_use_id": "a", "content": "x"}]});
+        assert!(Anthropic.validate(&misplaced, "messages[1]", true).is_err());
+        let err = Anthropic
+            .validate(
+                &json!({"role": "tool", "content": "x"}),
+                "messages[2]",
+                false,
+            )
+            .unwrap_err();
+        assert!(err.to_string().contains("messages[2].role"), "{err}");
     }
 
     #[test]

@@ -71,28 +71,9 @@ pub struct FakeProvider {
 impl FakeProvider {
     /// Start on a loopback port, serving until the runtime ends.
     pub async fn start() -> FakeProvider {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         let state = Arc::new(Mutex::new(State::default()));
         let shared = state.clone();
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    return;
-                };
-                let _ = stream.set_nodelay(true);
-                let state = shared.clone();
-                tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |req| {
-                        let state = state.clone();
-                        async move { Ok::<_, Infallible>(handle(state, req).await) }
-                    });
-                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
+        let addr = serve(move |req| handle(shared.clone(), req)).await;
         FakeProvider { addr, state }
     }
 
@@ -109,6 +90,36 @@ impl FakeProvider {
         s.received.clear();
         s.recent.clear();
     }
+}
+
+/// Serve HTTP/1 and HTTP/2 on a fresh loopback port, every request
+/// answered by `answer`, until the runtime ends; returns the address.
+pub async fn serve<F, Fut, B>(answer: F) -> SocketAddr
+where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Response<B>> + Send + 'static,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let _ = stream.set_nodelay(true);
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req| {
+                    let reply = answer(req);
+                    async move { Ok::<_, Infallible>(reply.await) }
+                });
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    addr
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -226,6 +237,12 @@ fn gemini_model_path(path: &str) -> bool {
 /// read as the one text block it is shorthand for (the Messages API
 /// reference: a string is shorthand for an array of one `text` block).
 pub fn anthropic_prompt(body: &Value) -> Vec<u8> {
+    cache_prompt(body, ["tools", "system", "messages"])
+}
+
+/// [`anthropic_prompt`] for any provider's body: the three members named
+/// (its tools, its system prompt, its conversation), in that order.
+pub fn cache_prompt(body: &Value, members: [&str; 3]) -> Vec<u8> {
     fn normalize(v: &Value) -> Value {
         match v {
             Value::Array(items) => Value::Array(items.iter().map(normalize).collect()),
@@ -243,11 +260,12 @@ pub fn anthropic_prompt(body: &Value) -> Vec<u8> {
             other => other.clone(),
         }
     }
-    let parts = json!([
-        body.get("tools").map(normalize),
-        body.get("system").map(normalize),
-        body.get("messages").map(normalize),
-    ]);
+    let parts = Value::Array(
+        members
+            .iter()
+            .map(|m| body.get(*m).map(normalize).unwrap_or(Value::Null))
+            .collect(),
+    );
     serde_json::to_vec(&parts).unwrap_or_default()
 }
 
@@ -276,7 +294,7 @@ fn json_response(status: StatusCode, body: Value) -> Response<Body> {
 }
 
 /// A server-sent event stream, one event a frame, as providers send it.
-fn sse(events: Vec<(Option<&'static str>, Value)>) -> Response<Body> {
+pub fn sse(events: Vec<(Option<&'static str>, Value)>) -> Response<Body> {
     let frames: Vec<Result<Frame<Bytes>, Infallible>> = events
         .into_iter()
         .map(|(event, data)| {
