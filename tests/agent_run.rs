@@ -346,7 +346,13 @@ fn text_answer(path: &str, query: &str, body: &Value) -> (&'static str, String) 
 /// by `toolwire run` in a workspace whose proxy goes to [`text_provider`].
 async fn real_agent(name: &str, args: &[&str], env: &[(&str, &str)]) -> (Output, Vec<String>) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let agent = root.join("tests/agents/node_modules/.bin").join(name);
+    // opencode has a folder of its own (tests/setup.d/70-agents.sh says why).
+    let folder = if name == "opencode" {
+        "tests/agents/opencode"
+    } else {
+        "tests/agents"
+    };
+    let agent = root.join(folder).join("node_modules/.bin").join(name);
     assert!(
         agent.exists(),
         "{name} is not installed at {}: run ./tests/setup.sh (tests/setup.d/70-agents.sh)",
