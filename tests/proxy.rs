@@ -68,21 +68,7 @@ impl Proxy {
     }
 
     fn stats(&self) -> Vec<Value> {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolwire"))
-            .args(["stats", "--json"])
-            .current_dir(self.dir.path())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice::<Value>(&out.stdout)
-            .unwrap()
-            .as_array()
-            .unwrap()
-            .clone()
+        proxy_process::stats(self.dir.path())
     }
 
     async fn stop(mut self) -> String {

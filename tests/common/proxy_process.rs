@@ -91,3 +91,21 @@ pub async fn start_limited(
     .unwrap();
     (child, url, lines)
 }
+
+/// `toolwire stats --json` in the workspace `dir`: one object a session.
+pub fn stats(dir: &Path) -> Vec<serde_json::Value> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolwire"))
+        .args(["stats", "--json"])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    match serde_json::from_slice(&out.stdout).unwrap() {
+        serde_json::Value::Array(sessions) => sessions,
+        other => panic!("toolwire stats --json printed {other}"),
+    }
+}
