@@ -11,7 +11,7 @@ mod fake_provider;
 #[path = "common/proxy_process.rs"]
 mod proxy_process;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -27,41 +27,6 @@ fn sha256_hex(text: &str) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
-}
-
-fn python() -> PathBuf {
-    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/proxy/.venv/bin/python");
-    assert!(
-        python.exists(),
-        "the provider SDKs are not installed: run ./tests/setup.sh (or bash tests/setup.d/40-proxy.sh)"
-    );
-    python
-}
-
-/// tests/proxy/agent.py's loop of `turns` turns through the official SDK.
-async fn agent_loop(provider: &str, base: &str, turns: u32) -> Value {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/proxy/agent.py");
-    let out = tokio::time::timeout(
-        Duration::from_secs(300),
-        tokio::process::Command::new(python())
-            .arg(script)
-            .args([provider, base, "loop", "--turns", &turns.to_string()])
-            .env("NO_PROXY", "*")
-            .env_remove("HTTP_PROXY")
-            .env_remove("HTTPS_PROXY")
-            .env_remove("ALL_PROXY")
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .unwrap()
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "agent.py {provider} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// A free loopback port (bound, read, released: Prometheus takes it next).
@@ -239,8 +204,8 @@ async fn prometheus_scrapes_what_the_provider_reported_and_stats_says() {
     let prometheus = Prometheus::start(target, SCRAPE_TOKEN).await;
 
     // Two agents through the official SDKs, one of them streaming.
-    agent_loop("anthropic", &url, 6).await;
-    agent_loop("openai-chat", &url, 4).await;
+    proxy_process::sdk_agent_loop("anthropic", &url, 6).await;
+    proxy_process::sdk_agent_loop("openai-chat", &url, 4).await;
     // And one refusal the proxy answers itself.
     let r = http
         .post(format!("{url}/v1/nowhere"))

@@ -202,6 +202,18 @@ pub fn presented(path: &str, headers: &HeaderMap) -> Presented {
     Presented { token, path: rest }
 }
 
+/// A path as it may be logged or echoed: the segment after every `t`
+/// segment shown as `<token>`, wherever a client put it.
+pub fn loggable_path(path: &str) -> String {
+    let mut out = Vec::new();
+    let mut after_t = false;
+    for segment in path.split('/') {
+        out.push(if after_t { "<token>" } else { segment });
+        after_t = segment == "t";
+    }
+    out.join("/")
+}
+
 /// A token as presented, if it is one a tenant can have.
 fn checked(bytes: &[u8]) -> Result<String, &'static str> {
     if bytes.is_empty() {
@@ -354,6 +366,13 @@ mod tests {
         assert_eq!(open.caller(None), Some(Caller::Anyone));
         let p = token_of("/t/tok-a/v1/messages", None);
         assert_eq!(open.caller(p.token.as_ref()), None);
+    }
+
+    #[test]
+    fn a_logged_path_shows_no_token() {
+        assert_eq!(loggable_path("/x/t/secret/v1"), "/x/t/<token>/v1");
+        assert_eq!(loggable_path("/v1/messages"), "/v1/messages");
+        assert_eq!(loggable_path("/t/secret"), "/t/<token>");
     }
 
     #[test]

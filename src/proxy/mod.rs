@@ -184,7 +184,7 @@ impl Proxy {
     async fn handle(&self, mut req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
         // The token is taken off the path before anything logs or routes it.
         let presented = auth::presented(req.uri().path(), req.headers());
-        tracing::debug!(%peer, method = %req.method(), path = %presented.path, headers = %redacted(req.headers()), "request");
+        tracing::debug!(%peer, method = %req.method(), path = %auth::loggable_path(&presented.path), headers = %redacted(req.headers()), "request");
         if let Some(answer) = self.operations(&req, &presented).await {
             return answer;
         }
@@ -218,7 +218,7 @@ impl Proxy {
             );
         };
         let Some(target) = target else {
-            let path = raw_path.to_owned();
+            let path = auth::loggable_path(raw_path);
             let provider = Provider::guess(req.headers());
             self.metrics
                 .refused(&labels(provider, "other"), ErrorKind::NoRoute);
