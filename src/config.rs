@@ -107,6 +107,38 @@ pub struct ProxyConfig {
     /// TLS-inspecting proxy's CA. Relative to the workspace root.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ca_file: Option<PathBuf>,
+    /// The hex SHA-256 of a token that may read `GET /metrics` (a
+    /// Prometheus scraper's, sent as `Authorization: Bearer <token>`), so
+    /// the scraper needs no tenant's token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics_token: Option<String>,
+    /// Label the proxy's metrics with the tenant too (one series per
+    /// tenant and route: only for a handful of tenants).
+    pub metrics_by_tenant: bool,
+    /// `[proxy.auth]`: the tenants' tokens. Required to listen beyond
+    /// loopback.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth: Option<ProxyAuth>,
+}
+
+/// `[proxy.auth]`: who may use the proxy. Each token is a tenant, whose
+/// sessions, saved outputs and stats are its own (PROTOCOL.md 12.3).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct ProxyAuth {
+    pub tokens: Vec<TenantToken>,
+}
+
+/// One tenant: its name and the hex SHA-256 of its token (the token
+/// itself is never written down).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TenantToken {
+    /// 1-32 characters of [A-Za-z0-9_-]; it prefixes the tenant's session
+    /// ids.
+    pub name: String,
+    /// The token's SHA-256, 64 hex digits.
+    pub sha256: String,
 }
 
 /// `[proxy.upstreams]`: the only hosts the proxy ever forwards to.
@@ -151,6 +183,9 @@ impl Default for ProxyConfig {
             idle_timeout_seconds: 120,
             system_proxy: true,
             ca_file: None,
+            metrics_token: None,
+            metrics_by_tenant: false,
+            auth: None,
         }
     }
 }

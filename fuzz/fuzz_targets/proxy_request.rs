@@ -5,11 +5,14 @@
 //! parsed as the proxy parses it; writing its conversation back unchanged
 //! gives the very same bytes, and writing back a changed one (the last
 //! element dropped, a result replaced) gives a body whose conversation is
-//! exactly the new one and whose other members are untouched.
+//! exactly the new one and whose other members are untouched. A tenant's
+//! token read off the path is one a tenant can have, what is left of the
+//! path is a path, and the path as logged shows no token.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
+use toolwire::proxy::auth::{loggable_path, presented};
 use toolwire::proxy::route::normalize_path;
 use toolwire::proxy::splice::Body;
 
@@ -25,6 +28,18 @@ fuzz_target!(|data: &[u8]| {
             let plain = segment.to_ascii_lowercase().replace("%2e", ".");
             assert!(plain != "." && plain != "..", "{path:?} -> {normal:?}");
         }
+    }
+    let p = presented(path, &http::HeaderMap::new());
+    if path.starts_with("/t/") {
+        assert!(p.path.starts_with('/'), "{path:?} -> {:?}", p.path);
+        assert!(path.ends_with(&p.path) || p.path == "/", "{path:?} -> {:?}", p.path);
+        if let Some(Ok(token)) = &p.token {
+            assert!(!token.is_empty() && token.len() <= 256, "{token:?}");
+            assert!(!loggable_path(path).contains(&format!("/t/{token}")), "{path:?}");
+        }
+    } else {
+        assert_eq!(p.token, None);
+        assert_eq!(p.path, path);
     }
     for key in ["messages", "input", "contents"] {
         let Ok(parsed) = Body::parse(body, key) else {

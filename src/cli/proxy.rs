@@ -14,8 +14,8 @@ pub struct Args {
     /// else 127.0.0.1:8787).
     #[arg(long, value_name = "ADDR")]
     listen: Option<String>,
-    /// Allow listening on a non-loopback address (anyone who can reach it
-    /// can spend your API keys' budget through it).
+    /// Allow listening on a non-loopback address (with `[proxy.auth]`
+    /// tokens, which such an address requires).
     #[arg(long)]
     allow_remote: bool,
     /// Do not name this proxy in `<dataDir>/proxy.json` (a proxy
@@ -58,6 +58,17 @@ async fn serve(args: Args) -> Result<(), String> {
     if !addr.ip().is_loopback() && !args.allow_remote {
         return Err(format!(
             "{addr} is not a loopback address; pass --allow-remote to listen on it"
+        ));
+    }
+    // Checked before the store is opened: a refusal should cost nothing.
+    let has_tenants = config
+        .proxy
+        .auth
+        .as_ref()
+        .is_some_and(|auth| !auth.tokens.is_empty());
+    if !addr.ip().is_loopback() && !has_tenants {
+        return Err(format!(
+            "{addr} is not a loopback address: listening on it needs tenants' tokens in toolwire.toml ([proxy.auth] tokens = [{{ name = \"…\", sha256 = \"…\" }}], PROTOCOL.md 12.3)"
         ));
     }
     let storage = toolwire::store::open(&config.storage)

@@ -10,7 +10,10 @@
 //! upstream, and stream the response back as it arrives, reading the
 //! provider's token usage off it for `toolwire stats`.
 
+pub mod auth;
 pub mod conversation;
+pub mod health;
+pub mod metrics;
 pub mod route;
 pub mod splice;
 pub mod stats;
@@ -35,7 +38,9 @@ use tokio::net::TcpListener;
 use crate::config::Effective;
 use crate::protocol::SessionId;
 use crate::session::Registry;
+use auth::{Caller, Tenants};
 use conversation::SESSION_HEADER;
+use metrics::{ErrorKind, Labels, Metrics, Observer};
 use route::{Provider, Route};
 use stats::Record;
 use upstream::{ProxyBody, Upstream};
@@ -62,16 +67,21 @@ pub struct Proxy {
     registry: Registry,
     config: Arc<Effective>,
     upstream: Upstream,
+    tenants: Tenants,
+    metrics: Arc<Metrics>,
 }
 
 impl Proxy {
     pub fn new(registry: Registry, config: Effective) -> Result<Arc<Proxy>, String> {
         let egress = crate::egress::configure(&config.egress())?;
         let upstream = Upstream::new(&config.proxy.upstreams, egress)?;
+        let tenants = Tenants::new(&config.proxy)?;
         Ok(Arc::new(Proxy {
             registry,
             config: Arc::new(config),
             upstream,
+            tenants,
+            metrics: Arc::new(Metrics::new()),
         }))
     }
 
@@ -176,31 +186,80 @@ impl Proxy {
 
     async fn handle(
         self: &Arc<Self>,
-        req: Request<Incoming>,
+        mut req: Request<Incoming>,
         peer: SocketAddr,
     ) -> Response<ProxyBody> {
-        let raw_path = req.uri().path();
-        tracing::debug!(%peer, method = %req.method(), path = %raw_path, headers = %redacted(req.headers()), "request");
-        // The Responses API's WebSocket mode (Codex's own provider).
+        // The token is taken off the path before anything logs or routes it.
+        let presented = auth::presented(req.uri().path(), req.headers());
+        tracing::debug!(%peer, method = %req.method(), path = %auth::loggable_path(&presented.path), headers = %redacted(req.headers()), "request");
+        if let Some(answer) = self.operations(&req, &presented).await {
+            return answer;
+        }
+        let caller = self.tenants.caller(presented.token.as_ref());
+        let raw_path = presented.path.as_str();
+        // Routed on the path as it will leave (`Upstream::url` resolves
+        // it the same way), never on what the agent spelled.
+        let target = route::normalize_path(raw_path)
+            .and_then(|path| Target::of(req.method(), &path, req.headers()));
+        let tenant = caller.as_ref().and_then(Caller::tenant).cloned();
+        let labels = |provider: Provider, route: &'static str| {
+            let tenant = tenant
+                .clone()
+                .filter(|_| self.config.proxy.metrics_by_tenant);
+            Labels::new(provider, route, tenant)
+        };
+        let Some(caller) = caller else {
+            let provider = target.map_or_else(|| Provider::guess(req.headers()), Target::provider);
+            self.metrics
+                .refused(&labels(provider, "other"), ErrorKind::Unauthorized);
+            let why = match &presented.token {
+                None => "no token: send x-toolwire-token or use a base URL ending in /t/<token>",
+                Some(Err(why)) => why,
+                Some(Ok(_)) if self.tenants.required() => "the token is not a tenant's",
+                Some(Ok(_)) => "this proxy has no tenants: send no token",
+            };
+            return error(
+                provider,
+                StatusCode::UNAUTHORIZED,
+                &format!("toolwire proxy: {why}"),
+            );
+        };
+        // The Responses API's WebSocket mode (Codex's own provider), for a
+        // caller the tokens admit, its sessions scoped as the caller's.
         if websocket::is_upgrade(&req)
             && let Some(path) = route::normalize_path(raw_path)
         {
-            return websocket::accept(self.clone(), req, &path).await;
+            return websocket::accept(self.clone(), req, &path, caller).await;
         }
-        // Routed on the path as it will leave (`Upstream::url` resolves
-        // it the same way), never on what the agent spelled.
-        let Some(target) = route::normalize_path(raw_path)
-            .and_then(|path| Target::of(req.method(), &path, req.headers()))
-        else {
-            let path = raw_path.to_owned();
+        let Some(target) = target else {
+            let path = auth::loggable_path(raw_path);
             let provider = Provider::guess(req.headers());
+            self.metrics
+                .refused(&labels(provider, "other"), ErrorKind::NoRoute);
             return error(
                 provider,
                 StatusCode::NOT_FOUND,
                 &format!("toolwire proxy: no route for {} {path}", req.method()),
             );
         };
+        if presented.path != req.uri().path() {
+            let stripped = match req.uri().query() {
+                Some(query) => format!("{}?{query}", presented.path),
+                None => presented.path.clone(),
+            };
+            match http::Uri::builder().path_and_query(stripped).build() {
+                Ok(uri) => *req.uri_mut() = uri,
+                Err(_) => {
+                    return error(
+                        target.provider(),
+                        StatusCode::BAD_REQUEST,
+                        "toolwire proxy: the request path is not a valid URI path",
+                    );
+                }
+            }
+        }
         let provider = target.provider();
+        let labels = labels(provider, target.format());
         let limit = self.config.proxy.max_request_bytes;
         let (parts, body) = req.into_parts();
         let declared = parts
@@ -209,6 +268,7 @@ impl Proxy {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
         if declared.is_some_and(|n| n > limit) {
+            self.metrics.refused(&labels, ErrorKind::TooLarge);
             return too_large(provider, limit);
         }
         let body_timeout = self.config.proxy.body_timeout_seconds;
@@ -218,6 +278,7 @@ impl Proxy {
         )
         .await;
         let Ok(collected) = collected else {
+            self.metrics.refused(&labels, ErrorKind::BodyTimeout);
             return error(
                 provider,
                 StatusCode::REQUEST_TIMEOUT,
@@ -229,9 +290,11 @@ impl Proxy {
         let body = match collected {
             Ok(collected) => collected.to_bytes(),
             Err(err) if err.is::<http_body_util::LengthLimitError>() => {
+                self.metrics.refused(&labels, ErrorKind::TooLarge);
                 return too_large(provider, limit);
             }
             Err(err) => {
+                self.metrics.refused(&labels, ErrorKind::BadRequest);
                 return error(
                     provider,
                     StatusCode::BAD_REQUEST,
@@ -245,6 +308,12 @@ impl Proxy {
         // the system.
         let _large =
             (body.len() > crate::transport::RELEASE_AFTER).then(crate::heap::LargeWork::begin);
+        let observer = Observer {
+            metrics: self.metrics.clone(),
+            labels,
+            received: body.len() as u64,
+            started: std::time::Instant::now(),
+        };
         let mut record = Record {
             format: target.format().to_owned(),
             ..Record::default()
@@ -256,6 +325,7 @@ impl Proxy {
                     .prepare(
                         route,
                         parts.uri.path(),
+                        &caller,
                         &parts.headers,
                         body,
                         &mut record,
@@ -264,7 +334,12 @@ impl Proxy {
                     .await
                 {
                     Ok(prepared) => prepared,
-                    Err(response) => return response,
+                    Err(response) => {
+                        observer
+                            .metrics
+                            .refused(&observer.labels, ErrorKind::BadRequest);
+                        return response;
+                    }
                 }
             }
             _ => {
@@ -285,13 +360,62 @@ impl Proxy {
             .session_dir()
         });
         if let Some(id) = &session
-            && let Ok(value) = HeaderValue::from_str(id.as_str())
+            && let Ok(value) = HeaderValue::from_str(caller.unscoped(id))
         {
             notes.insert(SESSION_HEADER, value);
         }
+        if notes.contains_key(DEGRADED_HEADER) {
+            observer
+                .metrics
+                .error(&observer.labels, ErrorKind::BudgetFailed);
+        }
         self.upstream
-            .forward(provider, parts, body, notes, record, session_dir)
+            .forward(
+                provider,
+                parts,
+                body,
+                notes,
+                upstream::Ledger {
+                    record,
+                    session_dir,
+                    observer,
+                },
+            )
             .await
+    }
+
+    /// `/healthz`, `/readyz` and `/metrics`, which no provider has and
+    /// which are never forwarded; `None` for any other request.
+    async fn operations(
+        &self,
+        req: &Request<Incoming>,
+        presented: &auth::Presented,
+    ) -> Option<Response<ProxyBody>> {
+        if req.method() != Method::GET {
+            return None;
+        }
+        match presented.path.as_str() {
+            // Probes answer without a token, and only on their own path.
+            "/healthz" if req.uri().path() == "/healthz" => Some(health::healthz()),
+            "/readyz" if req.uri().path() == "/readyz" => Some(
+                health::readyz(
+                    self.registry.storage(),
+                    &self.config.data_dir,
+                    &self.config.proxy.upstreams,
+                )
+                .await,
+            ),
+            "/metrics" => Some(if self.tenants.may_read_metrics(presented, req.headers()) {
+                answer(StatusCode::OK, metrics::CONTENT_TYPE, self.metrics.encode())
+            } else {
+                error(
+                    Provider::OpenAi,
+                    StatusCode::UNAUTHORIZED,
+                    "toolwire proxy: /metrics needs the metrics token (Authorization: Bearer) or a tenant's",
+                )
+            }),
+            _ => None,
+        }
     }
 
     /// Find the session, then repair and budget the conversation where the
@@ -301,6 +425,7 @@ impl Proxy {
         &self,
         route: Route,
         path: &str,
+        caller: &Caller,
         headers: &HeaderMap,
         body: Bytes,
         record: &mut Record,
@@ -352,6 +477,17 @@ impl Proxy {
             }
         };
         let session = named.or_else(|| conversation::derive_session(route, &parsed.value));
+        // The tenant's own: no id a client picks reaches another's.
+        let session = match session.map(|id| caller.scoped(id)).transpose() {
+            Ok(session) => session,
+            Err(err) => {
+                return Err(error(
+                    provider,
+                    StatusCode::BAD_REQUEST,
+                    &format!("toolwire proxy: header {SESSION_HEADER}: {err}"),
+                ));
+            }
+        };
         let (Some(session), Some(messages)) = (session.clone(), parsed.take_conversation(key))
         else {
             notes.insert(
@@ -607,6 +743,27 @@ pub fn error(provider: Provider, status: StatusCode, message: &str) -> Response<
     response
 }
 
+/// An answer of the proxy's own that is not an error in a provider's
+/// shape (probes, metrics); never cached on the way.
+fn answer(status: StatusCode, content_type: &'static str, body: String) -> Response<ProxyBody> {
+    let mut response = Response::new(
+        Full::new(Bytes::from(body))
+            .map_err(|never| match never {})
+            .boxed_unsync(),
+    );
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static(content_type),
+    );
+    headers.insert(
+        http::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-store"),
+    );
+    response
+}
+
 fn too_large(provider: Provider, limit: u64) -> Response<ProxyBody> {
     error(
         provider,
@@ -664,6 +821,7 @@ fn char_count(body: &[u8]) -> u64 {
 
 /// Headers that carry credentials: logged as `<redacted>`, never in clear.
 const SECRET_HEADERS: &[&str] = &[
+    auth::TOKEN_HEADER,
     "authorization",
     "proxy-authorization",
     "x-api-key",

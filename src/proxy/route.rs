@@ -171,6 +171,7 @@ impl Provider {
 
 fn anthropic_error_type(status: u16) -> &'static str {
     match status {
+        401 => "authentication_error",
         404 => "not_found_error",
         413 => "request_too_large",
         400..=499 => "invalid_request_error",
@@ -181,6 +182,7 @@ fn anthropic_error_type(status: u16) -> &'static str {
 fn gemini_status(status: u16) -> &'static str {
     match status {
         400 | 413 => "INVALID_ARGUMENT",
+        401 => "UNAUTHENTICATED",
         404 => "NOT_FOUND",
         502 | 503 => "UNAVAILABLE",
         _ => "INTERNAL",

@@ -19,6 +19,7 @@ use http::{HeaderMap, Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 
+use super::metrics::Observer;
 use super::route::Provider;
 use super::stats::{self, Record};
 use super::usage::UsageReader;
@@ -121,18 +122,26 @@ impl Upstream {
     }
 
     /// Send the request upstream and answer with its response as it comes.
-    /// `notes` are toolwire's own response headers; `record` is completed
-    /// with the status and usage and appended under `session_dir`.
+    /// `notes` are toolwire's own response headers; the `ledger`'s record
+    /// is completed with the status and usage, appended under its session
+    /// directory and counted by its observer.
     pub async fn forward(
         &self,
         provider: Provider,
         parts: Parts,
         body: Bytes,
         notes: HeaderMap,
-        mut record: Record,
-        session_dir: Option<PathBuf>,
+        ledger: Ledger,
     ) -> Response<ProxyBody> {
+        let Ledger {
+            mut record,
+            session_dir,
+            observer,
+        } = ledger;
         let Some(url) = self.url(provider, &parts) else {
+            observer
+                .metrics
+                .refused(&observer.labels, super::metrics::ErrorKind::BadRequest);
             return super::error(
                 provider,
                 StatusCode::BAD_REQUEST,
@@ -141,6 +150,9 @@ impl Upstream {
         };
         let mut headers = forwardable(&parts.headers);
         headers.remove(super::conversation::SESSION_HEADER);
+        // The tenant's token is the proxy's, never the provider's.
+        headers.remove(super::auth::TOKEN_HEADER);
+        observer.forwarding(body.len() as u64);
         let sent = self
             .client
             .request(parts.method.clone(), url)
@@ -175,9 +187,7 @@ impl Upstream {
                 record.status = 502;
                 let mut response = super::error(provider, StatusCode::BAD_GATEWAY, &message);
                 response.headers_mut().extend(notes);
-                if let Some(dir) = &session_dir {
-                    finish(dir, record, None);
-                }
+                finish(session_dir.as_deref(), record, None, &observer, false);
                 return response;
             }
         };
@@ -204,10 +214,13 @@ impl Upstream {
             h.extend(notes);
         }
         let tap = Tap {
+            length: upstream.content_length(),
+            passed: 0,
             inner: upstream.bytes_stream().boxed(),
             reader: Some(reader),
             record: Some(record),
             session_dir,
+            observer,
         };
         let body = StreamBody::new(tap.map(|chunk| chunk.map(Frame::data))).boxed_unsync();
         response.body(body).unwrap_or_else(|err| {
@@ -218,6 +231,14 @@ impl Upstream {
             )
         })
     }
+}
+
+/// Where what happened to one request is written when its response ends.
+pub struct Ledger {
+    pub record: Record,
+    /// The session's directory, for its usage file (none: no session).
+    pub session_dir: Option<PathBuf>,
+    pub observer: Observer,
 }
 
 impl Provider {
@@ -294,26 +315,44 @@ fn error_chain(err: &dyn std::error::Error) -> String {
     text
 }
 
-fn finish(session_dir: &std::path::Path, record: Record, usage_reader: Option<UsageReader>) {
-    record_usage(
-        session_dir,
-        record,
-        usage_reader.and_then(UsageReader::finish),
-    );
+/// A response has ended (or the upstream was not `reached`): its record
+/// goes to the session's usage file, when it has a session, and to the
+/// metrics.
+fn finish(
+    session_dir: Option<&std::path::Path>,
+    record: Record,
+    usage_reader: Option<UsageReader>,
+    observer: &Observer,
+    reached: bool,
+) {
+    let record = stamped(record, usage_reader.and_then(UsageReader::finish));
+    if let Some(dir) = session_dir {
+        append(dir, &record);
+    }
+    observer.finished(&record, reached);
 }
 
-/// Append a request's record, with its usage and the time it ended.
+/// Append a request's record, with its usage and the time it ended, to the
+/// session's usage file (a WebSocket's responses, which no [`Tap`] reads).
 pub(super) fn record_usage(
     session_dir: &std::path::Path,
-    mut record: Record,
+    record: Record,
     usage: Option<super::usage::Usage>,
 ) {
+    append(session_dir, &stamped(record, usage));
+}
+
+fn stamped(mut record: Record, usage: Option<super::usage::Usage>) -> Record {
     record.usage = usage;
     record.time_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
-    if let Err(err) = stats::append(session_dir, &record) {
-        tracing::warn!(dir = %session_dir.display(), %err, "could not record usage");
+    record
+}
+
+fn append(dir: &std::path::Path, record: &Record) {
+    if let Err(err) = stats::append(dir, record) {
+        tracing::warn!(dir = %dir.display(), %err, "could not record usage");
     }
 }
 
@@ -323,17 +362,30 @@ pub(super) fn record_usage(
 /// client that has read the whole response finds it in `toolwire stats`
 /// when the response was framed by chunks), or when the agent hangs up.
 struct Tap {
+    /// The upstream's `Content-Length`, and the bytes passed on so far:
+    /// a body whose every byte went out is complete even when the server
+    /// stops polling for its end (hyper does, with a length).
+    length: Option<u64>,
+    passed: u64,
     inner: futures_util::stream::BoxStream<'static, reqwest::Result<Bytes>>,
     reader: Option<UsageReader>,
     record: Option<Record>,
     session_dir: Option<PathBuf>,
+    observer: Observer,
 }
 
 impl Tap {
     fn end(&mut self, complete: bool) {
-        if let (Some(mut record), Some(dir)) = (self.record.take(), self.session_dir.as_ref()) {
+        if let Some(mut record) = self.record.take() {
             record.complete = complete;
-            finish(dir, record, self.reader.take());
+            let reader = self.reader.take();
+            finish(
+                self.session_dir.as_deref(),
+                record,
+                reader,
+                &self.observer,
+                true,
+            );
         }
     }
 }
@@ -347,6 +399,7 @@ impl Stream for Tap {
                 if let Some(reader) = self.reader.as_mut() {
                     reader.feed(&chunk);
                 }
+                self.passed += chunk.len() as u64;
                 Poll::Ready(Some(Ok(chunk)))
             }
             Poll::Ready(Some(Err(err))) => {
@@ -365,7 +418,8 @@ impl Stream for Tap {
 
 impl Drop for Tap {
     fn drop(&mut self) {
-        self.end(false);
+        let whole = self.length == Some(self.passed);
+        self.end(whole);
     }
 }
 

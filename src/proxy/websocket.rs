@@ -81,6 +81,7 @@ pub async fn accept(
     proxy: Arc<Proxy>,
     mut req: Request<Incoming>,
     path: &str,
+    caller: super::auth::Caller,
 ) -> Response<ProxyBody> {
     let provider = Provider::OpenAi;
     if Route::of(path) != Some(Route::OpenAiResponses) {
@@ -136,6 +137,7 @@ pub async fn accept(
     };
     let mut headers = forwardable(req.headers());
     headers.remove(SESSION_HEADER);
+    headers.remove(super::auth::TOKEN_HEADER);
     strip_handshake(&mut headers);
     request.headers_mut().extend(headers);
     let config = socket_config(proxy.config.proxy.max_request_bytes);
@@ -204,7 +206,7 @@ pub async fn accept(
         let client =
             WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config))
                 .await;
-        Relay::new(proxy, named).run(client, upstream).await;
+        Relay::new(proxy, named, caller).run(client, upstream).await;
     });
     response
 }
@@ -224,6 +226,8 @@ struct Relay {
     proxy: Arc<Proxy>,
     /// From the agent's `x-toolwire-session` header, if it sent one.
     named: Option<SessionId>,
+    /// Whose sessions the socket's conversation is among.
+    caller: super::auth::Caller,
     /// The whole conversation as the agent holds it (its input items and
     /// the upstream's output items), as of the last completed response.
     client: Vec<Value>,
@@ -247,10 +251,11 @@ struct Pending {
 }
 
 impl Relay {
-    fn new(proxy: Arc<Proxy>, named: Option<SessionId>) -> Relay {
+    fn new(proxy: Arc<Proxy>, named: Option<SessionId>, caller: super::auth::Caller) -> Relay {
         Relay {
             proxy,
             named,
+            caller,
             client: Vec::new(),
             upstream: Vec::new(),
             last_response: None,
@@ -433,7 +438,10 @@ impl Relay {
         let session = self
             .named
             .clone()
-            .or_else(|| super::conversation::derive_session(Route::OpenAiResponses, &whole));
+            .or_else(|| super::conversation::derive_session(Route::OpenAiResponses, &whole))
+            // A tenant's sessions are its own (PROTOCOL.md 12.3); an id too
+            // long to scope is not budgeted.
+            .and_then(|id| self.caller.scoped(id).ok());
         let client = match whole {
             Value::Object(mut map) => match map.remove("input") {
                 Some(Value::Array(items)) => items,

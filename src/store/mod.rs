@@ -67,6 +67,9 @@ pub struct Append {
 
 /// A shared store of session state and transcripts.
 pub trait SharedStore: Send + Sync + 'static {
+    /// Whether the store answers a query now (the proxy's `GET /readyz`).
+    fn ping(&self) -> BoxFuture<'_, Result<()>>;
+
     /// The commits of `session` numbered above `after`, in commit order,
     /// its fork parents' included up to each fork; `None` when the session
     /// does not exist.

@@ -124,22 +124,36 @@ fn start() -> Cluster {
         "initdb failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let log = std::fs::File::create(dir.join("log")).expect("postgres log");
+    std::fs::File::create(dir.join("log")).expect("postgres log");
     if is_root() {
         std::os::unix::fs::chown(dir.join("log"), Some(65534), Some(65534)).ok();
     }
-    let postgres = as_owner(&bin.join("postgres"))
+    let postgres = spawn_server(&bin, &dir);
+    let cluster = Cluster { dir, bin, postgres };
+    wait_ready(&cluster);
+    cluster
+}
+
+/// The server of the cluster in `dir`, logging to its `log`.
+fn spawn_server(bin: &Path, dir: &Path) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .append(true)
+        .open(dir.join("log"))
+        .expect("postgres log");
+    as_owner(&bin.join("postgres"))
         .arg("-D")
-        .arg(&data)
+        .arg(dir.join("data"))
         .arg("-k")
-        .arg(&dir)
+        .arg(dir)
         .args(["-c", "listen_addresses=", "-c", "max_connections=200", "-F"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
-        .expect("start postgres");
-    let cluster = Cluster { dir, bin, postgres };
+        .expect("start postgres")
+}
+
+fn wait_ready(cluster: &Cluster) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let ready = Command::new(cluster.bin.join("pg_isready"))
@@ -157,7 +171,24 @@ fn start() -> Cluster {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    cluster
+}
+
+/// Stop the server (fast shutdown), keeping the cluster's files for
+/// [`start_server_again`]. Only for a test binary of its own.
+pub fn stop_server() {
+    let mut guard = CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
+    let cluster = guard.as_mut().expect("no cluster to stop");
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(cluster.postgres.id() as i32, libc::SIGINT) };
+    let _ = cluster.postgres.wait();
+}
+
+/// Start the server [`stop_server`] stopped, on the same files and socket.
+pub fn start_server_again() {
+    let mut guard = CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
+    let cluster = guard.as_mut().expect("no cluster to start");
+    cluster.postgres = spawn_server(&cluster.bin, &cluster.dir);
+    wait_ready(cluster);
 }
 
 /// The connection URL of a new, empty database (not yet migrated).

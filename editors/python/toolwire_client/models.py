@@ -52,6 +52,7 @@ class SessionId(
 class Role(StrEnum):
     user = 'user'
     assistant = 'assistant'
+    system = 'system'
 
 
 class ContentItem(Verbatim):
@@ -64,7 +65,7 @@ class ContentItem(Verbatim):
 
 class Message1(Verbatim):
     """
-    format `anthropic`: a Messages API message; calls are `tool_use` blocks, results `tool_result` blocks.
+    format `anthropic`: a Messages API message; calls are `tool_use` blocks, results `tool_result` blocks; a `system` message (Claude Code 2.1 sends them among its messages) belongs to no turn.
     """
 
     model_config = ConfigDict(
@@ -622,6 +623,27 @@ class Upstreams(BaseModel):
     """
 
 
+class TenantToken(BaseModel):
+    """
+    One tenant: its name and the hex SHA-256 of its token (the token
+    itself is never written down).
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    name: str
+    """
+    1-32 characters of [A-Za-z0-9_-]; it prefixes the tenant's session
+    ids.
+    """
+    sha256: str
+    """
+    The token's SHA-256, 64 hex digits.
+    """
+
+
 class Backend(StrEnum):
     """
     `storage.backend`.
@@ -1169,7 +1191,9 @@ class PricingParams(BaseModel):
     """
     cache_read: Multiple | None = Field(None, alias='cacheRead')
     """
-    Explicit prices, over everything else (see [`PriceOverride`]).
+    Explicit prices, over everything else (see [`PriceOverride`]; the
+    keys are repeated here rather than flattened, because serde cannot
+    refuse unknown keys of a struct that flattens another).
     """
     cache_write: Multiple | None = Field(None, alias='cacheWrite')
     cache_seconds: conint(ge=0) | None = Field(None, alias='cacheSeconds')
@@ -1235,55 +1259,17 @@ class PairFlushParams(BaseModel):
     """
 
 
-class ProxyConfig(BaseModel):
+class ProxyAuth(BaseModel):
     """
-    `[proxy]` in `toolwire.toml`: the HTTP face (`toolwire proxy`).
+    `[proxy.auth]`: who may use the proxy. Each token is a tenant, whose
+    sessions, saved outputs and stats are its own (PROTOCOL.md 12.3).
     """
 
     model_config = ConfigDict(
         extra='forbid',
         populate_by_name=True,
     )
-    listen: str | None = '127.0.0.1:8787'
-    """
-    Address to listen on (`--listen` overrides it). A non-loopback
-    address needs `--allow-remote`.
-    """
-    upstreams: Upstreams | None = Field(
-        {
-            'anthropic': 'https://api.anthropic.com',
-            'openai': 'https://api.openai.com',
-            'gemini': 'https://generativelanguage.googleapis.com',
-        },
-        validate_default=True,
-    )
-    """
-    Base URL per provider; the request's path is appended to it.
-    """
-    max_request_bytes: conint(ge=0) | None = Field(33554432, alias='maxRequestBytes')
-    """
-    Largest request body accepted, in bytes; a larger one is answered
-    413 with an error in the provider's shape.
-    """
-    header_timeout_seconds: conint(ge=0) | None = Field(
-        30, alias='headerTimeoutSeconds'
-    )
-    """
-    Seconds a client has to send a request's head (method, path,
-    headers) once the proxy waits for it; a connection that takes
-    longer is closed. HTTP/1.1 waits for the next head as soon as a
-    response is sent, so this also closes an idle HTTP/1.1 connection.
-    """
-    body_timeout_seconds: conint(ge=0) | None = Field(300, alias='bodyTimeoutSeconds')
-    """
-    Seconds a client has to send a request's whole body once its head
-    has arrived; a slower body is answered 408.
-    """
-    idle_timeout_seconds: conint(ge=0) | None = Field(120, alias='idleTimeoutSeconds')
-    """
-    Seconds a connection may stay open with no request in progress and
-    no byte moving either way before the proxy closes it.
-    """
+    tokens: list[TenantToken] | None = Field([], validate_default=True)
 
 
 class ObjectsConfig(BaseModel):
@@ -1519,6 +1505,85 @@ class ToolSettings(BaseModel):
     has no null: `"never"`) never persists them, as `exemptTools`.
     """
     preview_mode: PreviewMode | None = Field(None, alias='previewMode')
+
+
+class ProxyConfig(BaseModel):
+    """
+    `[proxy]` in `toolwire.toml`: the HTTP face (`toolwire proxy`).
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    listen: str | None = '127.0.0.1:8787'
+    """
+    Address to listen on (`--listen` overrides it). A non-loopback
+    address needs `--allow-remote`.
+    """
+    upstreams: Upstreams | None = Field(
+        {
+            'anthropic': 'https://api.anthropic.com',
+            'openai': 'https://api.openai.com',
+            'gemini': 'https://generativelanguage.googleapis.com',
+        },
+        validate_default=True,
+    )
+    """
+    Base URL per provider; the request's path is appended to it.
+    """
+    max_request_bytes: conint(ge=0) | None = Field(33554432, alias='maxRequestBytes')
+    """
+    Largest request body accepted, in bytes; a larger one is answered
+    413 with an error in the provider's shape.
+    """
+    header_timeout_seconds: conint(ge=0) | None = Field(
+        30, alias='headerTimeoutSeconds'
+    )
+    """
+    Seconds a client has to send a request's head (method, path,
+    headers) once the proxy waits for it; a connection that takes
+    longer is closed. HTTP/1.1 waits for the next head as soon as a
+    response is sent, so this also closes an idle HTTP/1.1 connection.
+    """
+    body_timeout_seconds: conint(ge=0) | None = Field(300, alias='bodyTimeoutSeconds')
+    """
+    Seconds a client has to send a request's whole body once its head
+    has arrived; a slower body is answered 408.
+    """
+    idle_timeout_seconds: conint(ge=0) | None = Field(120, alias='idleTimeoutSeconds')
+    """
+    Seconds a connection may stay open with no request in progress and
+    no byte moving either way before the proxy closes it.
+    """
+    system_proxy: bool | None = Field(True, alias='systemProxy')
+    """
+    Whether outbound connections (the upstreams, object storage) go
+    through the proxy that `HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY` name
+    (minus `NO_PROXY`; loopback never). `false`: always direct.
+    """
+    ca_file: str | None = Field(None, alias='caFile')
+    """
+    A PEM file of certificates to trust for outbound TLS besides the
+    system's store (and `SSL_CERT_FILE` / `SSL_CERT_DIR`): a company's
+    TLS-inspecting proxy's CA. Relative to the workspace root.
+    """
+    metrics_token: str | None = Field(None, alias='metricsToken')
+    """
+    The hex SHA-256 of a token that may read `GET /metrics` (a
+    Prometheus scraper's, sent as `Authorization: Bearer <token>`), so
+    the scraper needs no tenant's token.
+    """
+    metrics_by_tenant: bool | None = Field(False, alias='metricsByTenant')
+    """
+    Label the proxy's metrics with the tenant too (one series per
+    tenant and route: only for a handful of tenants).
+    """
+    auth: ProxyAuth | None = None
+    """
+    `[proxy.auth]`: the tenants' tokens. Required to listen beyond
+    loopback.
+    """
 
 
 class StorageConfig(BaseModel):

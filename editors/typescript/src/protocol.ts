@@ -286,10 +286,10 @@ clearing?: (ClearingOverride | null)
 pricing?: (PricingParams | null)
 }
 /**
- * format `anthropic`: a Messages API message; calls are `tool_use` blocks, results `tool_result` blocks.
+ * format `anthropic`: a Messages API message; calls are `tool_use` blocks, results `tool_result` blocks; a `system` message (Claude Code 2.1 sends them among its messages) belongs to no turn.
  */
 export interface AnthropicMessage {
-role: ("user" | "assistant")
+role: ("user" | "assistant" | "system")
 content: (string | {
 type: string
 [k: string]: unknown | undefined
@@ -403,7 +403,9 @@ model?: (string | null)
  */
 cacheTtl?: (CacheTtl | null)
 /**
- * Explicit prices, over everything else (see [`PriceOverride`]).
+ * Explicit prices, over everything else (see [`PriceOverride`]; the
+ * keys are repeated here rather than flattened, because serde cannot
+ * refuse unknown keys of a struct that flattens another).
  */
 cacheRead?: (Multiple | null)
 cacheWrite?: (Multiple | null)
@@ -716,6 +718,34 @@ bodyTimeoutSeconds?: number
  * no byte moving either way before the proxy closes it.
  */
 idleTimeoutSeconds?: number
+/**
+ * Whether outbound connections (the upstreams, object storage) go
+ * through the proxy that `HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY` name
+ * (minus `NO_PROXY`; loopback never). `false`: always direct.
+ */
+systemProxy?: boolean
+/**
+ * A PEM file of certificates to trust for outbound TLS besides the
+ * system's store (and `SSL_CERT_FILE` / `SSL_CERT_DIR`): a company's
+ * TLS-inspecting proxy's CA. Relative to the workspace root.
+ */
+caFile?: (string | null)
+/**
+ * The hex SHA-256 of a token that may read `GET /metrics` (a
+ * Prometheus scraper's, sent as `Authorization: Bearer <token>`), so
+ * the scraper needs no tenant's token.
+ */
+metricsToken?: (string | null)
+/**
+ * Label the proxy's metrics with the tenant too (one series per
+ * tenant and route: only for a handful of tenants).
+ */
+metricsByTenant?: boolean
+/**
+ * `[proxy.auth]`: the tenants' tokens. Required to listen beyond
+ * loopback.
+ */
+auth?: (ProxyAuth | null)
 }
 /**
  * Base URL per provider; the request's path is appended to it.
@@ -734,6 +764,34 @@ openai?: string
  * `:streamGenerateContent`.
  */
 gemini?: string
+}
+/**
+ * `[proxy.auth]`: who may use the proxy. Each token is a tenant, whose
+ * sessions, saved outputs and stats are its own (PROTOCOL.md 12.3).
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "ProxyAuth".
+ */
+export interface ProxyAuth {
+tokens?: TenantToken[]
+}
+/**
+ * One tenant: its name and the hex SHA-256 of its token (the token
+ * itself is never written down).
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "TenantToken".
+ */
+export interface TenantToken {
+/**
+ * 1-32 characters of [A-Za-z0-9_-]; it prefixes the tenant's session
+ * ids.
+ */
+name: string
+/**
+ * The token's SHA-256, 64 hex digits.
+ */
+sha256: string
 }
 /**
  * Where session state and transcripts live. Read once, from
@@ -943,6 +1001,34 @@ bodyTimeoutSeconds?: number
  * no byte moving either way before the proxy closes it.
  */
 idleTimeoutSeconds?: number
+/**
+ * Whether outbound connections (the upstreams, object storage) go
+ * through the proxy that `HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY` name
+ * (minus `NO_PROXY`; loopback never). `false`: always direct.
+ */
+systemProxy?: boolean
+/**
+ * A PEM file of certificates to trust for outbound TLS besides the
+ * system's store (and `SSL_CERT_FILE` / `SSL_CERT_DIR`): a company's
+ * TLS-inspecting proxy's CA. Relative to the workspace root.
+ */
+caFile?: (string | null)
+/**
+ * The hex SHA-256 of a token that may read `GET /metrics` (a
+ * Prometheus scraper's, sent as `Authorization: Bearer <token>`), so
+ * the scraper needs no tenant's token.
+ */
+metricsToken?: (string | null)
+/**
+ * Label the proxy's metrics with the tenant too (one series per
+ * tenant and route: only for a handful of tenants).
+ */
+metricsByTenant?: boolean
+/**
+ * `[proxy.auth]`: the tenants' tokens. Required to listen beyond
+ * loopback.
+ */
+auth?: (ProxyAuth | null)
 }
 /**
  * `[proxy.upstreams]`: the only hosts the proxy ever forwards to.

@@ -780,6 +780,17 @@ fn target_of(replacement: &[u8]) -> Option<(String, String)> {
 const LOCK_SQL: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 16))";
 
 impl SharedStore for Postgres {
+    fn ping(&self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            self.client()
+                .await?
+                .simple_query("SELECT 1")
+                .await
+                .map_err(|err| db_error("ping", err))?;
+            Ok(())
+        })
+    }
+
     fn hold_outputs<'a>(&'a self, session: &'a str) -> BoxFuture<'a, Result<Option<OutputsHold>>> {
         Box::pin(self.outputs_hold(session, false))
     }
