@@ -134,7 +134,7 @@ async fn reconstruct(
         if let Some(mut skim) = dialect.skim(&bytes) {
             let sent = sent_forms(dialect, &m.0, &client_records);
             for result in &mut skim.results {
-                if sent.iter().any(|id| *id == result.id) {
+                if sent.contains(&result.id) {
                     result.original = None;
                     result.digest = None;
                 }
