@@ -694,3 +694,67 @@ async fn a_moved_cache_marker_is_not_a_new_original() {
         json!([{"type": "text", "text": preview}])
     );
 }
+
+/// Under the default `durability = "fsync"`, an apply that only puts back
+/// decisions already made (the proxy's every request of a conversation that
+/// did not grow) commits nothing: not a byte of the data directory changes
+/// (transcript, commit log, saved outputs), so it waits on no disk sync.
+/// Measured from outside too: `strace -f -e trace=fsync,fdatasync` of
+/// `toolwire proxy` counts no sync over 20 repeats of a conversation after
+/// its first request (issue 52, first performance bullet).
+#[tokio::test]
+async fn an_apply_that_decides_nothing_new_writes_nothing() {
+    if !common::local_transcripts("an_apply_that_decides_nothing_new_writes_nothing") {
+        return;
+    }
+    let (dir, mut c) = setup(json!({"durability": "fsync"})).await;
+    let ids: Vec<String> = (0..21).map(|i| format!("toolu_{i}")).collect();
+    let mut messages = vec![json!({"role": "user", "content": "go"})];
+    for (i, id) in ids.iter().enumerate() {
+        // Twenty results under the budget, one over it.
+        let size = if i == 20 { 80_000 } else { 9_800 };
+        messages.push(assistant_calls(&[id]));
+        messages.push(results(&[(id, &"x".repeat(size))]));
+    }
+    let first = c
+        .call(
+            "budget/apply",
+            json!({"sessionId": "s", "messages": messages}),
+        )
+        .await;
+    // The large result, and the old ones clearing (on by default) saves.
+    assert!(persisted_ids(&first).contains(&"toolu_20".to_owned()));
+    let snapshot = |root: &std::path::Path| {
+        let mut files = Vec::new();
+        let mut dirs = vec![root.to_path_buf()];
+        while let Some(d) = dirs.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let path = e.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else {
+                    let bytes = std::fs::read(&path).unwrap();
+                    files.push((path, bytes));
+                }
+            }
+        }
+        files.sort();
+        files
+    };
+    let before = snapshot(dir.path());
+    assert!(!before.is_empty());
+    for _ in 0..3 {
+        let again = c
+            .call(
+                "budget/apply",
+                json!({"sessionId": "s", "messages": messages}),
+            )
+            .await;
+        assert_eq!(again["records"], json!([]));
+        assert_eq!(again["messages"], first["messages"]);
+    }
+    assert!(
+        snapshot(dir.path()) == before,
+        "an apply of nothing new wrote"
+    );
+}
