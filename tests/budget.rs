@@ -260,9 +260,11 @@ async fn block_array_results_are_saved_as_json() {
         serde_json::from_slice(&std::fs::read(artifact(dir.path(), "s", "j1.json")).unwrap())
             .unwrap();
     assert_eq!(saved, content);
+    // Blocks are replaced by a block.
     let text = content_of(&r, 0, 0);
     assert!(
-        text.as_str()
+        text[0]["text"]
+            .as_str()
             .unwrap()
             .starts_with("<persisted-output>\nOutput too large (58.6KB)."),
         "{text}"
@@ -609,7 +611,8 @@ async fn malformed_messages_are_rejected_naming_the_field_without_changing_state
 /// last tool_result and moves it on the next turn. The result is still the
 /// same original: one decision, one saved output (without the marker), the
 /// same preview; the marker of each request rides on the replacement's text
-/// block. Also after a restart, read back from the journal.
+/// block, which stays a block when the marker has moved away. Also after a
+/// restart, read back from the journal.
 #[tokio::test]
 async fn a_moved_cache_marker_is_not_a_new_original() {
     let dir = tempfile::tempdir().unwrap();
@@ -655,7 +658,12 @@ async fn a_moved_cache_marker_is_not_a_new_original() {
             .await;
         assert_eq!(second["records"], json!([]), "{second}");
         assert_eq!(second["persisted"], json!([]));
-        assert_eq!(content_of(&second, 1, 0), json!(preview));
+        // Only the marker changed: the replacement keeps its block form
+        // (issue 52, loose end 2).
+        assert_eq!(
+            content_of(&second, 1, 0),
+            json!([{"type": "text", "text": preview}])
+        );
         // The marker moved back (a retry of turn 1): the same bytes again.
         let retry = c
             .call("budget/apply", json!({"sessionId": "s", "messages": turn1}))
@@ -682,5 +690,72 @@ async fn a_moved_cache_marker_is_not_a_new_original() {
         .call("budget/apply", json!({"sessionId": "s", "messages": turn2}))
         .await;
     assert_eq!(again["records"], json!([]));
-    assert_eq!(content_of(&again, 1, 0), json!(preview));
+    assert_eq!(
+        content_of(&again, 1, 0),
+        json!([{"type": "text", "text": preview}])
+    );
+}
+
+/// Under the default `durability = "fsync"`, an apply that only puts back
+/// decisions already made (the proxy's every request of a conversation that
+/// did not grow) commits nothing: not a byte of the data directory changes
+/// (transcript, commit log, saved outputs), so it waits on no disk sync.
+/// Measured from outside too: `strace -f -e trace=fsync,fdatasync` of
+/// `toolwire proxy` counts no sync over 20 repeats of a conversation after
+/// its first request (issue 52, first performance bullet).
+#[tokio::test]
+async fn an_apply_that_decides_nothing_new_writes_nothing() {
+    if !common::local_transcripts("an_apply_that_decides_nothing_new_writes_nothing") {
+        return;
+    }
+    let (dir, mut c) = setup(json!({"durability": "fsync"})).await;
+    let ids: Vec<String> = (0..21).map(|i| format!("toolu_{i}")).collect();
+    let mut messages = vec![json!({"role": "user", "content": "go"})];
+    for (i, id) in ids.iter().enumerate() {
+        // Twenty results under the budget, one over it.
+        let size = if i == 20 { 80_000 } else { 9_800 };
+        messages.push(assistant_calls(&[id]));
+        messages.push(results(&[(id, &"x".repeat(size))]));
+    }
+    let first = c
+        .call(
+            "budget/apply",
+            json!({"sessionId": "s", "messages": messages}),
+        )
+        .await;
+    // The large result, and the old ones clearing (on by default) saves.
+    assert!(persisted_ids(&first).contains(&"toolu_20".to_owned()));
+    let snapshot = |root: &std::path::Path| {
+        let mut files = Vec::new();
+        let mut dirs = vec![root.to_path_buf()];
+        while let Some(d) = dirs.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let path = e.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else {
+                    let bytes = std::fs::read(&path).unwrap();
+                    files.push((path, bytes));
+                }
+            }
+        }
+        files.sort();
+        files
+    };
+    let before = snapshot(dir.path());
+    assert!(!before.is_empty());
+    for _ in 0..3 {
+        let again = c
+            .call(
+                "budget/apply",
+                json!({"sessionId": "s", "messages": messages}),
+            )
+            .await;
+        assert_eq!(again["records"], json!([]));
+        assert_eq!(again["messages"], first["messages"]);
+    }
+    assert!(
+        snapshot(dir.path()) == before,
+        "an apply of nothing new wrote"
+    );
 }

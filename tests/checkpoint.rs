@@ -304,3 +304,105 @@ async fn a_replacement_for_a_checkpointed_id_reads_the_transcript_whole() {
     assert_eq!(rebuilt, whole_rebuilt);
     assert!(whole["replacements"]["late"].is_string(), "{whole}");
 }
+
+/// What a checkpoint proves, exactly as docs/transcripts.md says: the same
+/// file (device and inode), at least its offset's bytes, and the 4 KiB
+/// before that offset unchanged. A same-length edit in place further back
+/// is not seen (proving it would mean reading what the checkpoint spares
+/// reading); toolwire never writes committed bytes in place, and the
+/// documented remedy, removing the checkpoint, makes the next resume read
+/// the transcript whole (issue 52, loose end 4).
+#[tokio::test]
+async fn a_checkpoint_proves_its_file_and_its_last_4_kib_and_no_more() {
+    if !local_transcripts("a_checkpoint_proves_its_file_and_its_last_4_kib_and_no_more") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let server = new_server();
+        let (mut c, task) = connect(server.clone());
+        c.initialize(dir.path(), json!({"durability": "none"}))
+            .await;
+        for (method, params) in script_of(6) {
+            c.call(method, params).await;
+        }
+        c.close().await;
+        task.await.unwrap();
+        server.registry.close_all().await;
+    }
+    let transcript = dir.path().join(".toolwire/sessions/s.jsonl");
+    let original = std::fs::read(&transcript).unwrap();
+    let at = original.len() as u64;
+    let format = toolwire::format::Format::Anthropic;
+    checkpoint::refresh(&transcript, format, at).unwrap();
+    let proves = || {
+        let (_, logical) = Logical::open_path(&transcript).unwrap();
+        checkpoint::read(&transcript, &logical).is_some()
+    };
+    assert!(proves(), "a fresh checkpoint proves itself");
+    let whole = {
+        let copy = tempfile::tempdir().unwrap();
+        let sessions = copy.path().join(".toolwire/sessions");
+        std::fs::create_dir_all(&sessions).unwrap();
+        std::fs::write(sessions.join("s.jsonl"), &original).unwrap();
+        state_of(copy.path(), "s", None).await
+    };
+    assert_eq!(state_of(dir.path(), "s", None).await, whole);
+
+    // Edit the first `replacement` line's preview in place, same length.
+    let line = find(&original, br#""type":"replacement""#).unwrap();
+    let tag = line + find(&original[line..], b"<persisted-output>").unwrap();
+    assert!(
+        (at as usize) - tag > 4096,
+        "the edit is before the last 4 KiB"
+    );
+    let mut edited = original.clone();
+    edited[tag + 1..tag + 10].copy_from_slice(b"PERSISTED");
+    let write_in_place = |bytes: &[u8]| {
+        use std::io::{Seek, Write};
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&transcript)
+            .unwrap();
+        file.seek(std::io::SeekFrom::Start(0)).unwrap();
+        file.write_all(bytes).unwrap();
+    };
+    write_in_place(&edited);
+    assert!(
+        proves(),
+        "an edit in place before the last 4 KiB is not seen"
+    );
+
+    // The same edit inside the last 4 KiB is seen.
+    write_in_place(&original);
+    let mut near = original.clone();
+    let last = near.len() - 100;
+    near[last] = if near[last] == b'x' { b'y' } else { b'x' };
+    write_in_place(&near);
+    assert!(!proves(), "an edit in the last 4 KiB before the offset");
+    write_in_place(&original);
+    assert!(proves());
+
+    // The edit written as a new file renamed over the transcript (what
+    // editors, `sed -i` and `toolwire repair` do) is another file.
+    let new = transcript.with_extension("new");
+    std::fs::write(&new, &edited).unwrap();
+    std::fs::rename(&new, &transcript).unwrap();
+    assert!(!proves(), "another inode");
+    let edited_whole = state_of(dir.path(), "s", None).await;
+    assert_ne!(edited_whole, whole, "the edit changes the decisions");
+
+    // Back in place with a checkpoint of the original bytes, then the edit
+    // in place: the checkpoint is still taken; removed, the resume reads
+    // the transcript whole and sees the edit.
+    std::fs::write(&transcript, &original).unwrap();
+    checkpoint::refresh(&transcript, format, at).unwrap();
+    write_in_place(&edited);
+    assert!(proves());
+    std::fs::remove_file(checkpoint::path_for(&transcript).unwrap()).unwrap();
+    assert_eq!(state_of(dir.path(), "s", None).await, edited_whole);
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}

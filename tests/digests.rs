@@ -46,11 +46,15 @@ fn fixture_replacement(id: &str) -> Value {
         .unwrap()
 }
 
-/// The conversation as the fixture's decisions render it.
+/// The conversation as the fixture's decisions render it. A result whose
+/// original is a list of blocks is replaced by one text block (the shape
+/// follows the original, PROTOCOL.md 11.1; the release that wrote the
+/// fixture sent the plain string there unless a cache marker was inside).
 fn as_sent() -> Vec<Value> {
     let mut messages = originals();
     messages[1]["content"][0]["content"] = fixture_replacement("toolu_big");
-    messages[1]["content"][1]["content"] = fixture_replacement("toolu_blocks");
+    messages[1]["content"][1]["content"] =
+        json!([{"type": "text", "text": fixture_replacement("toolu_blocks")}]);
     messages
 }
 

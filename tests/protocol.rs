@@ -128,6 +128,47 @@ async fn empty_initialization_options_may_be_an_empty_array_as_neovim_sends_them
     c.call("state/get", json!({"sessionId": "s"})).await;
 }
 
+/// A bad frame followed at once by a valid one, in one write and with no
+/// newline between them: the bad one is answered with a parse error and
+/// the valid request after it is answered too, never swallowed as part of
+/// the garbage (issue 52, loose end 1).
+#[tokio::test]
+async fn a_request_right_after_garbage_is_still_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut c, _t) = connect(new_server());
+    c.initialize(dir.path(), json!({})).await;
+    let request = |id: i64| {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "state/get", "params": {"sessionId": "s"}})
+            .to_string();
+        format!("Content-Length: {}\r\n\r\n{body}", body.len())
+    };
+    for (id, garbage) in [
+        (10, "Content-Length: -1\r\n\r\n{\"x\":1}"),
+        (11, "{\"unframed\":true}"),
+        (12, "Nonsense"),
+        (13, "\r\n"),
+    ] {
+        c.send_raw(format!("{garbage}{}", request(id)).as_bytes())
+            .await;
+        let mut errors = 0;
+        loop {
+            // Bounded, so that a request the server lost fails the test
+            // instead of hanging it.
+            let m = tokio::time::timeout(std::time::Duration::from_secs(30), c.read())
+                .await
+                .unwrap_or_else(|_| panic!("{garbage:?}: request {id} was never answered"))
+                .unwrap();
+            if m["id"] == json!(id) {
+                assert!(m.get("result").is_some(), "{garbage:?}: {m}");
+                break;
+            }
+            assert_eq!(m["error"]["code"], json!(-32700), "{garbage:?}: {m}");
+            errors += 1;
+        }
+        assert!(errors <= 2, "{garbage:?}: {errors} parse errors");
+    }
+}
+
 #[tokio::test]
 async fn bad_input_gets_errors_and_the_server_keeps_answering() {
     let dir = tempfile::tempdir().unwrap();

@@ -490,6 +490,55 @@ async fn a_record_without_a_digest_binds_to_the_first_original_met() {
     assert_eq!(persisted_count(&second), 1, "{second}");
 }
 
+/// Messages that carry the sent form (the result's content is the
+/// record's replacement) and a record without a digest: the decision is
+/// the one that was sent, not a decision on the preview text as an
+/// original. The next apply with the original puts the same replacement
+/// back and saves nothing again (issue 52, loose end 3).
+#[tokio::test]
+async fn a_reconstruct_from_the_sent_form_binds_to_the_original() {
+    let (_dir, mut c) = setup().await;
+    let original = "o".repeat(60_000);
+    let turn = json!([assistant_calls(&["c"]), results(&[("c", &original)])]);
+    let first = c
+        .call("budget/apply", json!({"sessionId": "a", "messages": turn}))
+        .await;
+    assert_eq!(persisted_count(&first), 1, "{first}");
+    let replacement = first["records"][0]["replacement"].clone();
+    let sent = first["messages"].clone();
+    assert_eq!(sent[1]["content"][0]["content"], replacement);
+    for (session, content, replacement) in [
+        ("plain", replacement.clone(), replacement.clone()),
+        (
+            "block",
+            json!([{"type": "text", "text": replacement}]),
+            replacement.clone(),
+        ),
+        // A replacement of the client's own making, not a preview.
+        ("own", json!("see the log"), json!("see the log")),
+    ] {
+        let mut messages = sent.clone();
+        messages[1]["content"][0]["content"] = content;
+        c.call(
+            "state/reconstruct",
+            json!({"sessionId": session, "messages": messages,
+                "records": [{"kind": "tool-result", "toolUseId": "c", "replacement": replacement}]}),
+        )
+        .await;
+        let next = c
+            .call(
+                "budget/apply",
+                json!({"sessionId": session, "messages": turn}),
+            )
+            .await;
+        assert_eq!(persisted_count(&next), 0, "{session}: {next}");
+        assert_eq!(
+            next["messages"][1]["content"][0]["content"], replacement,
+            "{session}"
+        );
+    }
+}
+
 fn persisted_count(result: &Value) -> usize {
     result["persisted"].as_array().map_or(0, Vec::len)
 }

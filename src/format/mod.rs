@@ -739,17 +739,24 @@ pub fn inner_cache_marker(content: Option<&Value>) -> Option<&Value> {
 }
 
 /// Put `text` as the content `field` of `target` (a result block or
-/// message), keeping the current request's inner cache marker: a result
-/// whose inner block carries one becomes a single `text` block with that
-/// marker, so the client's breakpoint stays where it put it; any other
-/// becomes the plain string. A marker on `target` itself stays untouched.
+/// message), keeping the current request's inner cache marker. The shape
+/// follows the original's, which is the same on every turn: content that
+/// is a list of blocks becomes a single `text` block (carrying the inner
+/// marker when the request has one, so the client's breakpoint stays
+/// where it put it), a string stays a string. Choosing the block by the
+/// marker instead sent a block on the turn the marker was there and the
+/// plain string on the next, when it had moved on: only the marker may
+/// change between turns (PROTOCOL.md 11.1). A marker on `target` itself
+/// stays untouched.
 pub fn put_text_keeping_marker(target: &mut Value, field: &str, text: &str) {
     let marker = inner_cache_marker(target.get(field)).cloned();
+    let blocks = matches!(target.get(field), Some(Value::Array(_)));
     let Some(obj) = target.as_object_mut() else {
         return;
     };
     let content = match marker {
         Some(marker) => serde_json::json!([{"type": "text", "text": text, CACHE_MARKER: marker}]),
+        None if blocks => serde_json::json!([{"type": "text", "text": text}]),
         None => Value::String(text.to_owned()),
     };
     obj.insert(field.into(), content);
@@ -1378,7 +1385,7 @@ mod tests {
         anthropic::Anthropic.put_replacement(&mut outer, 0, "P");
         assert_eq!(
             outer["content"][0],
-            json!({"type": "tool_result", "tool_use_id": "a", "content": "P", "cache_control": marker})
+            json!({"type": "tool_result", "tool_use_id": "a", "content": [{"type": "text", "text": "P"}], "cache_control": marker})
         );
         let mut chat = json!({"role": "tool", "tool_call_id": "a", "content": [{"type": "text", "text": "x", "cache_control": marker}]});
         openai_chat::OpenaiChat.put_replacement(&mut chat, 0, "P");
@@ -1386,5 +1393,17 @@ mod tests {
             chat["content"],
             json!([{"type": "text", "text": "P", "cache_control": marker}])
         );
+        // The marker gone (moved on to a later block): the same block
+        // without it, never the string.
+        let mut moved = json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "a",
+            "content": [{"type": "text", "text": "x"}, {"type": "text", "text": "y"}]}]});
+        anthropic::Anthropic.put_replacement(&mut moved, 0, "P");
+        assert_eq!(
+            moved["content"][0]["content"],
+            json!([{"type": "text", "text": "P"}])
+        );
+        let mut plain = json!({"role": "tool", "tool_call_id": "a", "content": "x"});
+        openai_chat::OpenaiChat.put_replacement(&mut plain, 0, "P");
+        assert_eq!(plain["content"], json!("P"));
     }
 }

@@ -115,14 +115,6 @@ async fn reconstruct(
     let mut image = SessionImage::default();
     // What a checkpoint decided, followed by the lines after it.
     let mut decided = ReplacementState::default();
-    for (i, m) in params.messages.iter().flatten().enumerate() {
-        dialect.validate(&m.0, &format!("messages[{i}]"), false)?;
-        // The same skim a transcript line gets: one reading of messages.
-        let bytes = serde_json::to_vec(&m.0).map_err(|e| Error::Internal(e.to_string()))?;
-        if let Some(skim) = dialect.skim(&bytes) {
-            image.add_message(None, skim);
-        }
-    }
     // The client's records apply to the results it says were sent; the
     // transcript's are its journal: every one of them was sent.
     let client_records = SessionImage::default();
@@ -135,6 +127,21 @@ async fn reconstruct(
             image.add_record(r);
             image
         });
+    for (i, m) in params.messages.iter().flatten().enumerate() {
+        dialect.validate(&m.0, &format!("messages[{i}]"), false)?;
+        // The same skim a transcript line gets: one reading of messages.
+        let bytes = serde_json::to_vec(&m.0).map_err(|e| Error::Internal(e.to_string()))?;
+        if let Some(mut skim) = dialect.skim(&bytes) {
+            let sent = sent_forms(dialect, &m.0, &client_records);
+            for result in &mut skim.results {
+                if sent.contains(&result.id) {
+                    result.original = None;
+                    result.digest = None;
+                }
+            }
+            image.add_message(None, skim);
+        }
+    }
     if let Some(source) = source {
         cx.progress(
             params.work_done_token.as_ref(),
@@ -203,6 +210,46 @@ async fn reconstruct(
         crate::process::drop_apart(replaced);
     }
     Ok(result)
+}
+
+/// The ids of the results of `message` whose content is what a client
+/// record without a digest says was sent for them: the replacement
+/// itself, not an original. Such a result stands for the decision, as it
+/// does for `budget/apply` (which leaves a preview as it is); taken for an
+/// original, it bound the record to its own text, and the next apply of
+/// the real original was a fresh result, saved and previewed again.
+fn sent_forms<'m>(
+    dialect: &dyn crate::format::Dialect,
+    message: &'m serde_json::Value,
+    client_records: &SessionImage,
+) -> Vec<std::borrow::Cow<'m, str>> {
+    use crate::format::without_cache_markers;
+    let unbound = |id: &str| -> Vec<&Replacement> {
+        client_records
+            .replacements
+            .iter()
+            .filter(|(rid, digest, _)| *digest == Digest::ANY && **rid == *id)
+            .map(|(_, _, r)| r)
+            .collect()
+    };
+    crate::format::results(dialect, message)
+        .into_iter()
+        .filter(|(index, id)| {
+            let Some(content) = dialect.result_value(message, *index) else {
+                return false;
+            };
+            let content = without_cache_markers(content);
+            unbound(id).into_iter().any(|replacement| {
+                // What the replacement is sent as, in this message's shape.
+                let mut sent = message.clone();
+                dialect.put_replacement(&mut sent, *index, &replacement.text());
+                dialect
+                    .result_value(&sent, *index)
+                    .is_some_and(|v| *without_cache_markers(v) == *content)
+            })
+        })
+        .map(|(_, id)| id)
+        .collect()
 }
 
 /// The decisions of `image` with the client's records and inherited

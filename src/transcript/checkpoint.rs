@@ -21,11 +21,21 @@
 //!   new file over it, a new session of the same id after gc) is another
 //!   file;
 //! - the XXH3-128 of the last 4 KiB (or fewer) before `at`: bytes
-//!   rewritten in place by someone else's tool.
+//!   rewritten in place there by someone else's tool.
 //!
 //! Whatever fails, the checkpoint is not used and the transcript is read
 //! whole (as before checkpoints existed), never part-way from a checkpoint
 //! it cannot trust.
+//!
+//! What this does not prove: that no byte more than 4 KiB before `at` was
+//! rewritten in place at the same length. Proving it means reading those
+//! bytes, which is what the checkpoint spares, and the file's times move
+//! with every commit of its own session. It suffices because nothing
+//! writes a transcript's committed bytes in place (commits append, a torn
+//! tail is cut after the last commit, the commit log's replay writes only
+//! what a transcript lacks, repair and import rename a new file over it,
+//! editors save a new file); a tool that does must remove the checkpoint
+//! too (docs/transcripts.md).
 //!
 //! It is written as a temporary file renamed over the old one, so a reader
 //! sees the old or the new one whole; `kill -9` at any instant leaves one

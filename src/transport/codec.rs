@@ -10,6 +10,16 @@
 //! A broken header block does not end the stream: it decodes as
 //! [`Frame::Malformed`] (answered with a parse error) and reading resumes
 //! after it, so one bad frame never takes the server down.
+//!
+//! Reading resumes at the next place a frame can begin: the end of the
+//! broken unit (its header block, or the line of unframed JSON), or the
+//! next `Content-Length` inside it, whichever comes first. A client that
+//! sends a bad frame and, in the same write, a good one (`Content-Length:
+//! -1`, a body with no newline, then a valid frame) gets both answered;
+//! taking the whole unit as garbage swallowed the valid frame's header
+//! and left its request unanswered for ever. Blank lines before a header
+//! are skipped: they are no frame, and a header block starting with one
+//! was refused whole.
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
@@ -66,21 +76,33 @@ impl Decoder for LspCodec {
                 return Ok(None);
             }
         }
+        // Blank lines between frames are nothing.
+        let blank = src
+            .iter()
+            .position(|&b| b != b'\r' && b != b'\n')
+            .unwrap_or(src.len());
+        src.advance(blank);
         // No header starts with `{` or `[`: this is JSON sent without
         // framing (a client speaking newline-delimited JSON-RPC, or a person
-        // typing a request). Say so and skip to the end of its line, where a
-        // framed message may follow, instead of waiting for a blank line
-        // that never comes.
-        if starts_as_json(src)
-            && let Some(newline) = src.iter().position(|&b| b == b'\n')
-        {
-            src.advance(newline + 1);
-            return Ok(Some(Frame::Malformed(unframed())));
+        // typing a request). Say so and skip to the end of its line, or to
+        // a frame that follows it on the same line, instead of waiting for
+        // a blank line that never comes.
+        if starts_as_json(src) {
+            let newline = src.iter().position(|&b| b == b'\n').map(|n| n + 1);
+            let line_end = newline.unwrap_or(src.len());
+            if let Some(cut) = next_frame_start(&src[..line_end]).or(newline) {
+                src.advance(cut);
+                return Ok(Some(Frame::Malformed(unframed())));
+            }
         }
         let Some(end) = find(src, b"\r\n\r\n") else {
             if src.len() > MAX_HEADER {
-                // No header terminator in sight: drop what we have.
-                src.clear();
+                // No header terminator in sight: drop what we have, up to
+                // a frame that may begin in it, else all but a tail that
+                // may be the start of one.
+                let cut = next_frame_start(src)
+                    .unwrap_or(src.len().saturating_sub(CONTENT_LENGTH.len() - 1));
+                src.advance(cut);
                 return Ok(Some(Frame::Malformed("header block too long".into())));
             }
             return Ok(None);
@@ -89,7 +111,10 @@ impl Decoder for LspCodec {
         let length = match parse_length(header) {
             Ok(length) => length,
             Err(reason) => {
-                src.advance(end + 4);
+                // A frame may begin inside the broken block (garbage with
+                // no line break before a valid header): read on from it.
+                let cut = next_frame_start(header).unwrap_or(end + 4);
+                src.advance(cut);
                 return Ok(Some(Frame::Malformed(reason)));
             }
         };
@@ -152,6 +177,20 @@ fn starts_as_json(src: &[u8]) -> bool {
 /// Why JSON that arrives without a header is refused.
 fn unframed() -> String {
     format!("unframed JSON: toolwire serve expects {FRAMING}")
+}
+
+/// The header name every frame carries, as a frame's start is searched for.
+const CONTENT_LENGTH: &[u8] = b"content-length";
+
+/// Where the next frame may begin in `garbage`, which starts a broken
+/// unit: the first `Content-Length` (in any case) after its first byte.
+/// A frame's other headers may come before it; only this one is certain.
+fn next_frame_start(garbage: &[u8]) -> Option<usize> {
+    garbage
+        .get(1..)?
+        .windows(CONTENT_LENGTH.len())
+        .position(|w| w.eq_ignore_ascii_case(CONTENT_LENGTH))
+        .map(|at| at + 1)
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
@@ -237,6 +276,49 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(frames[1], Frame::Body(Bytes::from_static(b"{}")));
+    }
+
+    /// Garbage followed at once by a frame, with no line break between
+    /// them: the frame still decodes, whatever the garbage was.
+    #[test]
+    fn a_frame_right_after_garbage_decodes() {
+        for garbage in [
+            &b"Content-Length: -1\r\n\r\n{\"x\":1}"[..],
+            b"{\"x\":1}",
+            b"[1,",
+            b"Nonsense",
+            b"X: y\r\nBad",
+            b"\r\n",
+            b"\r\n\r\n",
+            b"Content-Length: many\r\n\r\n",
+            b"content-LENGTH",
+        ] {
+            let mut input = garbage.to_vec();
+            input.extend_from_slice(b"Content-Length: 2\r\n\r\n{}");
+            let frames = decode_all(&input);
+            assert_eq!(
+                frames.last(),
+                Some(&Frame::Body(Bytes::from_static(b"{}"))),
+                "{:?}: {frames:?}",
+                String::from_utf8_lossy(garbage)
+            );
+            assert!(frames.len() <= 3, "{frames:?}");
+        }
+        // A header block too long to be one: what follows it still decodes.
+        let mut codec = LspCodec::new(64);
+        let mut buf = BytesMut::from(&[b'x'; MAX_HEADER + 100][..]);
+        assert!(matches!(
+            codec.decode(&mut buf),
+            Ok(Some(Frame::Malformed(_)))
+        ));
+        buf.extend_from_slice(b"Content-Le");
+        assert_eq!(codec.decode(&mut buf).unwrap(), None);
+        buf.extend_from_slice(b"ngth: 2\r\n\r\n{}");
+        let mut frames = Vec::new();
+        while let Some(frame) = codec.decode(&mut buf).unwrap() {
+            frames.push(frame);
+        }
+        assert_eq!(frames.last(), Some(&Frame::Body(Bytes::from_static(b"{}"))));
     }
 
     #[test]

@@ -66,8 +66,11 @@ class ToolwireClient(SyncMethods, _wire.Router):
     ) -> ToolwireClient:
         """Start ``toolwire serve --shared`` for ``root`` (or ``serve``, or ``command``) and initialize it.
 
-        The binary is ``binary`` (a setting), else ``TOOLWIRE_BIN``, else
-        ``toolwire`` on ``PATH``; ``ToolwireNotFoundError`` names where it looked.
+        The binary is ``binary`` (a setting), else ``TOOLWIRE_BIN``, else the
+        ``toolwire`` wheel's binary in this interpreter's scripts directory
+        (and, outside a virtual environment, the user scheme's), else
+        ``toolwire`` on ``PATH`` (see ``locate_toolwire``);
+        ``ToolwireNotFoundError`` names where it looked.
         """
         path = _wire.root_path(root)
         argv = _wire.command_line(

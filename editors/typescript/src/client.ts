@@ -37,7 +37,11 @@ export interface StartOptions {
    * then ignored.
    */
   command?: readonly string[];
-  /** The toolwire binary (a setting); else TOOLWIRE_BIN, else PATH. */
+  /**
+   * The toolwire binary (a setting); else TOOLWIRE_BIN, else the binary of
+   * the `toolwire` npm package for this platform, else PATH (see
+   * `locateToolwire`).
+   */
   binary?: string | undefined;
   /** Name of the setting `binary` came from, for the not-found error. */
   binarySettingName?: string;
