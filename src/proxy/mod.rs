@@ -324,9 +324,8 @@ impl Proxy {
                 match self
                     .prepare(
                         route,
-                        parts.uri.path(),
+                        &parts,
                         &caller,
-                        &parts.headers,
                         body,
                         &mut record,
                         &mut notes,
@@ -424,14 +423,14 @@ impl Proxy {
     async fn prepare(
         &self,
         route: Route,
-        path: &str,
+        parts: &http::request::Parts,
         caller: &Caller,
-        headers: &HeaderMap,
         body: Bytes,
         record: &mut Record,
         notes: &mut HeaderMap,
     ) -> Result<(Option<SessionId>, Bytes), Response<ProxyBody>> {
         let provider = route.provider();
+        let (path, headers) = (parts.uri.path(), &parts.headers);
         let named = match headers.get(SESSION_HEADER) {
             None => None,
             Some(value) => {
