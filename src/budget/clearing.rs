@@ -31,6 +31,7 @@ use crate::format::size::format_size;
 use crate::format::{self, Dialect, Digest, Side};
 use crate::state::{Fate, Id, ReplacementState};
 
+use super::pricing::PriceSource;
 pub use super::pricing::Prices;
 
 /// When old results are cleared.
@@ -421,7 +422,16 @@ fn weigh(
     for i in (first_message..cached_end).rev() {
         from[i - first_message] = from[i - first_message + 1] + sent(i) as f64;
     }
+    // Unless the prices were set by hand, a batch must also pay at the
+    // dearest cache documented, Anthropic's (read 0.1, write 1.25): a
+    // conversation a gateway fails over to another provider, or priced at
+    // another provider's rates, is then never made dearer either.
+    let guard = match prices.source {
+        PriceSource::Configured | PriceSource::Request => None,
+        PriceSource::Model | PriceSource::Default => Some(super::pricing::GUARD),
+    };
     let (mut rent, mut cost) = (vec![0f64; n], vec![0f64; n]);
+    let mut guarded = vec![true; n];
     let (mut saved, mut rented) = (0f64, 0f64);
     for p in (0..n).rev() {
         let c = &candidates[p];
@@ -431,11 +441,21 @@ fn weigh(
             .get(c.clear.message - first_message)
             .copied()
             .unwrap_or(0.0);
-        rent[p] = read * rented;
-        cost[p] = write * (rewritten - saved).max(0.0) - read * rewritten;
+        let weigh_at = |read: f64, write: f64| {
+            (
+                read * rented,
+                write * (rewritten - saved).max(0.0) - read * rewritten,
+            )
+        };
+        (rent[p], cost[p]) = weigh_at(read, write);
+        if let Some((read, write)) = guard {
+            let (rent, cost) = weigh_at(read, write);
+            guarded[p] = rent >= cost;
+        }
     }
-    let paying =
-        (0..n).find(|&p| rent[p] >= cost[p] && candidates[p..].iter().any(|c| c.saving > 0.0));
+    let paying = (0..n).find(|&p| {
+        rent[p] >= cost[p] && guarded[p] && candidates[p..].iter().any(|c| c.saving > 0.0)
+    });
     Weighed { rent, cost, paying }
 }
 
@@ -852,7 +872,16 @@ mod tests {
             &Default::default(),
             None,
         );
-        let (a, o) = (first_clear(anthropic), first_clear(openai));
+        // At the documented prices a batch must also pay at Anthropic's,
+        // the dearest: OpenAI's traffic clears no sooner.
+        assert_eq!(first_clear(openai), first_clear(anthropic));
+        // Prices set by hand are taken as they are: a cheaper write clears
+        // sooner.
+        let by_hand = Prices {
+            source: PriceSource::Configured,
+            ..openai
+        };
+        let (a, o) = (first_clear(anthropic), first_clear(by_hand));
         assert!(a.is_some() && o.is_some());
         assert!(o < a, "openai {o:?}, anthropic {a:?}");
     }

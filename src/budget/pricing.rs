@@ -188,6 +188,12 @@ const ANTHROPIC_READ: f64 = 0.1;
 const ANTHROPIC_WRITE_5M: f64 = 1.25;
 const ANTHROPIC_WRITE_1H: f64 = 2.0;
 
+/// The dearest cache documented (Anthropic's 5-minute one: read, write):
+/// `auto` also requires a batch to pay at these prices unless prices were
+/// set by hand, so that traffic priced at any provider's rates is never
+/// made dearer by a clearing decided at another's.
+pub const GUARD: (f64, f64) = (ANTHROPIC_READ, ANTHROPIC_WRITE_5M);
+
 /// OpenAI's in-memory cache is cleared "within 5 to 10 minutes of
 /// inactivity" and "always" within an hour: only past the hour is it
 /// surely gone, which is what `expired` needs.

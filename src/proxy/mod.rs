@@ -322,14 +322,7 @@ impl Proxy {
         let (session, body) = match target {
             Target::Route(route) if parts.method == Method::POST => {
                 match self
-                    .prepare(
-                        route,
-                        &parts,
-                        &caller,
-                        body,
-                        &mut record,
-                        &mut notes,
-                    )
+                    .prepare(route, &parts, &caller, body, &mut record, &mut notes)
                     .await
                 {
                     Ok(prepared) => prepared,
