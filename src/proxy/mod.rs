@@ -13,6 +13,7 @@
 pub mod auth;
 pub mod conversation;
 pub mod health;
+mod mcp;
 pub mod metrics;
 pub mod route;
 pub mod splice;
@@ -224,6 +225,10 @@ impl Proxy {
                 &format!("toolwire proxy: {why}"),
             );
         };
+        // MCP for reading saved outputs back, the caller's own only.
+        if raw_path == mcp::PATH {
+            return self.mcp(req, &caller).await;
+        }
         // The Responses API's WebSocket mode (Codex's own provider), for a
         // caller the tokens admit, its sessions scoped as the caller's.
         if websocket::is_upgrade(&req)
@@ -322,14 +327,7 @@ impl Proxy {
         let (session, body) = match target {
             Target::Route(route) if parts.method == Method::POST => {
                 match self
-                    .prepare(
-                        route,
-                        &parts,
-                        &caller,
-                        body,
-                        &mut record,
-                        &mut notes,
-                    )
+                    .prepare(route, &parts, &caller, body, &mut record, &mut notes)
                     .await
                 {
                     Ok(prepared) => prepared,
