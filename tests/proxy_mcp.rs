@@ -25,13 +25,14 @@ struct Proxy {
     _ws: tempfile::TempDir,
 }
 
-/// A proxy with alice and bob as tenants, in front of `fake`.
-async fn start(fake: &FakeProvider) -> Proxy {
+/// A proxy with alice and bob as tenants, in front of `fake`, with
+/// `[proxy]` settings `proxy`.
+async fn start(fake: &FakeProvider, proxy: &str) -> Proxy {
     let ws = tempfile::tempdir().unwrap();
     std::fs::write(
         ws.path().join("toolwire.toml"),
         format!(
-            "durability = \"none\"\n[clearing]\nmode = \"off\"\n\
+            "durability = \"none\"\n[clearing]\nmode = \"off\"\n[proxy]\n{proxy}\n\
              [proxy.auth]\ntokens = [{{ name = \"alice\", sha256 = \"{}\" }}, {{ name = \"bob\", sha256 = \"{}\" }}]\n\
              [proxy.upstreams]\nanthropic = \"{up}\"\nopenai = \"{up}\"\ngemini = \"{up}\"\n",
             sha256_hex(ALICE),
@@ -162,7 +163,7 @@ async fn read_all(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_tenant_reads_its_own_saved_outputs_over_mcp_and_nothing_else() {
     let fake = FakeProvider::start().await;
-    let proxy = start(&fake).await;
+    let proxy = start(&fake, "").await;
     let url = &proxy.url;
     let (alice_out, bob_out) = (output("alice"), output("bob"));
     // The same session id for both: two sessions all the same.
@@ -170,6 +171,12 @@ async fn each_tenant_reads_its_own_saved_outputs_over_mcp_and_nothing_else() {
     budget(url, BOB, "shared", &bob_out).await;
     budget(url, BOB, "only-bob", &bob_out).await;
     let link = "toolwire://saved-output/shared/t1";
+    // On loopback previews name the path alone unless told otherwise.
+    for request in fake.received() {
+        let body = String::from_utf8_lossy(&request.body);
+        assert!(body.contains("Full output saved to: "), "no preview");
+        assert!(!body.contains("toolwire://"), "{body}");
+    }
 
     // Legacy revision: initialize, then the header names the version.
     let (status, init) = rpc(url, Some(ALICE), false, None, request(1, "initialize", json!({
@@ -356,4 +363,54 @@ async fn each_tenant_reads_its_own_saved_outputs_over_mcp_and_nothing_else() {
     }
     // None of it reached the provider.
     assert_eq!(fake.received().len(), 3);
+}
+
+/// `previews = "mcp"`: a fresh preview names the output's link (with the
+/// session id the tenant knows) and the tool, and that link, taken from
+/// the request the provider got, reads the output back through `/mcp`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_previews_name_the_link_the_tenant_reads() {
+    let fake = FakeProvider::start().await;
+    let proxy = start(&fake, "previews = \"mcp\"").await;
+    let url = &proxy.url;
+    let out = output("carol");
+    budget(url, ALICE, "s-1", &out).await;
+    let body = String::from_utf8_lossy(&fake.received()[0].body).into_owned();
+    let sent: Value = serde_json::from_str(&body).unwrap();
+    let preview = sent["messages"][2]["content"][0]["content"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{sent}"));
+    assert!(
+        preview.contains(
+            "Read it with the read_saved_output tool (MCP server toolwire): uri toolwire://saved-output/s-1/t1\n"
+        ),
+        "{preview}"
+    );
+    // The path stays: gc and forks find the saved file by it.
+    assert!(preview.contains("Full output saved to: "), "{preview}");
+    let link = preview
+        .split("uri ")
+        .nth(1)
+        .and_then(|rest| rest.split('\n').next())
+        .unwrap();
+    let (text, _) = read_all(url, ALICE, Some("2025-11-25"), None, link).await;
+    assert!(text == out);
+    // The same link is nothing of bob's.
+    let (_, body) = rpc(
+        url,
+        Some(BOB),
+        false,
+        Some("2025-11-25"),
+        request(1, "resources/read", json!({"uri": link})),
+    )
+    .await;
+    assert_eq!(body["error"]["code"], json!(-32002), "{body}");
+    // The decision is frozen: the same result sent again keeps its text.
+    budget(url, ALICE, "s-1", &out).await;
+    let again = String::from_utf8_lossy(&fake.received()[1].body).into_owned();
+    let again: Value = serde_json::from_str(&again).unwrap();
+    assert_eq!(
+        again["messages"][2]["content"][0]["content"].as_str(),
+        Some(preview)
+    );
 }

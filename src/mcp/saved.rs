@@ -54,11 +54,11 @@ impl<T: Scope + ?Sized> Saved for T {
     }
 }
 
-/// The tool the front adds to `tools/list`.
-pub const READ_TOOL: &str = "read_saved_output";
+/// The tool the front adds to `tools/list` (the one previews name).
+pub const READ_TOOL: &str = crate::budget::preview::READ_TOOL;
 
 /// Every link of ours starts with this.
-pub const URI_PREFIX: &str = "toolwire://saved-output/";
+pub const URI_PREFIX: &str = crate::budget::preview::LINK_PREFIX;
 
 /// The first protocol revision with `structuredContent` and `outputSchema`.
 const STRUCTURED_SINCE: &str = "2025-06-18";
@@ -66,7 +66,7 @@ const STRUCTURED_SINCE: &str = "2025-06-18";
 const RESULT_TYPE_SINCE: &str = "2026-07-28";
 
 pub(super) fn uri(session: &SessionId, tool_use_id: &str) -> String {
-    format!("{URI_PREFIX}{session}/{tool_use_id}")
+    crate::budget::preview::link(session.as_str(), tool_use_id)
 }
 
 /// Whether `version` (a negotiated revision, absent when none was seen) is

@@ -90,6 +90,15 @@ impl Proxy {
         &self.registry
     }
 
+    /// The id fresh previews of `session` name in their `toolwire://`
+    /// links, with `previews = "mcp"`: the one the caller knows, which its
+    /// `/mcp` scopes back to `session`. Chosen as the decision is made, so
+    /// a preview's text never changes after.
+    fn link_session<'a>(&self, caller: &Caller, session: &'a SessionId) -> Option<&'a str> {
+        (self.config.proxy.previews == Some(crate::config::Previews::Mcp))
+            .then(|| caller.unscoped(session))
+    }
+
     /// Accept connections until the listener fails; each connection speaks
     /// HTTP/1.1 or HTTP/2 (prior knowledge), as the client chooses.
     ///
@@ -510,8 +519,10 @@ impl Proxy {
             );
             record.repaired = true;
         }
-        let params_of =
-            |messages: Vec<Value>| conversation::apply_params(&session, messages, format, &pricing);
+        let link = self.link_session(caller, &session);
+        let params_of = |messages: Vec<Value>| {
+            conversation::apply_params(&session, messages, format, &pricing, link)
+        };
         let params = params_of(messages);
         match crate::methods::budget_apply_queued_tracked(
             &self.registry,
