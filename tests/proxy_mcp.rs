@@ -414,3 +414,42 @@ async fn mcp_previews_name_the_link_the_tenant_reads() {
         Some(preview)
     );
 }
+
+/// Without tenants (loopback), `/mcp` answers the agents, which send no
+/// `Origin`, and refuses a web page of another origin (DNS rebinding).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_tokens_a_web_pages_origin_is_refused() {
+    let fake = FakeProvider::start().await;
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(
+        ws.path().join("toolwire.toml"),
+        format!(
+            "durability = \"none\"\n[proxy.upstreams]\nanthropic = \"{}\"\n",
+            fake.url()
+        ),
+    )
+    .unwrap();
+    let (_child, url, mut lines) = proxy_process::start(
+        ws.path(),
+        &["--listen", "127.0.0.1:0"],
+        "toolwire=info",
+        "proxy",
+    )
+    .await;
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+    for (origin, expected) in [
+        (None, 200),
+        (Some("http://localhost:5173"), 200),
+        (Some("https://evil.example"), 403),
+    ] {
+        let mut req = reqwest::Client::new()
+            .post(format!("{url}/mcp"))
+            .json(&ping);
+        if let Some(origin) = origin {
+            req = req.header("origin", origin);
+        }
+        let r = req.send().await.unwrap();
+        assert_eq!(r.status().as_u16(), expected, "{origin:?}");
+    }
+}

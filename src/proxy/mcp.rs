@@ -43,6 +43,18 @@ impl super::Proxy {
                 .insert(http::header::ALLOW, http::HeaderValue::from_static("POST"));
             return response;
         }
+        if let Some(origin) = req.headers().get(http::header::ORIGIN)
+            && *caller == Caller::Anyone
+            && !loopback_origin(origin.as_bytes())
+        {
+            // MCP's transport asks servers to check Origin: without tokens,
+            // a web page the user opens could otherwise reach a loopback
+            // proxy through DNS rebinding and read the saved outputs.
+            return plain(
+                StatusCode::FORBIDDEN,
+                "toolwire proxy: /mcp without tenants' tokens answers no request from a web page of another origin".to_owned(),
+            );
+        }
         let header_version = req
             .headers()
             .get(mcp_http::VERSION_HEADER)
@@ -91,7 +103,46 @@ impl super::Proxy {
     }
 }
 
+/// Whether an `Origin` names a loopback host (`localhost`, 127.0.0.0/8,
+/// `[::1]`), on any scheme and port.
+fn loopback_origin(origin: &[u8]) -> bool {
+    let Ok(url) = std::str::from_utf8(origin).map(url::Url::parse) else {
+        return false;
+    };
+    match url.ok().and_then(|u| u.host().map(|h| h.to_owned())) {
+        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    }
+}
+
 fn plain(status: StatusCode, message: String) -> Response<ProxyBody> {
     tracing::info!(status = status.as_u16(), message, "answering an /mcp error");
     super::answer(status, "text/plain; charset=utf-8", message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::loopback_origin;
+
+    #[test]
+    fn only_loopback_origins_are_loopback() {
+        for origin in [
+            "http://localhost:3000",
+            "http://127.0.0.1",
+            "https://[::1]:8443",
+        ] {
+            assert!(loopback_origin(origin.as_bytes()), "{origin}");
+        }
+        for origin in [
+            "https://evil.example",
+            "null",
+            "http://127.0.0.1.evil.example",
+            "",
+            "\u{ff}",
+        ] {
+            assert!(!loopback_origin(origin.as_bytes()), "{origin}");
+        }
+    }
 }
