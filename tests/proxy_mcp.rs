@@ -28,17 +28,23 @@ struct Proxy {
 /// A proxy with alice and bob as tenants, in front of `fake`, with
 /// `[proxy]` settings `proxy`.
 async fn start(fake: &FakeProvider, proxy: &str) -> Proxy {
+    start_with(&format!(
+        "[proxy]\n{proxy}\n\
+         [proxy.auth]\ntokens = [{{ name = \"alice\", sha256 = \"{}\" }}, {{ name = \"bob\", sha256 = \"{}\" }}]\n\
+         [proxy.upstreams]\nanthropic = \"{up}\"\nopenai = \"{up}\"\ngemini = \"{up}\"\n",
+        sha256_hex(ALICE),
+        sha256_hex(BOB),
+        up = fake.url(),
+    ))
+    .await
+}
+
+/// A proxy on loopback whose toolwire.toml ends with `toml`.
+async fn start_with(toml: &str) -> Proxy {
     let ws = tempfile::tempdir().unwrap();
     std::fs::write(
         ws.path().join("toolwire.toml"),
-        format!(
-            "durability = \"none\"\n[clearing]\nmode = \"off\"\n[proxy]\n{proxy}\n\
-             [proxy.auth]\ntokens = [{{ name = \"alice\", sha256 = \"{}\" }}, {{ name = \"bob\", sha256 = \"{}\" }}]\n\
-             [proxy.upstreams]\nanthropic = \"{up}\"\nopenai = \"{up}\"\ngemini = \"{up}\"\n",
-            sha256_hex(ALICE),
-            sha256_hex(BOB),
-            up = fake.url(),
-        ),
+        format!("durability = \"none\"\n[clearing]\nmode = \"off\"\n{toml}"),
     )
     .unwrap();
     let (child, url, mut lines) = proxy_process::start(
@@ -420,23 +426,12 @@ async fn mcp_previews_name_the_link_the_tenant_reads() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_tokens_a_web_pages_origin_is_refused() {
     let fake = FakeProvider::start().await;
-    let ws = tempfile::tempdir().unwrap();
-    std::fs::write(
-        ws.path().join("toolwire.toml"),
-        format!(
-            "durability = \"none\"\n[proxy.upstreams]\nanthropic = \"{}\"\n",
-            fake.url()
-        ),
-    )
-    .unwrap();
-    let (_child, url, mut lines) = proxy_process::start(
-        ws.path(),
-        &["--listen", "127.0.0.1:0"],
-        "toolwire=info",
-        "proxy",
-    )
+    let proxy = start_with(&format!(
+        "[proxy.upstreams]\nanthropic = \"{}\"\n",
+        fake.url()
+    ))
     .await;
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let url = &proxy.url;
     let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
     for (origin, expected) in [
         (None, 200),
