@@ -651,7 +651,10 @@ async fn resident_memory(root: &Path, report: &mut Report) {
                 let r = toolwire::budget::preview::replacement(
                     &original,
                     60_000,
-                    &path.display().to_string(),
+                    &toolwire::budget::preview::Saved {
+                        path: &path.display().to_string(),
+                        link: None,
+                    },
                     2000,
                     Default::default(),
                     Default::default(),

@@ -73,6 +73,7 @@ async fn apply(
         format: None,
         clearing: None,
         pricing: None,
+        link_session: None,
     };
     let result = toolwire::methods::budget_apply_queued(registry, config.clone(), params)
         .await

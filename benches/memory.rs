@@ -171,7 +171,10 @@ fn write_transcript(path: &Path, artifacts: &Path) {
             let r = toolwire::budget::preview::replacement(
                 &original,
                 60_000,
-                &artifacts.join(format!("{id}.txt")).display().to_string(),
+                &toolwire::budget::preview::Saved {
+                    path: &artifacts.join(format!("{id}.txt")).display().to_string(),
+                    link: None,
+                },
                 2000,
                 Default::default(),
                 Default::default(),

@@ -38,6 +38,7 @@ fn bench(c: &mut Criterion) {
         artifact_dir: &dir,
         is_exempt: &never,
         policy: &policy,
+        link_session: None,
     };
 
     let mut group = c.benchmark_group("plan_message");

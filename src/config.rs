@@ -119,6 +119,21 @@ pub struct ProxyConfig {
     /// loopback.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auth: Option<ProxyAuth>,
+    /// What a fresh preview tells the model about the saved output:
+    /// `"mcp"` adds its `toolwire://` link and the `read_saved_output`
+    /// tool of the proxy's `/mcp` (for agents that cannot open the proxy's
+    /// disk); `"path"` only the path. Unset: `"mcp"` when listening beyond
+    /// loopback, else `"path"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub previews: Option<Previews>,
+}
+
+/// `[proxy] previews`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Previews {
+    Mcp,
+    Path,
 }
 
 /// `[proxy.auth]`: who may use the proxy. Each token is a tenant, whose
@@ -186,6 +201,7 @@ impl Default for ProxyConfig {
             metrics_token: None,
             metrics_by_tenant: false,
             auth: None,
+            previews: None,
         }
     }
 }

@@ -394,6 +394,13 @@ pub struct BudgetApplyParams {
     /// clearing (PROTOCOL.md 12.1); the provider is the format's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pricing: Option<crate::budget::pricing::PricingParams>,
+    /// The session id this request's fresh previews name in their
+    /// `toolwire://saved-output/<linkSession>/<toolUseId>` links, to be
+    /// read with the `read_saved_output` tool of an MCP front (PROTOCOL.md
+    /// 12.3); absent: previews name the saved output's path alone.
+    /// Decided previews keep their text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_session: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

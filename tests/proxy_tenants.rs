@@ -13,18 +13,11 @@ mod proxy_process;
 use std::sync::{Arc, Mutex};
 
 use fake_provider::FakeProvider;
+use proxy_process::sha256_hex;
 use serde_json::{Value, json};
-use sha2::{Digest as _, Sha256};
 
 const ALICE: &str = "tok-alice-0c1d2e";
 const BOB: &str = "tok-bob-9f8e7d";
-
-fn sha256_hex(text: &str) -> String {
-    Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
 
 /// `[proxy.auth]` for alice and bob.
 fn auth_toml() -> String {

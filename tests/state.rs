@@ -555,7 +555,10 @@ fn replacements_pack_small() {
         let r = toolwire::budget::preview::replacement(
             &original,
             60_000,
-            &path,
+            &toolwire::budget::preview::Saved {
+                path: &path,
+                link: None,
+            },
             2000,
             Default::default(),
             Default::default(),

@@ -40,6 +40,9 @@ pub struct PlanContext<'a> {
     /// The size limit and preview mode for the result of `tool_use_id`
     /// (its tool's own settings, else the general ones).
     pub policy: &'a (dyn Fn(&str) -> ToolPolicy + Sync),
+    /// The session id fresh previews' `toolwire://` links name, when they
+    /// name one (`budget/apply`'s `linkSession`).
+    pub link_session: Option<&'a str>,
 }
 
 /// A fresh result chosen for persistence.
@@ -227,10 +230,16 @@ pub fn plan_message(unit: &[&Value], state: &ReplacementState, cx: &PlanContext)
                 names::file_name(&row.id, kind)
             };
             let path = cx.artifact_dir.join(name);
+            let link = cx
+                .link_session
+                .map(|session| preview::link(session, &row.id));
             let text = preview::replacement(
                 &row.content.preview_text(),
                 candidates[i].size,
-                &path.to_string_lossy(),
+                &preview::Saved {
+                    path: &path.to_string_lossy(),
+                    link: link.as_deref(),
+                },
                 cx.limits.preview_chars,
                 cx.unit,
                 policies[i].preview_mode,
@@ -388,6 +397,7 @@ mod tests {
             artifact_dir: &dir,
             is_exempt: &exempt,
             policy: &policy,
+            link_session: None,
         };
         let result = |id: &str, len: usize| json!({"type": "tool_result", "tool_use_id": id, "content": "x".repeat(len)});
         let turn = |blocks: Vec<Value>| json!({"role": "user", "content": blocks});
@@ -447,6 +457,7 @@ mod tests {
                     artifact_dir: &dir,
                     is_exempt: &never,
                     policy: &policy,
+                    link_session: None,
                 };
                 // A tool_use_id always carries the same original.
                 let blocks: Vec<Value> = turn.iter().map(|id| json!({

@@ -10,29 +10,69 @@ use super::PreviewMode;
 use crate::format::size::format_size;
 use crate::format::{OPEN_TAG, SizeUnit};
 
+/// Every saved output's link starts with this (PROTOCOL.md 12.3).
+pub const LINK_PREFIX: &str = "toolwire://saved-output/";
+
+/// The tool an MCP front reads a link with.
+pub const READ_TOOL: &str = "read_saved_output";
+
+/// The link of the output of `tool_use_id` in session `session` (the id
+/// its reader knows the session by).
+pub fn link(session: &str, tool_use_id: &str) -> String {
+    format!("{LINK_PREFIX}{session}/{tool_use_id}")
+}
+
+/// Where a preview says its output is: the saved file's path, and its
+/// link when the model reads saved outputs through MCP.
+pub struct Saved<'a> {
+    pub path: &'a str,
+    pub link: Option<&'a str>,
+}
+
+impl Saved<'_> {
+    /// The preview's first line(s). The path stays on the first line, ahead
+    /// of the link, so [`preview_target`] finds the file whichever it is.
+    fn first(&self, original_size: u64) -> String {
+        let mut first = format!(
+            "Output too large ({}). Full output saved to: {}",
+            format_size(original_size),
+            self.path
+        );
+        if let Some(link) = self.link {
+            first.push_str(&format!(
+                "\nRead it with the {READ_TOOL} tool (MCP server toolwire): uri {link}"
+            ));
+        }
+        first
+    }
+}
+
 /// Build the replacement for an original of `original_size` units whose text
-/// (for previewing) is `text`, saved at `path`, in preview `mode`.
+/// (for previewing) is `text`, saved as `saved` says, in preview `mode`.
 pub fn replacement(
     text: &str,
     original_size: u64,
-    path: &str,
+    saved: &Saved<'_>,
     preview_size: u64,
     unit: SizeUnit,
     mode: PreviewMode,
 ) -> String {
     match mode {
-        PreviewMode::Head => head(text, original_size, path, preview_size, unit),
-        PreviewMode::HeadTail => head_tail(text, original_size, path, preview_size, unit),
+        PreviewMode::Head => head(text, original_size, saved, preview_size, unit),
+        PreviewMode::HeadTail => head_tail(text, original_size, saved, preview_size, unit),
     }
 }
 
-/// `head`: PROTOCOL.md section 4's preview, unchanged.
-fn head(text: &str, original_size: u64, path: &str, preview_size: u64, unit: SizeUnit) -> String {
-    let first = format!(
-        "Output too large ({}). Full output saved to: {path}",
-        format_size(original_size)
-    );
-    head_under(&first, text, preview_size, unit)
+/// `head`: PROTOCOL.md section 4's preview, unchanged (a link line added
+/// when there is one).
+fn head(
+    text: &str,
+    original_size: u64,
+    saved: &Saved<'_>,
+    preview_size: u64,
+    unit: SizeUnit,
+) -> String {
+    head_under(&saved.first(original_size), text, preview_size, unit)
 }
 
 /// The `head` preview of `text` under its first line `first`.
@@ -94,20 +134,20 @@ pub fn cut_preview(text: &str, limit: u64, unit: SizeUnit) -> (&str, bool) {
 fn head_tail(
     text: &str,
     original_size: u64,
-    path: &str,
+    saved: &Saved<'_>,
     preview_size: u64,
     unit: SizeUnit,
 ) -> String {
     let (head_size, tail_size) = split_budget(preview_size);
     let (first, cut) = cut_preview(text, head_size, unit);
     if !cut || unit.len(text) <= preview_size {
-        return head(text, original_size, path, preview_size, unit);
+        return head(text, original_size, saved, preview_size, unit);
     }
     let last = cut_tail(text, tail_size, unit);
     let omitted = unit.len(&text[first.len()..text.len() - last.len()]);
     format!(
-        "{OPEN_TAG}\nOutput too large ({}). Full output saved to: {path}\n\nPreview (first {} and last {}):\n{first}\n... {} omitted ...\n{last}\n</persisted-output>",
-        format_size(original_size),
+        "{OPEN_TAG}\n{}\n\nPreview (first {} and last {}):\n{first}\n... {} omitted ...\n{last}\n</persisted-output>",
+        saved.first(original_size),
         format_size(head_size),
         format_size(tail_size),
         format_size(omitted),
@@ -165,6 +205,12 @@ pub fn preview_target(replacement: &str) -> Option<(String, String)> {
 mod tests {
     use super::*;
 
+    /// Saved at `/p`, with no link.
+    const AT_P: Saved<'static> = Saved {
+        path: "/p",
+        link: None,
+    };
+
     #[test]
     fn previews_name_their_session_and_artifact() {
         let r = "<persisted-output>\nOutput too large (2KB). Full output saved to: /w/.toolwire/sessions/s-1/tool-results/toolu_1.txt\n\nPreview";
@@ -181,7 +227,10 @@ mod tests {
         let r = replacement(
             "short",
             5,
-            "/d/x.txt",
+            &Saved {
+                path: "/d/x.txt",
+                link: None,
+            },
             2000,
             SizeUnit::Chars,
             PreviewMode::Head,
@@ -210,7 +259,7 @@ mod tests {
         let r = replacement(
             "aaaaaaa\nbbbbbbbb",
             16,
-            "/p",
+            &AT_P,
             10,
             SizeUnit::Chars,
             PreviewMode::Head,
@@ -241,7 +290,10 @@ mod tests {
         let r = replacement(
             &text,
             240,
-            "/d/t.txt",
+            &Saved {
+                path: "/d/t.txt",
+                link: None,
+            },
             40,
             SizeUnit::Chars,
             PreviewMode::HeadTail,
@@ -254,7 +306,7 @@ mod tests {
         );
         // No newline to cut at: exact unit counts, whole characters.
         let text = "\u{1F600}".repeat(20);
-        let r = replacement(&text, 20, "/p", 7, SizeUnit::Utf16, PreviewMode::HeadTail);
+        let r = replacement(&text, 20, &AT_P, 7, SizeUnit::Utf16, PreviewMode::HeadTail);
         assert!(
             r.ends_with("Preview (first 4 bytes and last 3 bytes):\n\u{1F600}\u{1F600}\n... 34 bytes omitted ...\n\u{1F600}\n</persisted-output>"),
             "{r}"
@@ -275,8 +327,8 @@ mod tests {
         // What fits is shown whole, exactly as in head mode.
         for text in ["short", "just\nten!"] {
             assert_eq!(
-                replacement(text, 10, "/p", 10, SizeUnit::Chars, PreviewMode::HeadTail),
-                replacement(text, 10, "/p", 10, SizeUnit::Chars, PreviewMode::Head)
+                replacement(text, 10, &AT_P, 10, SizeUnit::Chars, PreviewMode::HeadTail),
+                replacement(text, 10, &AT_P, 10, SizeUnit::Chars, PreviewMode::Head)
             );
         }
     }
@@ -307,10 +359,10 @@ mod tests {
             proptest::prop_assert!(text.ends_with(last));
             proptest::prop_assert!(unit.len(first) <= h && unit.len(last) <= t);
             let size = unit.len(&text);
-            let r = replacement(&text, size, "/p", budget, unit, PreviewMode::HeadTail);
-            proptest::prop_assert_eq!(&r, &replacement(&text, size, "/p", budget, unit, PreviewMode::HeadTail));
+            let r = replacement(&text, size, &AT_P, budget, unit, PreviewMode::HeadTail);
+            proptest::prop_assert_eq!(&r, &replacement(&text, size, &AT_P, budget, unit, PreviewMode::HeadTail));
             if size <= budget {
-                proptest::prop_assert_eq!(r, replacement(&text, size, "/p", budget, unit, PreviewMode::Head));
+                proptest::prop_assert_eq!(r, replacement(&text, size, &AT_P, budget, unit, PreviewMode::Head));
             } else {
                 proptest::prop_assert!(first.len() + last.len() <= text.len());
                 let omitted = size - unit.len(first) - unit.len(last);
@@ -321,5 +373,22 @@ mod tests {
                 proptest::prop_assert!(r.ends_with(&expected), "{} !~ {}", r, expected);
             }
         }
+    }
+
+    #[test]
+    fn a_link_goes_on_the_line_after_the_path() {
+        let saved = Saved {
+            path: "/d/sessions/t.s/tool-results/t1.txt",
+            link: Some("toolwire://saved-output/s/t1"),
+        };
+        let r = replacement("abc\ndef", 7, &saved, 3, SizeUnit::Chars, PreviewMode::Head);
+        assert!(
+            r.starts_with("<persisted-output>\nOutput too large (7 bytes). Full output saved to: /d/sessions/t.s/tool-results/t1.txt\nRead it with the read_saved_output tool (MCP server toolwire): uri toolwire://saved-output/s/t1\n\nPreview"),
+            "{r}"
+        );
+        assert_eq!(
+            preview_target(&r),
+            Some(("t.s".to_owned(), "t1.txt".to_owned()))
+        );
     }
 }

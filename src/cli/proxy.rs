@@ -75,6 +75,17 @@ async fn serve(args: Args) -> Result<(), String> {
         .await
         .map_err(|err| err.to_string())?;
     let registry = Registry::new(storage, session_idle());
+    let mut config = config;
+    // Beyond loopback the agents are on other machines, where the proxy's
+    // paths name nothing: previews name the saved output's link instead.
+    config
+        .proxy
+        .previews
+        .get_or_insert(if addr.ip().is_loopback() {
+            toolwire::config::Previews::Path
+        } else {
+            toolwire::config::Previews::Mcp
+        });
     let proxy = Proxy::new(registry, config)?;
     let listener = bind(addr).map_err(|err| format!("cannot listen on {addr}: {err}"))?;
     let local = listener.local_addr().map_err(|err| err.to_string())?;

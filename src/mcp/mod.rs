@@ -24,6 +24,7 @@
 
 mod era;
 mod front;
+pub mod http;
 mod pipe;
 mod results;
 mod saved;

@@ -151,6 +151,7 @@ async fn apply(
     content: Value,
 ) -> Result<BudgetApplyResult> {
     let params = BudgetApplyParams {
+        link_session: None,
         session_id: front.session().clone(),
         messages: vec![
             Message(json!({

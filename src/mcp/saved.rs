@@ -13,22 +13,52 @@
 //! array for a result of several items, `application/json`). With a query
 //! it returns one page, as `artifact/read` pages. `read_saved_output`
 //! pages the same way and is what a model calls; both are answered by the
-//! core's artifact reader, never by a second one. Only the front's own
-//! session is readable through it.
+//! core's artifact reader, never by a second one. Only what the reader
+//! [`Saved::resolve`]s is readable: the stdio front's own session, or a
+//! session of the HTTP caller's tenant (`http`); any other link is "not
+//! found", never "forbidden", so it tells nothing of what exists.
 
 use serde_json::{Value, json};
 
 use super::Scope;
 use crate::artifact::ArtifactKind;
 use crate::artifact::read::{self as artifact_read, ReadRequest, ReadResult};
+use crate::config::Effective;
 use crate::error::{Error, Result};
 use crate::protocol::SessionId;
+use crate::session::Registry;
 
-/// The tool the front adds to `tools/list`.
-pub const READ_TOOL: &str = "read_saved_output";
+/// Who reads saved outputs through links: where the configuration and the
+/// sessions are, and which session a link's session segment is on the
+/// stores, if the reader may read it at all.
+pub(super) trait Saved: Send + Sync {
+    fn config(&self) -> &Effective;
+    fn registry(&self) -> &Registry;
+    /// The store's session for a link's session segment; `None` for one
+    /// the reader may not read (answered as not found).
+    fn resolve(&self, named: &str) -> Option<SessionId>;
+}
+
+/// A stdio front reads its own session and nothing else.
+impl<T: Scope + ?Sized> Saved for T {
+    fn config(&self) -> &Effective {
+        Scope::config(self)
+    }
+
+    fn registry(&self) -> &Registry {
+        Scope::registry(self)
+    }
+
+    fn resolve(&self, named: &str) -> Option<SessionId> {
+        (named == self.session().as_str()).then(|| self.session().clone())
+    }
+}
+
+/// The tool the front adds to `tools/list` (the one previews name).
+pub const READ_TOOL: &str = crate::budget::preview::READ_TOOL;
 
 /// Every link of ours starts with this.
-pub const URI_PREFIX: &str = "toolwire://saved-output/";
+pub const URI_PREFIX: &str = crate::budget::preview::LINK_PREFIX;
 
 /// The first protocol revision with `structuredContent` and `outputSchema`.
 const STRUCTURED_SINCE: &str = "2025-06-18";
@@ -36,7 +66,7 @@ const STRUCTURED_SINCE: &str = "2025-06-18";
 const RESULT_TYPE_SINCE: &str = "2026-07-28";
 
 pub(super) fn uri(session: &SessionId, tool_use_id: &str) -> String {
-    format!("{URI_PREFIX}{session}/{tool_use_id}")
+    crate::budget::preview::link(session.as_str(), tool_use_id)
 }
 
 /// Whether `version` (a negotiated revision, absent when none was seen) is
@@ -145,8 +175,9 @@ pub(super) struct Page {
     pub context: Option<u64>,
 }
 
-/// A link taken apart: the result's id, and a page when it has a query.
-fn parse_uri(front: &dyn Scope, raw: &str) -> Result<(String, Option<Page>)> {
+/// A link taken apart: the store's session, the result's id, and a page
+/// when it has a query.
+fn parse_uri(front: &dyn Saved, raw: &str) -> Result<(SessionId, String, Option<Page>)> {
     let bad = |why: &str| Error::invalid_params("uri", format!("{why}: {raw:?}"));
     let url = url::Url::parse(raw).map_err(|_| bad("not a URI"))?;
     if url.scheme() != "toolwire" || url.host_str() != Some("saved-output") {
@@ -156,13 +187,13 @@ fn parse_uri(front: &dyn Scope, raw: &str) -> Result<(String, Option<Page>)> {
     let (Some(session), Some(id), None) = (parts.next(), parts.next(), parts.next()) else {
         return Err(bad("expected toolwire://saved-output/<session>/<id>"));
     };
-    if session != front.session().as_str() || id.is_empty() {
+    let Some(session) = front.resolve(session).filter(|_| !id.is_empty()) else {
         return Err(Error::ResourceNotFound {
             uri: raw.to_owned(),
         });
-    }
+    };
     if url.query().is_none() {
-        return Ok((id.to_owned(), None));
+        return Ok((session, id.to_owned(), None));
     }
     let mut page = Page::default();
     for (key, value) in url.query_pairs() {
@@ -184,16 +215,16 @@ fn parse_uri(front: &dyn Scope, raw: &str) -> Result<(String, Option<Page>)> {
             }
         }
     }
-    Ok((id.to_owned(), Some(page)))
+    Ok((session, id.to_owned(), Some(page)))
 }
 
 /// `resources/read` of one of our links.
 pub(super) async fn read_resource(
-    front: &dyn Scope,
+    front: &dyn Saved,
     uri: &str,
     version: Option<&str>,
 ) -> Result<Value> {
-    let (id, page) = parse_uri(front, uri)?;
+    let (session, id, page) = parse_uri(front, uri)?;
     let not_found = |err: Error| match err {
         Error::ArtifactNotFound { .. } => Error::ResourceNotFound {
             uri: uri.to_owned(),
@@ -202,13 +233,15 @@ pub(super) async fn read_resource(
     };
     let content = match page {
         None => {
-            let (bytes, kind) = read_whole(front, &id).await.map_err(not_found)?;
+            let (bytes, kind) = read_whole(front, &session, &id).await.map_err(not_found)?;
             let text = String::from_utf8(bytes)
                 .map_err(|_| Error::Internal(format!("saved output {id} is not UTF-8")))?;
             json!({"uri": uri, "mimeType": mime_type(kind), "text": text})
         }
         Some(page) => {
-            let read = read_page(front, &id, page).await.map_err(not_found)?;
+            let read = read_page(front, &session, &id, page)
+                .await
+                .map_err(not_found)?;
             json!({"uri": uri, "mimeType": "text/plain", "text": read.text})
         }
     };
@@ -229,20 +262,27 @@ pub(super) fn mime_type(kind: ArtifactKind) -> &'static str {
 /// A call of `read_saved_output`. Whatever goes wrong is a tool error the
 /// model can read (`isError`), as MCP asks of tool failures.
 pub(super) async fn call_read_tool(
-    front: &dyn Scope,
+    front: &dyn Saved,
     arguments: Value,
     version: Option<&str>,
 ) -> Value {
     let outcome = async {
         let args: ReadToolArgs = crate::error::from_value(arguments, "arguments")?;
-        let (id, from_uri) = parse_uri(front, &args.uri)?;
+        let (session, id, from_uri) = parse_uri(front, &args.uri)?;
         let page = Page {
             offset: args.offset.or(from_uri.as_ref().and_then(|p| p.offset)),
             limit: args.limit.or(from_uri.as_ref().and_then(|p| p.limit)),
             grep: args.grep.or(from_uri.as_ref().and_then(|p| p.grep.clone())),
             context: args.context.or(from_uri.and_then(|p| p.context)),
         };
-        read_page(front, &id, page).await
+        // Not found as `resources/read` says it: the link, never the
+        // store's (a tenant's scoped) session id.
+        read_page(front, &session, &id, page)
+            .await
+            .map_err(|err| match err {
+                Error::ArtifactNotFound { .. } => Error::ResourceNotFound { uri: args.uri },
+                other => other,
+            })
     }
     .await;
     let result = match outcome {
@@ -286,7 +326,12 @@ struct ReadToolArgs {
 
 // ------------------------------------ through the core's artifact reader --
 
-async fn read_page(front: &dyn Scope, id: &str, page: Page) -> Result<ReadResult> {
+async fn read_page(
+    front: &dyn Saved,
+    session: &SessionId,
+    id: &str,
+    page: Page,
+) -> Result<ReadResult> {
     if page.limit == Some(0) {
         // A page of no lines would end where it starts, and "more follows
         // at the same offset" would send a model round in circles.
@@ -304,7 +349,7 @@ async fn read_page(front: &dyn Scope, id: &str, page: Page) -> Result<ReadResult
     let (data_dir, objects, session, unit, id) = (
         front.config().data_dir.clone(),
         front.config().storage.objects.clone(),
-        front.session().clone(),
+        session.clone(),
         front.config().size_unit,
         id.to_owned(),
     );
@@ -326,11 +371,15 @@ async fn read_page(front: &dyn Scope, id: &str, page: Page) -> Result<ReadResult
 }
 
 /// The artifact exactly as stored, found and opened by the core.
-async fn read_whole(front: &dyn Scope, id: &str) -> Result<(Vec<u8>, ArtifactKind)> {
+async fn read_whole(
+    front: &dyn Saved,
+    session: &SessionId,
+    id: &str,
+) -> Result<(Vec<u8>, ArtifactKind)> {
     let (data_dir, objects, session, id) = (
         front.config().data_dir.clone(),
         front.config().storage.objects.clone(),
-        front.session().clone(),
+        session.clone(),
         id.to_owned(),
     );
     let inherited = inherited(front, &session, &id).await?;
@@ -344,7 +393,7 @@ async fn read_whole(front: &dyn Scope, id: &str) -> Result<(Vec<u8>, ArtifactKin
 /// Where the shared store's journal says the output was saved (an output a
 /// fork inherited); `None` on transcript files, which the reader reads.
 async fn inherited(
-    front: &dyn Scope,
+    front: &dyn Saved,
     session: &SessionId,
     id: &str,
 ) -> Result<Option<(String, String)>> {

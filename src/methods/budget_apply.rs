@@ -143,6 +143,7 @@ pub async fn reapply_known_queued(
                 artifact_dir: &artifact_dir,
                 is_exempt: &is_exempt,
                 policy: &policy,
+                link_session: None,
             };
             let mut messages: Vec<Value> = params.messages.into_iter().map(|m| m.0).collect();
             for unit_messages in budget::units(dialect, &messages) {
@@ -237,6 +238,7 @@ async fn apply_tracked(
         artifact_dir: &location,
         is_exempt: &is_exempt,
         policy: &policy,
+        link_session: params.link_session.as_deref(),
     };
 
     let mut messages: Vec<Value> = params.messages.into_iter().map(|m| m.0).collect();

@@ -49,12 +49,15 @@ pub fn derive_session(route: Route, body: &Value) -> Option<SessionId> {
 
 /// The `budget/apply` params the proxy sends a conversation with, on every
 /// route and over HTTP or a WebSocket alike: the configuration's limits,
-/// tools and clearing, the route's format and the request's prices.
+/// tools and clearing, the route's format and the request's prices, and
+/// the session id fresh previews link to when they link (`previews =
+/// "mcp"`).
 pub fn apply_params(
     session: &SessionId,
     messages: Vec<Value>,
     format: crate::format::Format,
     pricing: &PricingParams,
+    link_session: Option<&str>,
 ) -> crate::protocol::BudgetApplyParams {
     crate::protocol::BudgetApplyParams {
         session_id: session.clone(),
@@ -65,6 +68,7 @@ pub fn apply_params(
         format: Some(format),
         clearing: None,
         pricing: Some(pricing.clone()),
+        link_session: link_session.map(str::to_owned),
     }
 }
 

@@ -13,6 +13,7 @@
 pub mod auth;
 pub mod conversation;
 pub mod health;
+mod mcp;
 pub mod metrics;
 pub mod route;
 pub mod splice;
@@ -87,6 +88,15 @@ impl Proxy {
 
     pub fn registry(&self) -> &Registry {
         &self.registry
+    }
+
+    /// The id fresh previews of `session` name in their `toolwire://`
+    /// links, with `previews = "mcp"`: the one the caller knows, which its
+    /// `/mcp` scopes back to `session`. Chosen as the decision is made, so
+    /// a preview's text never changes after.
+    fn link_session<'a>(&self, caller: &Caller, session: &'a SessionId) -> Option<&'a str> {
+        (self.config.proxy.previews == Some(crate::config::Previews::Mcp))
+            .then(|| caller.unscoped(session))
     }
 
     /// Accept connections until the listener fails; each connection speaks
@@ -224,6 +234,10 @@ impl Proxy {
                 &format!("toolwire proxy: {why}"),
             );
         };
+        // MCP for reading saved outputs back, the caller's own only.
+        if raw_path == mcp::PATH {
+            return self.mcp(req, &caller).await;
+        }
         // The Responses API's WebSocket mode (Codex's own provider), for a
         // caller the tokens admit, its sessions scoped as the caller's.
         if websocket::is_upgrade(&req)
@@ -505,8 +519,10 @@ impl Proxy {
             );
             record.repaired = true;
         }
-        let params_of =
-            |messages: Vec<Value>| conversation::apply_params(&session, messages, format, &pricing);
+        let link = self.link_session(caller, &session);
+        let params_of = |messages: Vec<Value>| {
+            conversation::apply_params(&session, messages, format, &pricing, link)
+        };
         let params = params_of(messages);
         match crate::methods::budget_apply_queued_tracked(
             &self.registry,

@@ -518,8 +518,9 @@ impl Relay {
             tracing::info!(session = %session, dropped_tool_uses = ?report.dropped_tool_uses, dropped_tool_results = ?report.dropped_tool_results, moved_tool_results = ?report.moved_tool_results, "repaired the pairing of a WebSocket request");
             record.repaired = true;
         }
+        let link = self.proxy.link_session(&self.caller, session);
         let params_of = |messages: Vec<Value>| {
-            super::conversation::apply_params(session, messages, format, &pricing)
+            super::conversation::apply_params(session, messages, format, &pricing, link)
         };
         let registry = self.proxy.registry();
         let config = self.proxy.config.clone();

@@ -262,6 +262,7 @@ pub fn price(steps: &[Step], format: Format, provider: Provider, settings: &Sett
             artifact_dir: &dir,
             is_exempt: &is_exempt,
             policy: &policy,
+            link_session: None,
         };
         for sim in &mut sims {
             advance(sim, &originals, &pcx, settings, prices);

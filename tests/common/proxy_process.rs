@@ -11,6 +11,15 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStderr, Command};
 
+/// The hex SHA-256 of a tenant's token, as `[proxy.auth]` holds it.
+pub fn sha256_hex(text: &str) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// How long a proxy may take to start listening.
 const START_LIMIT: Duration = Duration::from_secs(300);
 
