@@ -644,6 +644,15 @@ class TenantToken(BaseModel):
     """
 
 
+class Previews(StrEnum):
+    """
+    `[proxy] previews`.
+    """
+
+    mcp = 'mcp'
+    path = 'path'
+
+
 class Backend(StrEnum):
     """
     `storage.backend`.
@@ -1487,6 +1496,14 @@ class BudgetApplyParams(BaseModel):
     What the request says about its provider's prices, for `auto`
     clearing (PROTOCOL.md 12.1); the provider is the format's.
     """
+    link_session: str | None = Field(None, alias='linkSession')
+    """
+    The session id this request's fresh previews name in their
+    `toolwire://saved-output/<linkSession>/<toolUseId>` links, to be
+    read with the `read_saved_output` tool of an MCP front (PROTOCOL.md
+    12.3); absent: previews name the saved output's path alone.
+    Decided previews keep their text.
+    """
 
 
 class ToolSettings(BaseModel):
@@ -1583,6 +1600,14 @@ class ProxyConfig(BaseModel):
     """
     `[proxy.auth]`: the tenants' tokens. Required to listen beyond
     loopback.
+    """
+    previews: Previews | None = None
+    """
+    What a fresh preview tells the model about the saved output:
+    `"mcp"` adds its `toolwire://` link and the `read_saved_output`
+    tool of the proxy's `/mcp` (for agents that cannot open the proxy's
+    disk); `"path"` only the path. Unset: `"mcp"` when listening beyond
+    loopback, else `"path"`.
     """
 
 

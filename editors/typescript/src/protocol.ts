@@ -100,6 +100,13 @@ export type AppendMessage = (Message | [OpenaiResponsesItem1, ...(OpenaiResponse
  */
 export type AbortMode = ("discard" | "synthetic")
 /**
+ * `[proxy] previews`.
+ * 
+ * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
+ * via the `definition` "Previews".
+ */
+export type Previews = ("mcp" | "path")
+/**
  * An option's value: TOML and JSON may spell `true` or `9000` bare.
  * 
  * This interface was referenced by `ToolwireSchemaBundle`'s JSON-Schema
@@ -284,6 +291,14 @@ clearing?: (ClearingOverride | null)
  * clearing (PROTOCOL.md 12.1); the provider is the format's.
  */
 pricing?: (PricingParams | null)
+/**
+ * The session id this request's fresh previews name in their
+ * `toolwire://saved-output/<linkSession>/<toolUseId>` links, to be
+ * read with the `read_saved_output` tool of an MCP front (PROTOCOL.md
+ * 12.3); absent: previews name the saved output's path alone.
+ * Decided previews keep their text.
+ */
+linkSession?: (string | null)
 }
 /**
  * format `anthropic`: a Messages API message; calls are `tool_use` blocks, results `tool_result` blocks; a `system` message (Claude Code 2.1 sends them among its messages) belongs to no turn.
@@ -746,6 +761,14 @@ metricsByTenant?: boolean
  * loopback.
  */
 auth?: (ProxyAuth | null)
+/**
+ * What a fresh preview tells the model about the saved output:
+ * `"mcp"` adds its `toolwire://` link and the `read_saved_output`
+ * tool of the proxy's `/mcp` (for agents that cannot open the proxy's
+ * disk); `"path"` only the path. Unset: `"mcp"` when listening beyond
+ * loopback, else `"path"`.
+ */
+previews?: (Previews | null)
 }
 /**
  * Base URL per provider; the request's path is appended to it.
@@ -1029,6 +1052,14 @@ metricsByTenant?: boolean
  * loopback.
  */
 auth?: (ProxyAuth | null)
+/**
+ * What a fresh preview tells the model about the saved output:
+ * `"mcp"` adds its `toolwire://` link and the `read_saved_output`
+ * tool of the proxy's `/mcp` (for agents that cannot open the proxy's
+ * disk); `"path"` only the path. Unset: `"mcp"` when listening beyond
+ * loopback, else `"path"`.
+ */
+previews?: (Previews | null)
 }
 /**
  * `[proxy.upstreams]`: the only hosts the proxy ever forwards to.
