@@ -53,16 +53,20 @@ pub struct Address {
 }
 
 /// Write the proxy's address (atomically: a reader never sees half).
+/// Like everything in the data directory, it is the user's alone (0600).
 pub fn announce(data_dir: &Path, url: &str) -> std::io::Result<()> {
-    std::fs::create_dir_all(data_dir)?;
+    use std::io::Write;
+    toolwire::private::create_dir_all(data_dir)?;
     let text = serde_json::to_vec(&Address {
         url: url.to_owned(),
         pid: std::process::id(),
     })
     .map_err(std::io::Error::other)?;
-    let tmp = data_dir.join(format!("{ADDRESS_FILE}.{}", std::process::id()));
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, data_dir.join(ADDRESS_FILE))
+    let mut tmp = toolwire::private::temp_file_in(data_dir, ADDRESS_FILE)?;
+    tmp.write_all(&text)?;
+    tmp.persist(data_dir.join(ADDRESS_FILE))
+        .map(drop)
+        .map_err(|err| err.error)
 }
 
 /// Remove the address file if it still names this process.

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import re
 import logging
 import os
 import tempfile
@@ -123,6 +124,36 @@ def _note(text: str) -> str:
     return "".join(c if c == " " or ("!" <= c <= "~") else "?" for c in text)[:512]
 
 
+def _pricing(data: dict[str, Any]) -> dict[str, Any]:
+    """What the request says about its prices, as the proxy reads it: the
+    model (LiteLLM's name for it, without a ``provider/`` prefix toolwire
+    strips itself) and a 24-hour OpenAI cache retention. An Anthropic
+    ``ttl: "1h"`` marker is found the way the proxy finds it, in the text."""
+    pricing: dict[str, Any] = {}
+    model = data.get("model")
+    if isinstance(model, str) and model:
+        pricing["model"] = model
+    if data.get("prompt_cache_retention") == "24h":
+        pricing["cacheTtl"] = "24h"
+    elif re.search(r'"ttl"\s*:\s*"1h"', json.dumps(data.get("messages"), default=str)):
+        pricing["cacheTtl"] = "1h"
+    return pricing
+
+
+def _why(clearing: Any) -> str:
+    """Why a request cleared, as the proxy says it after the ids:
+    `; reason=pays|expired|trigger; rentChars=N; costChars=N`."""
+    if not isinstance(clearing, dict):
+        return ""
+    if clearing.get("decision") == "expired":
+        reason = "expired"
+    elif clearing.get("mode") == "auto":
+        reason = "pays"
+    else:
+        reason = "trigger"
+    return f"; reason={reason}; rentChars={clearing.get('rentChars', 0)}; costChars={clearing.get('costChars', 0)}"
+
+
 def _ids(ids: Any) -> str:
     """Ids comma-separated and percent-encoded, as the proxy lists them."""
     return ",".join(_form_encoded(i) for i in ids or [] if isinstance(i, str))
@@ -213,7 +244,7 @@ class ToolwireGuardrail(CustomGuardrail):
         headers[SESSION_HEADER] = session
         try:
             result, conversation, repaired = await asyncio.wait_for(
-                self._apply(session, format_name, conversation), self.deadline
+                self._apply(session, format_name, conversation, _pricing(data)), self.deadline
             )
         except Exception as err:  # fail open: whatever went wrong, the call goes on
             reason = _reason(err, self.deadline)
@@ -248,7 +279,7 @@ class ToolwireGuardrail(CustomGuardrail):
         cleared = [c for c in result.get("cleared") or [] if isinstance(c, str)]
         headers[BUDGET_HEADER] = f"applied; persisted={persisted}"
         if cleared:
-            headers[CLEARED_HEADER] = _note(_ids(cleared))
+            headers[CLEARED_HEADER] = _note(_ids(cleared) + _why(result.get("clearing")))
         pending.update(
             budgeted=True,
             results_persisted=persisted,
@@ -284,7 +315,7 @@ class ToolwireGuardrail(CustomGuardrail):
     # -- toolwire --------------------------------------------------------
 
     async def _apply(
-        self, session: str, format_name: str, conversation: list[Any]
+        self, session: str, format_name: str, conversation: list[Any], pricing: dict[str, Any]
     ) -> tuple[dict[str, Any], list[Any], dict[str, Any] | None]:
         """Repair the pairing if the provider would refuse it, then budget:
         the result of ``budget/apply``, the conversation it was given, and
@@ -296,7 +327,7 @@ class ToolwireGuardrail(CustomGuardrail):
                 conversation = repaired[0]
             result = await client.request(
                 "budget/apply",
-                {"sessionId": session, "messages": conversation, "format": format_name},
+                {"sessionId": session, "messages": conversation, "format": format_name, "pricing": pricing},
             )
         except (ConnectionError, OSError):
             # The daemon went away: the next request starts or reaches a new one.
