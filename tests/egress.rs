@@ -207,8 +207,13 @@ impl Drop for Squid {
 
 impl Squid {
     async fn start() -> Squid {
-        let dir = tempfile::tempdir().unwrap();
-        // As root, squid works as `nobody`: its files must be reachable.
+        // As root, squid works as `nobody`: its files must be reachable, so
+        // they go under /tmp itself, not under $TMPDIR (`.ci/run` makes that
+        // a private 0700 directory `nobody` cannot enter). Removed on drop.
+        let dir = tempfile::Builder::new()
+            .prefix("toolwire-squid-")
+            .tempdir_in("/tmp")
+            .unwrap();
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
         let port = free_port();
