@@ -383,6 +383,11 @@ async fn real_agent(name: &str, args: &[&str], env: &[(&str, &str)]) -> (Output,
         r#"{"security": {"auth": {"selectedType": "gemini-api-key"}}}"#,
     )
     .unwrap();
+    // The agents keep scratch files under $TMPDIR (Claude Code's
+    // claude-<uid>, pi's jiti cache, opencode's and its runtime's): in the
+    // throwaway HOME, so nothing is left in the suite's TMPDIR.
+    let scratch = home.path().join("tmp");
+    std::fs::create_dir_all(&scratch).unwrap();
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolwire"));
     command
         .args(["run", "--"])
@@ -390,6 +395,7 @@ async fn real_agent(name: &str, args: &[&str], env: &[(&str, &str)]) -> (Output,
         .args(args)
         .current_dir(dir.path())
         .env("HOME", home.path())
+        .env("TMPDIR", &scratch)
         .env("NO_PROXY", "*")
         .envs(env.iter().copied())
         .stdin(std::process::Stdio::null())
