@@ -23,6 +23,13 @@ if [ "$major" -lt 20 ]; then
   exit 1
 fi
 
+# npm and what the packages run on install keep scratch files under
+# $TMPDIR (opencode's `opencode/` and its runtime's extracted `.so`): in a
+# directory of their own, removed after, not in the suite's TMPDIR.
+scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
+export TMPDIR="$scratch"
+
 stale() { [ ! -d "$1/node_modules" ] || [ "$1/package-lock.json" -nt "$1/node_modules/.package-lock.json" ]; }
 if stale "$here"; then
   (cd "$here" && npm ci --no-audit --no-fund --loglevel=error)
