@@ -6,6 +6,8 @@
 //! binary, since stopping the process's PostgreSQL touches every database
 //! of the process.
 
+#[path = "common/agent_py.rs"]
+mod agent_py;
 mod common;
 mod fake_provider;
 #[path = "common/proxy_process.rs"]
@@ -204,8 +206,8 @@ async fn prometheus_scrapes_what_the_provider_reported_and_stats_says() {
     let prometheus = Prometheus::start(target, SCRAPE_TOKEN).await;
 
     // Two agents through the official SDKs, one of them streaming.
-    proxy_process::sdk_agent_loop("anthropic", &url, 6).await;
-    proxy_process::sdk_agent_loop("openai-chat", &url, 4).await;
+    agent_py::run(&["anthropic", &url, "loop", "--turns", "6"]).await;
+    agent_py::run(&["openai-chat", &url, "loop", "--turns", "4"]).await;
     // And one refusal the proxy answers itself.
     let r = http
         .post(format!("{url}/v1/nowhere"))

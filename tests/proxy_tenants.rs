@@ -5,6 +5,8 @@
 //! without a valid token is answered 401 in the provider's shape and
 //! reaches no upstream; tokens never reach a log or the provider.
 
+#[path = "common/agent_py.rs"]
+mod agent_py;
 mod common;
 mod fake_provider;
 #[path = "common/proxy_process.rs"]
@@ -125,9 +127,23 @@ async fn two_tenants_keep_to_their_own(db: Option<&str>) {
     // The same agent, the same conversation, two tenants: the session the
     // proxy derives from the conversation is the same id for both, and
     // must be two sessions.
-    proxy_process::sdk_agent_loop("anthropic", &format!("{url}/t/{ALICE}"), 3).await;
+    agent_py::run(&[
+        "anthropic",
+        &format!("{url}/t/{ALICE}"),
+        "loop",
+        "--turns",
+        "3",
+    ])
+    .await;
     let alice_requests = fake.received();
-    proxy_process::sdk_agent_loop("anthropic", &format!("{url}/t/{BOB}"), 3).await;
+    agent_py::run(&[
+        "anthropic",
+        &format!("{url}/t/{BOB}"),
+        "loop",
+        "--turns",
+        "3",
+    ])
+    .await;
     let all = fake.received();
     let bob_requests = &all[alice_requests.len()..];
     for (who, requests) in [("alice", &alice_requests[..]), ("bob", bob_requests)] {

@@ -147,36 +147,3 @@ pub fn stats(dir: &Path) -> Vec<serde_json::Value> {
         other => panic!("toolwire stats --json printed {other}"),
     }
 }
-
-/// tests/proxy/agent.py's loop of `turns` turns through the official SDK
-/// of `provider`, pointed at `base` (tests/setup.d/40-proxy.sh installs it).
-pub async fn sdk_agent_loop(provider: &str, base: &str, turns: u32) -> serde_json::Value {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let python = root.join("tests/proxy/.venv/bin/python");
-    assert!(
-        python.exists(),
-        "the provider SDKs are not installed: run ./tests/setup.sh (or bash tests/setup.d/40-proxy.sh)"
-    );
-    let out = tokio::time::timeout(
-        START_LIMIT,
-        Command::new(python)
-            .arg(root.join("tests/proxy/agent.py"))
-            .args([provider, base, "loop", "--turns", &turns.to_string()])
-            // The SDKs reach the proxy directly, whatever the environment says.
-            .env("NO_PROXY", "*")
-            .env_remove("HTTP_PROXY")
-            .env_remove("HTTPS_PROXY")
-            .env_remove("ALL_PROXY")
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .unwrap()
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "agent.py {provider} {base} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
