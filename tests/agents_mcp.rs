@@ -321,6 +321,8 @@ async fn run(agent: Agent) -> Run {
     std::fs::create_dir_all(&home).unwrap();
     std::fs::create_dir_all(&cwd).unwrap();
     let mut cmd = agent.command(&base, &home, &cwd);
+    // `cat` says "Permission denied" in these words.
+    cmd.env("LC_ALL", "C");
     configure_mcp(agent, &mut cmd, &mcp, &home).await;
     if root {
         give_to(scratch.path(), AGENT_UID);
