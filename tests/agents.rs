@@ -11,6 +11,8 @@
 //! restarted costs nothing extra, and the input through toolwire, priced
 //! as the providers' caches price it, costs no more than the direct run.
 
+#[path = "common/agent_cli.rs"]
+mod agent_cli;
 mod fake_provider;
 #[path = "common/proxy_process.rs"]
 mod proxy_process;
@@ -18,15 +20,16 @@ mod scripted_provider;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
+use std::process::Output;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agent_cli::Agent;
 use scripted_provider::pricing::{self, Prices};
 use scripted_provider::tap::{Sent, Tap};
-use scripted_provider::{Api, FINAL_ANSWER, ScriptedProvider, Seen};
+use scripted_provider::{FINAL_ANSWER, ScriptedProvider, Seen, tool_results as results};
 use serde_json::Value;
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 /// How long one agent run may take.
 const RUN_LIMIT: Duration = Duration::from_secs(240);
@@ -36,194 +39,6 @@ const RUN_LIMIT: Duration = Duration::from_secs(240);
 const SHORT_LIMIT: f64 = 1.005;
 /// A long run must save at least a fifth.
 const LONG_LIMIT: f64 = 0.80;
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Agent {
-    ClaudeCode,
-    Codex,
-    GeminiCli,
-    Pi,
-    Opencode,
-}
-
-fn bin(name: &str) -> PathBuf {
-    // opencode has a folder of its own (tests/setup.d/70-agents.sh says why).
-    let folder = if name == "opencode" {
-        "tests/agents/opencode"
-    } else {
-        "tests/agents"
-    };
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join(folder)
-        .join("node_modules/.bin")
-        .join(name);
-    assert!(
-        path.exists(),
-        "the agent CLIs are not installed ({} is missing): run ./tests/setup.sh (or bash tests/setup.d/70-agents.sh)",
-        path.display()
-    );
-    path
-}
-
-const PROMPT: &str = "Run the commands you are given, one at a time, then say you are done.";
-
-impl Agent {
-    fn name(self) -> &'static str {
-        match self {
-            Agent::ClaudeCode => "claude-code",
-            Agent::Codex => "codex",
-            Agent::GeminiCli => "gemini-cli",
-            Agent::Pi => "pi",
-            Agent::Opencode => "opencode",
-        }
-    }
-
-    fn api(self) -> Api {
-        match self {
-            Agent::ClaudeCode | Agent::Pi | Agent::Opencode => Api::Anthropic,
-            Agent::Codex => Api::Responses,
-            Agent::GeminiCli => Api::Gemini,
-        }
-    }
-
-    /// The agent run non-interactively against `base` (the provider, or
-    /// the proxy), in `home` (a throwaway HOME) and `cwd`, with telemetry,
-    /// update checks and other network features off. These command lines
-    /// are the ones docs/testing.md shows.
-    fn command(self, base: &str, home: &Path, cwd: &Path) -> Command {
-        let mut cmd;
-        match self {
-            Agent::ClaudeCode => {
-                cmd = Command::new(bin("claude"));
-                // Root may not pass --dangerously-skip-permissions; an
-                // allowed tool list approves the shell tool alone.
-                cmd.args(["-p", PROMPT, "--allowedTools", "Bash", "--max-turns", "60"])
-                    .env("ANTHROPIC_BASE_URL", base)
-                    .env("ANTHROPIC_API_KEY", "scripted")
-                    .env("DISABLE_TELEMETRY", "1")
-                    .env("DISABLE_AUTOUPDATER", "1")
-                    .env("DISABLE_ERROR_REPORTING", "1")
-                    .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1");
-            }
-            Agent::Codex => {
-                // A model provider of its own: plain HTTP (no WebSocket
-                // upgrade, which the built-in OpenAI provider tries first)
-                // and retries enough to ride out a proxy restart.
-                let provider = format!(
-                    "model_providers.scripted={{name=\"scripted\",base_url=\"{base}/v1\",env_key=\"OPENAI_API_KEY\",wire_api=\"responses\",supports_websockets=false,request_max_retries=10,stream_max_retries=10}}"
-                );
-                std::fs::create_dir_all(home.join(".codex")).unwrap();
-                cmd = Command::new(bin("codex"));
-                cmd.args([
-                    "exec",
-                    "--skip-git-repo-check",
-                    "--dangerously-bypass-approvals-and-sandbox",
-                    "-c",
-                    "model_provider=scripted",
-                    "-c",
-                    &provider,
-                    "-c",
-                    "model=gpt-5.5",
-                    "-c",
-                    "analytics.enabled=false",
-                    "-c",
-                    "check_for_update_on_startup=false",
-                    PROMPT,
-                ])
-                .env("OPENAI_API_KEY", "scripted")
-                .env("CODEX_HOME", home.join(".codex"));
-            }
-            Agent::GeminiCli => {
-                let dir = home.join(".gemini");
-                std::fs::create_dir_all(&dir).unwrap();
-                std::fs::write(
-                    dir.join("settings.json"),
-                    r#"{"privacy": {"usageStatisticsEnabled": false}, "telemetry": {"enabled": false},
-  "general": {"disableAutoUpdate": true, "disableUpdateNag": true},
-  "security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": false}}}"#,
-                )
-                .unwrap();
-                cmd = Command::new(bin("gemini"));
-                cmd.args(["-p", PROMPT, "--yolo", "-m", "gemini-2.5-pro"])
-                    .env("GOOGLE_GEMINI_BASE_URL", base)
-                    .env("GEMINI_API_KEY", "scripted")
-                    .env("GEMINI_CLI_TRUST_WORKSPACE", "true");
-            }
-            Agent::Pi => {
-                // The built-in Anthropic provider, its base URL moved
-                // (pi's docs/models.md, "Overriding Built-in Providers").
-                let dir = home.join(".pi/agent");
-                std::fs::create_dir_all(&dir).unwrap();
-                std::fs::write(
-                    dir.join("models.json"),
-                    format!(r#"{{"providers": {{"anthropic": {{"baseUrl": "{base}"}}}}}}"#),
-                )
-                .unwrap();
-                cmd = Command::new(bin("pi"));
-                cmd.args([
-                    "-p",
-                    "--provider",
-                    "anthropic",
-                    "--model",
-                    "claude-sonnet-4-5",
-                    "--no-session",
-                    "--offline",
-                    PROMPT,
-                ])
-                .env("ANTHROPIC_API_KEY", "scripted")
-                .env("PI_OFFLINE", "1");
-            }
-            Agent::Opencode => {
-                let dir = home.join(".config/opencode");
-                std::fs::create_dir_all(&dir).unwrap();
-                std::fs::write(
-                    dir.join("opencode.json"),
-                    format!(
-                        r#"{{"autoupdate": false, "share": "disabled", "snapshot": false,
-  "provider": {{"anthropic": {{"options": {{"baseURL": "{base}/v1", "apiKey": "scripted"}}}}}}}}"#
-                    ),
-                )
-                .unwrap();
-                cmd = Command::new(bin("opencode"));
-                cmd.args(["run", "--model", "anthropic/claude-sonnet-4-5", PROMPT])
-                    .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
-                    .env("OPENCODE_DISABLE_AUTOUPDATE", "1");
-            }
-        }
-        // Loopback only: no system proxy between the agent and its base URL.
-        for var in [
-            "HTTP_PROXY",
-            "HTTPS_PROXY",
-            "ALL_PROXY",
-            "http_proxy",
-            "https_proxy",
-            "all_proxy",
-        ] {
-            cmd.env_remove(var);
-        }
-        // Temporary files too stay in the throwaway HOME (Claude Code
-        // writes under $TMPDIR/claude-<uid>, pi its jiti cache), so a run
-        // leaves nothing behind in the suite's TMPDIR.
-        let tmp = home.join("tmp");
-        std::fs::create_dir_all(&tmp).unwrap();
-        cmd.env("NO_PROXY", "*")
-            .env("TMPDIR", &tmp)
-            .env("HOME", home)
-            .env("XDG_CONFIG_HOME", home.join(".config"))
-            .env("XDG_CACHE_HOME", home.join(".cache"))
-            .env("XDG_DATA_HOME", home.join(".local/share"))
-            .env("XDG_STATE_HOME", home.join(".local/state"))
-            .env("CI", "1")
-            .env("TERM", "dumb")
-            .env("NO_COLOR", "1")
-            .current_dir(cwd)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        cmd
-    }
-}
 
 /// The short script: outputs of 169k and 63k chars, three of about 24k,
 /// small ones between; with the final answer, 11 model requests.
@@ -461,31 +276,6 @@ fn assert_budgeted(agent: Agent, what: &str, run: &Run) {
         agent.name(),
         failed.join("\n")
     );
-}
-
-/// Every tool result in a request: (call id, content).
-fn results(api: Api, body: &Value) -> Vec<(String, Value)> {
-    let items = |v: Option<&Value>| v.and_then(Value::as_array).cloned().unwrap_or_default();
-    let text = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
-    match api {
-        Api::Anthropic => items(body.get("messages"))
-            .iter()
-            .flat_map(|m| items(m.get("content")))
-            .filter(|b| text(b, "type") == "tool_result")
-            .map(|b| (text(&b, "tool_use_id"), b["content"].clone()))
-            .collect(),
-        Api::Responses => items(body.get("input"))
-            .into_iter()
-            .filter(|i| text(i, "type").ends_with("call_output"))
-            .map(|i| (text(&i, "call_id"), i["output"].clone()))
-            .collect(),
-        Api::Gemini => items(body.get("contents"))
-            .iter()
-            .flat_map(|c| items(c.get("parts")))
-            .filter_map(|p| p.get("functionResponse").cloned())
-            .map(|r| (text(&r, "id"), r["response"].clone()))
-            .collect(),
-    }
 }
 
 /// Every value a saved output could have been cut from: the result, and

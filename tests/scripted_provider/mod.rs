@@ -12,7 +12,10 @@
 //! answer, and the direct run and the run through toolwire see the same
 //! model. Requests without the shell tool (a title, a quota check, a
 //! router's question) get a short text answer and do not advance the
-//! script. Every request is recorded; the prompt cache is simulated by
+//! script. A test whose model must react to what came back (read a saved
+//! output's pages through an MCP tool, tests/agents_mcp.rs) gives a
+//! [`Planner`] instead of a list: it sees each main request and names the
+//! next move. Every request is recorded; the prompt cache is simulated by
 //! prefix, as in tests/fake_provider (whose server it shares), for the usage figures the agents
 //! show.
 #![allow(dead_code)]
@@ -88,8 +91,40 @@ struct Hold {
     reached: oneshot::Sender<Bytes>,
 }
 
+/// What the model does at one step of the main conversation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Move {
+    /// Call the agent's shell tool with this command.
+    Shell(String),
+    /// Call the tool named `tool` (one the request declares, or a tool
+    /// search found) with `input`; `namespace` is the group a Responses
+    /// tool search put it in (Codex's `mcp__<server>`).
+    Call {
+        tool: String,
+        namespace: Option<String>,
+        input: Value,
+    },
+    /// Search the agent's deferred tools (Codex's client-side
+    /// `tool_search`, which is where Codex keeps its MCP servers' tools).
+    SearchTools { query: String },
+    /// Give [`FINAL_ANSWER`].
+    Finish,
+}
+
+/// One main request as a [`Planner`] sees it.
+pub struct Turn<'a> {
+    pub api: Api,
+    pub body: &'a Value,
+    /// How many tool results its conversation holds.
+    pub step: usize,
+}
+
+/// Chooses the model's move from the request it answers. It must be a
+/// function of the request alone (a retried request gets the same move).
+pub type Planner = Arc<dyn Fn(&Turn) -> Move + Send + Sync>;
+
 struct State {
-    script: Vec<String>,
+    planner: Planner,
     seen: Vec<Seen>,
     recent: HashMap<String, Bytes>,
     hold: Option<Hold>,
@@ -104,8 +139,18 @@ pub struct ScriptedProvider {
 impl ScriptedProvider {
     /// Start on a loopback port with the commands to have the agent run.
     pub async fn start(script: Vec<String>) -> ScriptedProvider {
+        ScriptedProvider::start_planned(Arc::new(move |turn: &Turn| {
+            script
+                .get(turn.step)
+                .map_or(Move::Finish, |command| Move::Shell(command.clone()))
+        }))
+        .await
+    }
+
+    /// Start on a loopback port with a model whose moves `planner` picks.
+    pub async fn start_planned(planner: Planner) -> ScriptedProvider {
         let state = Arc::new(Mutex::new(State {
-            script,
+            planner,
             seen: Vec::new(),
             recent: HashMap::new(),
             hold: None,
@@ -152,9 +197,9 @@ fn arr(v: Option<&Value>) -> &[Value] {
         .unwrap_or(&[])
 }
 
-/// The agent's shell tool, as its request declares it: the tool's name.
-fn shell_tool(api: Api, body: &Value) -> Option<String> {
-    let names: Vec<&str> = match api {
+/// The names of the tools a request declares.
+pub fn tool_names(api: Api, body: &Value) -> Vec<&str> {
+    match api {
         Api::Anthropic | Api::Responses => arr(body.get("tools"))
             .iter()
             .filter_map(|t| t.get("name").and_then(Value::as_str))
@@ -164,11 +209,73 @@ fn shell_tool(api: Api, body: &Value) -> Option<String> {
             .flat_map(|t| arr(t.get("functionDeclarations")))
             .filter_map(|f| f.get("name").and_then(Value::as_str))
             .collect(),
-    };
+    }
+}
+
+/// The agent's shell tool, as its request declares it: the tool's name.
+fn shell_tool(api: Api, body: &Value) -> Option<String> {
+    let names = tool_names(api, body);
     ["Bash", "exec_command", "shell", "run_shell_command", "bash"]
         .into_iter()
         .find(|n| names.contains(n))
         .map(str::to_owned)
+}
+
+/// Every tool result in a request, in order: (call id, content as the
+/// agent sent it).
+pub fn tool_results(api: Api, body: &Value) -> Vec<(String, Value)> {
+    let text = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+    match api {
+        Api::Anthropic => arr(body.get("messages"))
+            .iter()
+            .flat_map(|m| arr(m.get("content")))
+            .filter(|b| text(b, "type") == "tool_result")
+            .map(|b| (text(b, "tool_use_id"), b["content"].clone()))
+            .collect(),
+        Api::Responses => arr(body.get("input"))
+            .iter()
+            .filter(|i| {
+                let kind = text(i, "type");
+                kind.ends_with("call_output") || kind == "tool_search_output"
+            })
+            .map(|i| (text(i, "call_id"), i["output"].clone()))
+            .collect(),
+        Api::Gemini => arr(body.get("contents"))
+            .iter()
+            .flat_map(|c| arr(c.get("parts")))
+            .filter_map(|p| p.get("functionResponse"))
+            .map(|r| (text(r, "id"), r["response"].clone()))
+            .collect(),
+    }
+}
+
+/// The tool calls in a request's conversation, in order: (call id, tool).
+pub fn tool_calls(api: Api, body: &Value) -> Vec<(String, String)> {
+    let text = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+    match api {
+        Api::Anthropic => arr(body.get("messages"))
+            .iter()
+            .flat_map(|m| arr(m.get("content")))
+            .filter(|b| text(b, "type") == "tool_use")
+            .map(|b| (text(b, "id"), text(b, "name")))
+            .collect(),
+        Api::Responses => arr(body.get("input"))
+            .iter()
+            .filter_map(|i| match text(i, "type").as_str() {
+                "function_call" | "custom_tool_call" => Some((text(i, "call_id"), text(i, "name"))),
+                "tool_search_call" => Some((text(i, "call_id"), "tool_search".to_owned())),
+                _ => None,
+            })
+            .collect(),
+        Api::Gemini => arr(body.get("contents"))
+            .iter()
+            .flat_map(|c| arr(c.get("parts")))
+            .filter_map(|p| {
+                p.get("functionCall")
+                    .map(|f| (text(f, "id"), text(f, "name")))
+            })
+            .collect(),
+    }
 }
 
 /// How many tool results the conversation of `body` holds.
@@ -184,7 +291,7 @@ fn results_in(api: Api, body: &Value) -> usize {
             .filter(|i| {
                 matches!(
                     i.get("type").and_then(Value::as_str),
-                    Some("function_call_output" | "custom_tool_call_output")
+                    Some("function_call_output" | "custom_tool_call_output" | "tool_search_output")
                 )
             })
             .count(),
@@ -269,14 +376,34 @@ async fn handle(state: Arc<Mutex<State>>, req: Request<Incoming>) -> Response<Bo
             number,
         };
         let answer = match &tool {
-            Some(name) => match s.script.get(step) {
-                Some(command) => Answer::Call {
-                    id: format!("tw_call_{step:02}"),
-                    tool: name.clone(),
-                    command: command.clone(),
-                },
-                None => Answer::Text(FINAL_ANSWER.to_owned()),
-            },
+            Some(name) => {
+                let turn = Turn {
+                    api,
+                    body: &value,
+                    step,
+                };
+                let id = format!("tw_call_{step:02}");
+                match (s.planner)(&turn) {
+                    Move::Shell(command) => Answer::Call {
+                        id,
+                        tool: name.clone(),
+                        namespace: None,
+                        input: tool_input(name, &command),
+                    },
+                    Move::Call {
+                        tool,
+                        namespace,
+                        input,
+                    } => Answer::Call {
+                        id,
+                        tool,
+                        namespace,
+                        input,
+                    },
+                    Move::SearchTools { query } => Answer::Search { id, query },
+                    Move::Finish => Answer::Text(FINAL_ANSWER.to_owned()),
+                }
+            }
             None => Answer::Text(side_answer(api, &value)),
         };
         let hold = seen.main && s.hold.as_ref().is_some_and(|h| h.at == step);
@@ -324,7 +451,12 @@ enum Answer {
     Call {
         id: String,
         tool: String,
-        command: String,
+        namespace: Option<String>,
+        input: Value,
+    },
+    Search {
+        id: String,
+        query: String,
     },
     Text(String),
 }
@@ -376,18 +508,24 @@ fn anthropic_usage(u: Usage) -> Value {
 
 fn anthropic_blocks(answer: &Answer) -> Vec<Value> {
     match answer {
-        Answer::Call { id, tool, command } => vec![
+        Answer::Call {
+            id, tool, input, ..
+        } => vec![
             json!({"type": "text", "text": "Running the next command."}),
-            json!({"type": "tool_use", "id": id, "name": tool, "input": tool_input(tool, command)}),
+            json!({"type": "tool_use", "id": id, "name": tool, "input": input}),
         ],
         Answer::Text(text) => vec![json!({"type": "text", "text": text})],
+        Answer::Search { .. } => vec![json!({"type": "text", "text": NO_SEARCH})],
     }
 }
+
+/// What a tool search becomes in an API without one.
+const NO_SEARCH: &str = "(no tool search in this API)";
 
 fn stop_reason(answer: &Answer) -> &'static str {
     match answer {
         Answer::Call { .. } => "tool_use",
-        Answer::Text(_) => "end_turn",
+        Answer::Text(_) | Answer::Search { .. } => "end_turn",
     }
 }
 
@@ -445,9 +583,22 @@ fn anthropic_events(answer: &Answer, u: Usage) -> Vec<(Option<&'static str>, Val
 
 fn responses_output(answer: &Answer, u: Usage) -> Vec<Value> {
     match answer {
-        Answer::Call { id, tool, command } => vec![
-            json!({"type": "function_call", "id": format!("fc_{id}"), "call_id": id, "name": tool,
-                   "arguments": tool_input(tool, command).to_string(), "status": "completed"}),
+        Answer::Call {
+            id,
+            tool,
+            namespace,
+            input,
+        } => {
+            let mut call = json!({"type": "function_call", "id": format!("fc_{id}"), "call_id": id, "name": tool,
+                   "arguments": input.to_string(), "status": "completed"});
+            if let Some(namespace) = namespace {
+                call["namespace"] = json!(namespace);
+            }
+            vec![call]
+        }
+        Answer::Search { id, query } => vec![
+            json!({"type": "tool_search_call", "id": format!("ts_{id}"), "call_id": id, "status": "completed",
+                   "execution": "client", "arguments": {"query": query}}),
         ],
         Answer::Text(text) => vec![
             json!({"type": "message", "id": format!("msg_tw_{:04}", u.number), "status": "completed", "role": "assistant",
@@ -496,10 +647,11 @@ fn responses_events(answer: &Answer, u: Usage) -> Vec<(Option<&'static str>, Val
 
 fn gemini_response(answer: &Answer, u: Usage) -> Value {
     let parts = match answer {
-        Answer::Call { id, tool, command } => vec![
-            json!({"functionCall": {"id": id, "name": tool, "args": tool_input(tool, command)}}),
-        ],
+        Answer::Call {
+            id, tool, input, ..
+        } => vec![json!({"functionCall": {"id": id, "name": tool, "args": input}})],
         Answer::Text(text) => vec![json!({"text": text})],
+        Answer::Search { .. } => vec![json!({"text": NO_SEARCH})],
     };
     json!({"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
            "usageMetadata": {"promptTokenCount": u.total, "cachedContentTokenCount": u.cached, "candidatesTokenCount": 20, "totalTokenCount": u.total + 20},
