@@ -528,17 +528,19 @@ pub fn weight(value: &Value) -> u64 {
 
 /// The preview a cleared result is sent as: the persisted-output shape
 /// models already know (PROTOCOL.md section 4), saying the output was
-/// cleared and where the whole of it can be read.
+/// cleared and where the whole of it can be read: its path, or its link
+/// and the tool that reads it, as a persisted result's preview says it.
 pub fn preview(
     text: &str,
     original_size: u64,
-    path: &str,
+    saved: &super::preview::Saved<'_>,
     preview_size: u64,
     unit: SizeUnit,
 ) -> String {
     let first = format!(
-        "Old output cleared to save context ({}). Full output saved to: {path}",
-        format_size(original_size)
+        "Old output cleared to save context ({}). {}",
+        format_size(original_size),
+        saved.named()
     );
     super::preview::head_under(&first, text, preview_size, unit)
 }

@@ -396,7 +396,7 @@ async fn inherited(
     front: &dyn Saved,
     session: &SessionId,
     id: &str,
-) -> Result<Option<(String, String)>> {
+) -> Result<Option<Vec<(String, String)>>> {
     match front.registry().storage().shared.clone() {
         Some(shared) => crate::store::shared_target(&*shared, session, id).await,
         None => Ok(None),

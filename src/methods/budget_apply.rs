@@ -702,10 +702,18 @@ fn cleared_choice(
         c.digest,
         kind,
     ));
+    // A cleared result names its output as a fresh preview would, link
+    // and all: its text is decided now, once.
+    let link = pcx
+        .link_session
+        .map(|session| budget::preview::link(session, &c.tool_use_id));
     let replacement = clearing::preview(
         &content.preview_text(),
         c.size,
-        &path.to_string_lossy(),
+        &budget::preview::Saved {
+            path: &path.to_string_lossy(),
+            link: link.as_deref(),
+        },
         clearing.preview_chars,
         pcx.unit,
     );
