@@ -626,6 +626,43 @@ mod tests {
         json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": "x".repeat(len)}]})
     }
 
+    #[test]
+    fn a_cleared_result_names_its_link_in_place_of_its_path() {
+        use crate::budget::preview::{self, Named, Saved};
+        let at = |link| Saved {
+            path: "/w/sessions/alice.s/tool-results/t1.txt",
+            link,
+        };
+        let path = preview(&"a".repeat(50), 50, &at(None), 10, SizeUnit::Chars);
+        assert!(
+            path.starts_with("<persisted-output>\nOld output cleared to save context (50 bytes). Full output saved to: /w/sessions/alice.s/tool-results/t1.txt\n\nPreview (first 10 bytes):\naaaaaaaaaa\n"),
+            "{path}"
+        );
+        let linked = preview(
+            &"a".repeat(50),
+            50,
+            &at(Some("toolwire://saved-output/s/t1")),
+            10,
+            SizeUnit::Chars,
+        );
+        assert!(
+            linked.starts_with("<persisted-output>\nOld output cleared to save context (50 bytes). Full output saved as toolwire://saved-output/s/t1 - read it with the read_saved_output tool (MCP server toolwire).\n\nPreview (first 10 bytes):\n"),
+            "{linked}"
+        );
+        assert!(!linked.contains("/w/"), "{linked}");
+        assert_eq!(
+            preview::preview_names(&linked),
+            Some(Named::Link {
+                session: "s".into(),
+                tool_use_id: "t1".into()
+            })
+        );
+        assert_eq!(
+            preview::preview_targets(&linked, "alice.s")[0],
+            ("alice.s".to_owned(), "t1.txt".to_owned())
+        );
+    }
+
     /// `n` turns of one call and its result of `len` chars, all sent whole.
     fn conversation(n: usize, len: usize) -> (Vec<Value>, ReplacementState) {
         let mut messages = vec![json!({"role": "user", "content": "go"})];
