@@ -380,17 +380,31 @@ async fn mcp_previews_name_the_link_on_postgres_and_object_storage() {
     .await;
 }
 
+/// The preview of `t1` in the `n`-th request the provider received.
+fn sent_preview(fake: &FakeProvider, n: usize) -> String {
+    let sent: Value = serde_json::from_slice(&fake.received()[n].body).unwrap();
+    sent["messages"][2]["content"][0]["content"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{sent}"))
+        .to_owned()
+}
+
+/// The link a `previews = "mcp"` preview names (it ends at a space).
+fn link_in(preview: &str) -> &str {
+    preview
+        .split("saved as ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap_or_else(|| panic!("no link in {preview}"))
+}
+
 async fn mcp_previews_name_the_link(store: Store<'_>) {
     let fake = FakeProvider::start().await;
     let proxy = start(&fake, store, "previews = \"mcp\"").await;
     let url = &proxy.url;
     let out = output("carol");
     budget(url, ALICE, "s-1", &out).await;
-    let body = String::from_utf8_lossy(&fake.received()[0].body).into_owned();
-    let sent: Value = serde_json::from_str(&body).unwrap();
-    let preview = sent["messages"][2]["content"][0]["content"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{sent}"));
+    let preview = &sent_preview(&fake, 0);
     assert!(
         preview.starts_with(
             "<persisted-output>\nOutput too large (210.8KB). Full output saved as toolwire://saved-output/s-1/t1 - read it with the read_saved_output tool (MCP server toolwire).\n\nPreview (first 2KB):\n"
@@ -408,11 +422,7 @@ async fn mcp_previews_name_the_link(store: Store<'_>) {
     ] {
         assert!(!preview.contains(path_like), "{path_like:?} in {preview}");
     }
-    let link = preview
-        .split("saved as ")
-        .nth(1)
-        .and_then(|rest| rest.split(' ').next())
-        .unwrap();
+    let link = link_in(preview);
     assert_eq!(link, "toolwire://saved-output/s-1/t1");
     let (text, pages) = read_all(url, ALICE, Some("2025-11-25"), None, link).await;
     assert!(pages > 2, "{pages} pages");
@@ -454,12 +464,22 @@ async fn mcp_previews_name_the_link(store: Store<'_>) {
     }
     // The decision is frozen: the same result sent again keeps its text.
     budget(url, ALICE, "s-1", &out).await;
-    let again = String::from_utf8_lossy(&fake.received()[2].body).into_owned();
-    let again: Value = serde_json::from_str(&again).unwrap();
-    assert_eq!(
-        again["messages"][2]["content"][0]["content"].as_str(),
-        Some(preview)
+    assert_eq!(&sent_preview(&fake, 2), preview);
+    // The id sent again with another output (a provider reusing ids): its
+    // own saved output and its own link, `t1` and the original's digest,
+    // each reading its own output.
+    let other = output("erin");
+    budget(url, ALICE, "s-1", &other).await;
+    let reused = sent_preview(&fake, 3);
+    let other_link = link_in(&reused);
+    assert!(
+        other_link.starts_with("toolwire://saved-output/s-1/t1%23"),
+        "{reused}"
     );
+    let (text, _) = read_all(url, ALICE, Some("2025-11-25"), None, other_link).await;
+    assert!(text == other, "the reused id's link reads another output");
+    let (text, _) = read_all(url, ALICE, Some("2025-11-25"), None, link).await;
+    assert!(text == out);
 }
 
 /// Without tenants (loopback), `/mcp` answers the agents, which send no

@@ -554,10 +554,17 @@ pub fn artifact_name(
     digest: Digest,
     kind: super::names::ArtifactKind,
 ) -> String {
+    super::names::file_name(&saved_as(state, id, digest), kind)
+}
+
+/// What the saved output of a cleared result is named from (and its link
+/// names): its id, or id and original together for a reused id's other
+/// original (see [`artifact_name`]).
+pub fn saved_as(state: &ReplacementState, id: &str, digest: Digest) -> String {
     if state.first_binds(id, digest) {
-        super::names::file_name(id, kind)
+        id.to_owned()
     } else {
-        super::names::file_name(&format!("{id}#{}", digest.hex().unwrap_or_default()), kind)
+        format!("{id}#{}", digest.hex().unwrap_or_default())
     }
 }
 

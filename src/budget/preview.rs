@@ -17,10 +17,32 @@ pub const LINK_PREFIX: &str = "toolwire://saved-output/";
 /// The tool an MCP front reads a link with.
 pub const READ_TOOL: &str = "read_saved_output";
 
-/// The link of the output of `tool_use_id` in session `session` (the id
-/// its reader knows the session by).
+/// What a link's id segment holds as it is: RFC 3986's unreserved
+/// characters (session ids hold nothing else).
+const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// The link of the output saved as `tool_use_id` (a result's id, or
+/// `<id>#<digest>` for a reused id's other original) in session `session`
+/// (the id its reader knows the session by); the id percent-encoded
+/// beyond the unreserved characters, as a URI's path segment is.
 pub fn link(session: &str, tool_use_id: &str) -> String {
-    format!("{LINK_PREFIX}{session}/{tool_use_id}")
+    format!(
+        "{LINK_PREFIX}{session}/{}",
+        percent_encoding::utf8_percent_encode(tool_use_id, SEGMENT)
+    )
+}
+
+/// A link's id segment as the id it encodes (see [`link`]); `None` when it
+/// decodes to no UTF-8.
+pub fn link_id(segment: &str) -> Option<String> {
+    percent_encoding::percent_decode_str(segment)
+        .decode_utf8()
+        .ok()
+        .map(|id| id.into_owned())
 }
 
 /// Where a preview says its output is: the saved file's path, or its link
@@ -234,10 +256,11 @@ pub fn preview_names(replacement: &str) -> Option<Named> {
     let rest = replacement[at..].strip_prefix(LINK_PREFIX)?;
     let link = &rest[..rest.find([' ', '\n']).unwrap_or(rest.len())];
     // Session ids hold no `/`; the id is the rest.
-    let (session, tool_use_id) = link.split_once('/')?;
+    let (session, segment) = link.split_once('/')?;
+    let tool_use_id = link_id(segment)?;
     (!session.is_empty() && !tool_use_id.is_empty()).then(|| Named::Link {
         session: session.to_owned(),
-        tool_use_id: tool_use_id.to_owned(),
+        tool_use_id,
     })
 }
 
@@ -516,21 +539,35 @@ mod tests {
         );
         assert!(tail.starts_with("<persisted-output>\nOutput too large (7 bytes). Full output saved as toolwire://saved-output/s/t1 - read it"), "{tail}");
         assert_eq!(preview_names(&tail), preview_names(&r));
-        // An id that is no plain token is saved under its digest's name.
+        // An id that is no plain token (a reused id's other original) is
+        // percent-encoded in its link and saved under its digest's name.
+        let reused = link("s", "t1#00ff");
+        assert_eq!(reused, "toolwire://saved-output/s/t1%2300ff");
         let odd = replacement(
             "x",
             1,
             &Saved {
                 path: "/p",
-                link: Some("toolwire://saved-output/s/a:b"),
+                link: Some(&reused),
             },
             9,
             SizeUnit::Chars,
             PreviewMode::Head,
         );
         assert_eq!(
+            preview_names(&odd),
+            Some(Named::Link {
+                session: "s".into(),
+                tool_use_id: "t1#00ff".into()
+            })
+        );
+        assert_eq!(
             preview_targets(&odd, "s")[0],
-            ("s".to_owned(), file_name("a:b", ArtifactKind::Text))
+            ("s".to_owned(), file_name("t1#00ff", ArtifactKind::Text))
+        );
+        assert_eq!(
+            link("s", "toolu_01-A.b~"),
+            "toolwire://saved-output/s/toolu_01-A.b~"
         );
     }
 
