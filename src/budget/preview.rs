@@ -238,7 +238,12 @@ pub enum Named {
 /// What `replacement` (a preview, or a cleared result's text) names as its
 /// saved output, if it names one.
 pub fn preview_names(replacement: &str) -> Option<Named> {
-    if let Some(at) = replacement.find(PATH_MARK) {
+    // The first line says where the output is; the preview under it is
+    // the tool's own text, which may spell either mark (a link preview of
+    // a log that quotes a path preview): the earlier mark is the header's.
+    let path_at = replacement.find(PATH_MARK);
+    let link_at = replacement.find(LINK_MARK);
+    if let Some(at) = path_at.filter(|p| link_at.is_none_or(|l| *p < l)) {
         let rest = &replacement[at + PATH_MARK.len()..];
         let path = std::path::Path::new(&rest[..rest.find('\n').unwrap_or(rest.len())]);
         let name = path.file_name()?.to_str()?;
@@ -252,7 +257,7 @@ pub fn preview_names(replacement: &str) -> Option<Named> {
             name: name.to_owned(),
         });
     }
-    let at = replacement.find(LINK_MARK)? + LINK_MARK.len();
+    let at = link_at? + LINK_MARK.len();
     let rest = replacement[at..].strip_prefix(LINK_PREFIX)?;
     let link = &rest[..rest.find([' ', '\n']).unwrap_or(rest.len())];
     // Session ids hold no `/`; the id is the rest.
@@ -588,6 +593,35 @@ mod tests {
         // Never another tenant's session: bob's `x` is `bob.x` on the store.
         assert_eq!(link_sessions("alice.child", "bob.x"), vec!["alice.bob.x"]);
         assert!(!link_sessions("alice.child", "bob.x").contains(&"bob.x".to_owned()));
+        // A link preview of output that quotes a path preview names its
+        // link, not the quoted path; and the other way round.
+        let saved = Saved {
+            path: "/d/sessions/alice.s/tool-results/t1.txt",
+            link: Some("toolwire://saved-output/s/t1"),
+        };
+        let quoting =
+            "Output too large (1KB). Full output saved to: /d/sessions/bob.x/tool-results/t9.txt\n";
+        let r = replacement(quoting, 99, &saved, 200, SizeUnit::Chars, PreviewMode::Head);
+        assert_eq!(
+            preview_targets(&r, "alice.s")[0],
+            ("alice.s".to_owned(), "t1.txt".to_owned())
+        );
+        let quoting = "Full output saved as toolwire://saved-output/x/t9 - read it\n";
+        let r = replacement(
+            quoting,
+            99,
+            &Saved {
+                link: None,
+                ..saved
+            },
+            200,
+            SizeUnit::Chars,
+            PreviewMode::Head,
+        );
+        assert_eq!(
+            preview_targets(&r, "alice.s"),
+            vec![("alice.s".to_owned(), "t1.txt".to_owned())]
+        );
         // Links that are no links.
         for bad in [
             "Full output saved as toolwire://saved-output/s",
