@@ -528,13 +528,12 @@ fn lock_now(path: &Path) -> io::Result<Option<File>> {
 }
 
 /// `(session, artifact name)` pairs the `replacement` lines of a transcript
-/// point at.
+/// point at (every file a link may name: keeping one too many is safe).
 fn references(transcript: &Path) -> io::Result<HashSet<(String, String)>> {
+    let own = crate::transcript::targets::session_of(transcript);
     let mut refs = HashSet::new();
     crate::transcript::targets::for_each_replacement(transcript, &mut |_, text| {
-        if let Some(target) = crate::budget::preview::preview_target(text) {
-            refs.insert(target);
-        }
+        refs.extend(crate::budget::preview::preview_targets(text, &own));
         true
     })?;
     Ok(refs)

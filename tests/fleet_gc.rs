@@ -438,3 +438,79 @@ async fn an_output_only_another_sessions_decision_points_at_is_kept() {
     assert!(!shared.exists());
     assert_eq!(real.kept, 2);
 }
+
+/// The same with `previews = "mcp"`: decisions name links, not files, and
+/// a session's link is the id its tenant knows (`a` for `alice.a`). gc on
+/// the shared store keeps what a session's own links and another session
+/// of its tenant's links name, and removes an orphan beside them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outputs_that_link_previews_name_are_kept() {
+    let (db, store) = common::pg::migrated_database();
+    let data = tempfile::tempdir().unwrap();
+    let data_dir = data.path().canonicalize().unwrap();
+    let server = Server::new(toolwire::session::Storage {
+        shared: Some(Arc::new(Postgres::connect(&db, 4).unwrap())),
+        ..Default::default()
+    });
+    let (mut c, _task) = common::connect(server);
+    let ws = tempfile::tempdir().unwrap();
+    c.initialize(
+        ws.path(),
+        json!({"dataDir": data_dir, "durability": "none", "limits": {"maxResultChars": 1000}}),
+    )
+    .await;
+    for session in ["a", "b"] {
+        let messages = conversation(&ids(&[&format!("{session}-1")]));
+        let reply = c
+            .call(
+                "budget/apply",
+                json!({"sessionId": format!("alice.{session}"), "linkSession": session, "messages": messages}),
+            )
+            .await;
+        let preview = reply["messages"][2]["content"][0]["content"]
+            .as_str()
+            .unwrap();
+        assert!(
+            preview.contains(&format!(
+                "saved as toolwire://saved-output/{session}/{session}-1 "
+            )),
+            "{preview}"
+        );
+    }
+    // An output of `alice.a` none of its decisions names, which a decision
+    // of `alice.b` links to; and one nothing links to.
+    let results = data_dir.join("sessions/alice.a/tool-results");
+    let inherited = results.join("inherited.txt");
+    let orphan = results.join("orphan.txt");
+    for file in [&inherited, &orphan] {
+        std::fs::write(file, "pointed at from b, or not").unwrap();
+    }
+    let preview = "<persisted-output>\nOutput too large (25 bytes). Full output saved as toolwire://saved-output/a/inherited - read it with the read_saved_output tool (MCP server toolwire).\n\nPreview (first 25 bytes):\npointed at from b, or not\n</persisted-output>";
+    let client = sql(&db).await;
+    client
+        .execute(
+            "INSERT INTO toolwire_decisions (session, tool_use_id, digest, replacement)
+             VALUES ('alice.b', 'inherited'::bytea, '', $1)",
+            &[&preview.as_bytes()],
+        )
+        .await
+        .unwrap();
+    let policy = Policy {
+        max_age: None,
+        max_total_bytes: None,
+        grace: toolwire::retention::GRACE,
+        now: SystemTime::now() + 2 * toolwire::retention::GRACE,
+    };
+    let real = toolwire::store::postgres::gc::collect(&store, &data_dir, None, &policy, false)
+        .await
+        .unwrap();
+    assert_eq!(real.artifacts_removed, [orphan.display().to_string()]);
+    assert!(inherited.exists(), "alice.b's link keeps alice.a's output");
+    assert!(results.join("a-1.txt").exists(), "alice.a's own link");
+    assert!(
+        data_dir
+            .join("sessions/alice.b/tool-results/b-1.txt")
+            .exists(),
+        "alice.b's own link"
+    );
+}

@@ -496,3 +496,99 @@ async fn the_shared_daemon_collects_on_its_schedule_unless_told_not_to() {
     }
     assert!(ws.join(".toolwire").join(retention::STAMP_FILE).exists());
 }
+
+/// With `previews = "mcp"` (`linkSession`), previews name links, not
+/// files: gc keeps what they link to and removes what nothing links to, as
+/// for paths, and a kept fork of an expired session of the same tenant
+/// keeps its parent's outputs and reads them.
+#[tokio::test]
+async fn link_previews_keep_their_outputs_and_nothing_more() {
+    if !common::local_only(
+        "link_previews_keep_their_outputs_and_nothing_more",
+        "ages transcript files to drive the local collector",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = new_server();
+    let (mut c, _task) = connect(server.clone());
+    c.initialize(
+        dir.path(),
+        json!({"limits": {"maxResultChars": 100, "previewChars": 20}}),
+    )
+    .await;
+    let big = |tag: &str| format!("{tag} ").repeat(100);
+    // Sessions of tenant alice as the proxy keeps them, linking the ids
+    // alice knows.
+    for (session, id) in [
+        ("alice.live", "toolu_l1"),
+        ("alice.parent", "toolu_p1"),
+        ("alice.expired", "toolu_e1"),
+    ] {
+        c.call(
+            "pair/append",
+            json!({"sessionId": session, "message": assistant_calls(&[id])}),
+        )
+        .await;
+        let linked = session.strip_prefix("alice.").unwrap();
+        let r = c
+            .call(
+                "budget/apply",
+                json!({"sessionId": session, "linkSession": linked, "messages": [results(&[(id, &big(id))])]}),
+            )
+            .await;
+        let preview = r["messages"][0]["content"][0]["content"].as_str().unwrap();
+        assert!(
+            preview.contains(&format!("toolwire://saved-output/{linked}/{id} ")),
+            "{preview}"
+        );
+        assert!(!preview.contains("saved to:"), "{preview}");
+        c.call(
+            "pair/append",
+            json!({"sessionId": session, "message": r["messages"][0]}),
+        )
+        .await;
+    }
+    c.call(
+        "state/fork",
+        json!({"sessionId": "alice.parent", "newSessionId": "alice.child"}),
+    )
+    .await;
+    server.registry.close_all().await;
+
+    let s = sessions(dir.path());
+    for id in ["alice.parent", "alice.expired"] {
+        age(&s.join(format!("{id}.jsonl")), 40 * DAY);
+    }
+    // Linked outputs are old but pointed at; an orphan beside them goes.
+    for session in ["alice.live", "alice.parent"] {
+        for entry in std::fs::read_dir(s.join(session).join("tool-results")).unwrap() {
+            age(&entry.unwrap().path(), 3 * HOUR);
+        }
+    }
+    let orphan = s.join("alice.live/tool-results/toolu_orphan.txt");
+    std::fs::write(&orphan, "x".repeat(10)).unwrap();
+    age(&orphan, 2 * HOUR);
+
+    let real = c.call("storage/gc", json!({})).await;
+    assert_eq!(real["sessionsRemoved"], json!(["alice.expired"]), "{real}");
+    assert_eq!(
+        real["artifactsRemoved"],
+        json!([orphan.display().to_string()]),
+        "{real}"
+    );
+    assert!(s.join("alice.live/tool-results/toolu_l1.txt").exists());
+    assert!(s.join("alice.parent/tool-results/toolu_p1.txt").exists());
+    for (session, id, tag) in [
+        ("alice.live", "toolu_l1", "toolu_l1 "),
+        ("alice.child", "toolu_p1", "toolu_p1 "),
+    ] {
+        let r = c
+            .call(
+                "artifact/read",
+                json!({"sessionId": session, "toolUseId": id}),
+            )
+            .await;
+        assert_eq!(r["text"], json!(tag.repeat(100)), "{session}: {r}");
+    }
+}

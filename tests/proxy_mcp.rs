@@ -11,55 +11,19 @@ mod common;
 mod fake_provider;
 #[path = "common/proxy_process.rs"]
 mod proxy_process;
+#[path = "common/s3.rs"]
+mod s3;
+#[path = "common/tenants.rs"]
+mod tenants;
 
 use fake_provider::FakeProvider;
-use proxy_process::sha256_hex;
 use serde_json::{Value, json};
+use tenants::{ALICE, BOB, Store};
 
-const ALICE: &str = "tok-alice-5a6b7c";
-const BOB: &str = "tok-bob-1e2f3a";
-
-struct Proxy {
-    _child: tokio::process::Child,
-    url: String,
-    _ws: tempfile::TempDir,
-}
-
-/// A proxy with alice and bob as tenants, in front of `fake`, with
-/// `[proxy]` settings `proxy`.
-async fn start(fake: &FakeProvider, proxy: &str) -> Proxy {
-    start_with(&format!(
-        "[proxy]\n{proxy}\n\
-         [proxy.auth]\ntokens = [{{ name = \"alice\", sha256 = \"{}\" }}, {{ name = \"bob\", sha256 = \"{}\" }}]\n\
-         [proxy.upstreams]\nanthropic = \"{up}\"\nopenai = \"{up}\"\ngemini = \"{up}\"\n",
-        sha256_hex(ALICE),
-        sha256_hex(BOB),
-        up = fake.url(),
-    ))
-    .await
-}
-
-/// A proxy on loopback whose toolwire.toml ends with `toml`.
-async fn start_with(toml: &str) -> Proxy {
-    let ws = tempfile::tempdir().unwrap();
-    std::fs::write(
-        ws.path().join("toolwire.toml"),
-        format!("durability = \"none\"\n[clearing]\nmode = \"off\"\n{toml}"),
-    )
-    .unwrap();
-    let (child, url, mut lines) = proxy_process::start(
-        ws.path(),
-        &["--listen", "127.0.0.1:0"],
-        "toolwire=info",
-        "proxy",
-    )
-    .await;
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Proxy {
-        _child: child,
-        url,
-        _ws: ws,
-    }
+/// A proxy with alice and bob as tenants, in front of `fake`, on `store`,
+/// with `[proxy]` settings `proxy`.
+async fn start(fake: &FakeProvider, store: Store<'_>, proxy: &str) -> tenants::Proxy {
+    tenants::start(fake, store, proxy, "toolwire=info").await
 }
 
 /// One Anthropic request whose tool result `t1` is `output`, as `token`
@@ -168,8 +132,34 @@ async fn read_all(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_tenant_reads_its_own_saved_outputs_over_mcp_and_nothing_else() {
+    each_tenant_reads_its_own(Store::Local).await;
+}
+
+/// The same on the shared store: decisions on PostgreSQL, every page read
+/// from the bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_tenant_reads_its_own_over_mcp_on_postgres_and_object_storage() {
+    let shared = s3::SharedFixture::start("mcp", "tw", common::pg::migrated_database());
+    each_tenant_reads_its_own(Store::Shared {
+        db: &shared.db,
+        objects: &shared.objects,
+    })
+    .await;
+    // Saved in the bucket, each under its tenant's session; nothing of
+    // them in the data directory.
+    let keys = shared.s3.keys("mcp", "tw/");
+    for key in [
+        "tw/sessions/alice.shared/tool-results/t1.txt",
+        "tw/sessions/bob.shared/tool-results/t1.txt",
+        "tw/sessions/bob.only-bob/tool-results/t1.txt",
+    ] {
+        assert!(keys.iter().any(|k| k == key), "{key} not in {keys:?}");
+    }
+}
+
+async fn each_tenant_reads_its_own(store: Store<'_>) {
     let fake = FakeProvider::start().await;
-    let proxy = start(&fake, "").await;
+    let proxy = start(&fake, store, "").await;
     let url = &proxy.url;
     let (alice_out, bob_out) = (output("alice"), output("bob"));
     // The same session id for both: two sessions all the same.
@@ -372,36 +362,79 @@ async fn each_tenant_reads_its_own_saved_outputs_over_mcp_and_nothing_else() {
 }
 
 /// `previews = "mcp"`: a fresh preview names the output's link (with the
-/// session id the tenant knows) and the tool, and that link, taken from
-/// the request the provider got, reads the output back through `/mcp`.
+/// session id the tenant knows) and the tool instead of any path on the
+/// proxy's disk, and that link, taken from the request the provider got,
+/// reads the output back through `/mcp`, every page exact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_previews_name_the_link_the_tenant_reads() {
+    mcp_previews_name_the_link(Store::Local).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_previews_name_the_link_on_postgres_and_object_storage() {
+    let shared = s3::SharedFixture::start("links", "tw", common::pg::migrated_database());
+    mcp_previews_name_the_link(Store::Shared {
+        db: &shared.db,
+        objects: &shared.objects,
+    })
+    .await;
+}
+
+/// The preview of `t1` in the `n`-th request the provider received.
+fn sent_preview(fake: &FakeProvider, n: usize) -> String {
+    let sent: Value = serde_json::from_slice(&fake.received()[n].body).unwrap();
+    sent["messages"][2]["content"][0]["content"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{sent}"))
+        .to_owned()
+}
+
+/// The link a `previews = "mcp"` preview names (it ends at a space).
+fn link_in(preview: &str) -> &str {
+    preview
+        .split("saved as ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap_or_else(|| panic!("no link in {preview}"))
+}
+
+async fn mcp_previews_name_the_link(store: Store<'_>) {
     let fake = FakeProvider::start().await;
-    let proxy = start(&fake, "previews = \"mcp\"").await;
+    let proxy = start(&fake, store, "previews = \"mcp\"").await;
     let url = &proxy.url;
     let out = output("carol");
     budget(url, ALICE, "s-1", &out).await;
-    let body = String::from_utf8_lossy(&fake.received()[0].body).into_owned();
-    let sent: Value = serde_json::from_str(&body).unwrap();
-    let preview = sent["messages"][2]["content"][0]["content"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{sent}"));
+    let preview = &sent_preview(&fake, 0);
     assert!(
-        preview.contains(
-            "Read it with the read_saved_output tool (MCP server toolwire): uri toolwire://saved-output/s-1/t1\n"
+        preview.starts_with(
+            "<persisted-output>\nOutput too large (210.8KB). Full output saved as toolwire://saved-output/s-1/t1 - read it with the read_saved_output tool (MCP server toolwire).\n\nPreview (first 2KB):\n"
         ),
         "{preview}"
     );
-    // The path stays: gc and forks find the saved file by it.
-    assert!(preview.contains("Full output saved to: "), "{preview}");
-    let link = preview
-        .split("uri ")
-        .nth(1)
-        .and_then(|rest| rest.split('\n').next())
-        .unwrap();
-    let (text, _) = read_all(url, ALICE, Some("2025-11-25"), None, link).await;
-    assert!(text == out);
-    // The same link is nothing of bob's.
+    // No path on the proxy's disk, nor in its bucket: the link alone.
+    let data_dir = proxy.ws.path().display().to_string();
+    for path_like in [
+        data_dir.as_str(),
+        "Full output saved to: ",
+        "sessions/",
+        "tool-results",
+        "s3://",
+    ] {
+        assert!(!preview.contains(path_like), "{path_like:?} in {preview}");
+    }
+    let link = link_in(preview);
+    assert_eq!(link, "toolwire://saved-output/s-1/t1");
+    let (text, pages) = read_all(url, ALICE, Some("2025-11-25"), None, link).await;
+    assert!(pages > 2, "{pages} pages");
+    assert!(
+        text == out,
+        "pages differ from the output ({} vs {} chars)",
+        text.len(),
+        out.len()
+    );
+    // The same link is nothing of bob's, even for a session of his own
+    // of the same id.
+    budget(url, BOB, "s-1", &output("dave")).await;
     let (_, body) = rpc(
         url,
         Some(BOB),
@@ -410,15 +443,43 @@ async fn mcp_previews_name_the_link_the_tenant_reads() {
         request(1, "resources/read", json!({"uri": link})),
     )
     .await;
-    assert_eq!(body["error"]["code"], json!(-32002), "{body}");
+    assert_eq!(
+        body["result"]["contents"][0]["text"].as_str(),
+        Some(output("dave").as_str())
+    );
+    for uri in [
+        "toolwire://saved-output/alice.s-1/t1",
+        "toolwire://saved-output/s-2/t1",
+    ] {
+        let (_, body) = rpc(
+            url,
+            Some(BOB),
+            false,
+            Some("2025-11-25"),
+            request(2, "resources/read", json!({"uri": uri})),
+        )
+        .await;
+        assert_eq!(body["error"]["code"], json!(-32002), "{uri}: {body}");
+        assert!(!body.to_string().contains("forbidden"), "{body}");
+    }
     // The decision is frozen: the same result sent again keeps its text.
     budget(url, ALICE, "s-1", &out).await;
-    let again = String::from_utf8_lossy(&fake.received()[1].body).into_owned();
-    let again: Value = serde_json::from_str(&again).unwrap();
-    assert_eq!(
-        again["messages"][2]["content"][0]["content"].as_str(),
-        Some(preview)
+    assert_eq!(&sent_preview(&fake, 2), preview);
+    // The id sent again with another output (a provider reusing ids): its
+    // own saved output and its own link, `t1` and the original's digest,
+    // each reading its own output.
+    let other = output("erin");
+    budget(url, ALICE, "s-1", &other).await;
+    let reused = sent_preview(&fake, 3);
+    let other_link = link_in(&reused);
+    assert!(
+        other_link.starts_with("toolwire://saved-output/s-1/t1%23"),
+        "{reused}"
     );
+    let (text, _) = read_all(url, ALICE, Some("2025-11-25"), None, other_link).await;
+    assert!(text == other, "the reused id's link reads another output");
+    let (text, _) = read_all(url, ALICE, Some("2025-11-25"), None, link).await;
+    assert!(text == out);
 }
 
 /// Without tenants (loopback), `/mcp` answers the agents, which send no
@@ -426,10 +487,10 @@ async fn mcp_previews_name_the_link_the_tenant_reads() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_tokens_a_web_pages_origin_is_refused() {
     let fake = FakeProvider::start().await;
-    let proxy = start_with(&format!(
-        "[proxy.upstreams]\nanthropic = \"{}\"\n",
-        fake.url()
-    ))
+    let proxy = tenants::start_with(
+        &format!("[proxy.upstreams]\nanthropic = \"{}\"\n", fake.url()),
+        "toolwire=info",
+    )
     .await;
     let url = &proxy.url;
     let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});

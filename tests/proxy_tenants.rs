@@ -1,6 +1,7 @@
 //! A proxy a team shares (PROTOCOL.md 12.3): tenants by token, through the
 //! real binary with the official SDKs (tests/proxy/.venv) and a fake
-//! provider, on the local store and on a real PostgreSQL. Each tenant gets
+//! provider, on the local store, on a real PostgreSQL, and on PostgreSQL
+//! with saved outputs on an S3-compatible server. Each tenant gets
 //! its own sessions and previews, whatever session id it picks; a request
 //! without a valid token is answered 401 in the provider's shape and
 //! reaches no upstream; tokens never reach a log or the provider.
@@ -11,71 +12,19 @@ mod common;
 mod fake_provider;
 #[path = "common/proxy_process.rs"]
 mod proxy_process;
-
-use std::sync::{Arc, Mutex};
+#[path = "common/s3.rs"]
+mod s3;
+#[path = "common/tenants.rs"]
+mod tenants;
 
 use fake_provider::FakeProvider;
-use proxy_process::sha256_hex;
 use serde_json::{Value, json};
+use tenants::{ALICE, BOB, Store};
 
-const ALICE: &str = "tok-alice-0c1d2e";
-const BOB: &str = "tok-bob-9f8e7d";
-
-/// `[proxy.auth]` for alice and bob.
-fn auth_toml() -> String {
-    format!(
-        "[proxy.auth]\ntokens = [{{ name = \"alice\", sha256 = \"{}\" }}, {{ name = \"bob\", sha256 = \"{}\" }}]\n",
-        sha256_hex(ALICE),
-        sha256_hex(BOB)
-    )
-}
-
-struct Proxy {
-    _child: tokio::process::Child,
-    url: String,
-    ws: tempfile::TempDir,
-    log: Arc<Mutex<String>>,
-}
-
-/// A proxy with alice and bob as tenants, in front of `fake`, on the
-/// local store or on PostgreSQL (`db`), logging everything.
-async fn start(fake: &FakeProvider, db: Option<&str>) -> Proxy {
-    let ws = tempfile::tempdir().unwrap();
-    let storage = db.map_or_else(String::new, |db| {
-        format!("[storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl = {db:?}\n")
-    });
-    std::fs::write(
-        ws.path().join("toolwire.toml"),
-        format!(
-            "durability = \"none\"\n[clearing]\nmode = \"off\"\n{auth}{storage}\
-             [proxy.upstreams]\nanthropic = \"{up}\"\nopenai = \"{up}\"\ngemini = \"{up}\"\n",
-            auth = auth_toml(),
-            up = fake.url(),
-        ),
-    )
-    .unwrap();
-    let (child, url, mut lines) = proxy_process::start(
-        ws.path(),
-        &["--listen", "127.0.0.1:0"],
-        "toolwire=trace",
-        "proxy",
-    )
-    .await;
-    let log = Arc::new(Mutex::new(String::new()));
-    let sink = log.clone();
-    tokio::spawn(async move {
-        while let Ok(Some(line)) = lines.next_line().await {
-            let mut log = sink.lock().unwrap();
-            log.push_str(&line);
-            log.push('\n');
-        }
-    });
-    Proxy {
-        _child: child,
-        url,
-        ws,
-        log,
-    }
+/// A proxy with alice and bob as tenants, in front of `fake`, on `store`,
+/// logging everything.
+async fn start(fake: &FakeProvider, store: Store<'_>) -> tenants::Proxy {
+    tenants::start(fake, store, "", "toolwire=trace").await
 }
 
 /// Every preview's saved-output path in a request body the provider got.
@@ -119,9 +68,9 @@ async fn one_turn(url: &str, token: &str, session: &str, output: &str) -> (u16, 
     (status, header)
 }
 
-async fn two_tenants_keep_to_their_own(db: Option<&str>) {
+async fn two_tenants_keep_to_their_own(store: Store<'_>) {
     let fake = FakeProvider::start().await;
-    let proxy = start(&fake, db).await;
+    let proxy = start(&fake, store).await;
     let url = &proxy.url;
 
     // The same agent, the same conversation, two tenants: the session the
@@ -188,7 +137,7 @@ async fn two_tenants_keep_to_their_own(db: Option<&str>) {
     );
 
     // On the local store the usage records are the tenants' own too.
-    if db.is_none() {
+    if matches!(store, Store::Local) {
         let stats = proxy_process::stats(proxy.ws.path());
         let ids: Vec<&str> = stats
             .iter()
@@ -212,19 +161,38 @@ async fn two_tenants_keep_to_their_own(db: Option<&str>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_tenants_keep_to_their_own_on_the_local_store() {
-    two_tenants_keep_to_their_own(None).await;
+    two_tenants_keep_to_their_own(Store::Local).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_tenants_keep_to_their_own_on_postgres() {
     let (db, _store) = common::pg::migrated_database();
-    two_tenants_keep_to_their_own(Some(&db)).await;
+    two_tenants_keep_to_their_own(Store::Postgres(&db)).await;
+}
+
+/// The shared store whole: decisions on PostgreSQL, saved outputs in a
+/// bucket, every object under its tenant's sessions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_tenants_keep_to_their_own_on_postgres_and_object_storage() {
+    let shared = s3::SharedFixture::start("tenants", "tw", common::pg::migrated_database());
+    two_tenants_keep_to_their_own(Store::Shared {
+        db: &shared.db,
+        objects: &shared.objects,
+    })
+    .await;
+    let keys = shared.s3.keys("tenants", "tw/");
+    assert!(!keys.is_empty(), "nothing saved in the bucket");
+    assert!(
+        keys.iter()
+            .all(|k| k.starts_with("tw/sessions/alice.") || k.starts_with("tw/sessions/bob.")),
+        "{keys:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_tokens_are_401_in_the_providers_shape_and_reach_no_upstream() {
     let fake = FakeProvider::start().await;
-    let proxy = start(&fake, None).await;
+    let proxy = start(&fake, Store::Local).await;
     let url = &proxy.url;
     let http = reqwest::Client::new();
     let body =

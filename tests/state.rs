@@ -571,3 +571,99 @@ fn replacements_pack_small() {
     eprintln!("previews: {raw} bytes, packed {packed}");
     assert!(packed * 10 < raw * 4, "{packed} of {raw}");
 }
+
+/// A tenant's session as the proxy keeps it (`alice.p`) with
+/// `previews = "mcp"`: its previews name the link of the id the tenant
+/// knows (`p`), and no path. Its forks, forks of forks, and a session
+/// reconstructed from its replacements read its outputs through that link,
+/// resolved within the tenant (PROTOCOL.md 12.3).
+#[tokio::test]
+async fn forks_of_a_session_whose_previews_link_read_its_outputs() {
+    let (_dir, mut c) = setup().await;
+    let output: String = (0..6000).map(|i| format!("line {i:05}\n")).collect();
+    c.call(
+        "pair/append",
+        json!({"sessionId": "alice.p", "message": assistant_calls(&["t1"])}),
+    )
+    .await;
+    let r = c
+        .call(
+            "budget/apply",
+            json!({"sessionId": "alice.p", "linkSession": "p", "messages": [results(&[("t1", &output)])]}),
+        )
+        .await;
+    let preview = r["messages"][0]["content"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        preview.contains(
+            "Full output saved as toolwire://saved-output/p/t1 - read it with the read_saved_output tool"
+        ),
+        "{preview}"
+    );
+    assert!(!preview.contains("saved to:"), "{preview}");
+    c.call(
+        "pair/append",
+        json!({"sessionId": "alice.p", "message": r["messages"][0]}),
+    )
+    .await;
+    c.call(
+        "state/fork",
+        json!({"sessionId": "alice.p", "newSessionId": "alice.f"}),
+    )
+    .await;
+    c.call(
+        "state/fork",
+        json!({"sessionId": "alice.f", "newSessionId": "alice.g"}),
+    )
+    .await;
+    let parent = c.call("state/get", json!({"sessionId": "alice.p"})).await;
+    c.call(
+        "state/reconstruct",
+        json!({"sessionId": "alice.r", "messages": r["messages"], "inheritedReplacements": parent["replacements"]}),
+    )
+    .await;
+    // The reconstructed session journals the inherited decision once it
+    // sends the result again (the parent's preview, byte for byte).
+    let again = c
+        .call(
+            "budget/apply",
+            json!({"sessionId": "alice.r", "messages": [results(&[("t1", &output)])]}),
+        )
+        .await;
+    assert_eq!(
+        again["messages"][0]["content"][0]["content"],
+        json!(preview)
+    );
+    c.call(
+        "pair/append",
+        json!({"sessionId": "alice.r", "message": assistant_calls(&["t1"])}),
+    )
+    .await;
+    c.call(
+        "pair/append",
+        json!({"sessionId": "alice.r", "message": again["messages"][0]}),
+    )
+    .await;
+    for session in ["alice.p", "alice.f", "alice.g", "alice.r"] {
+        let read = c
+            .call(
+                "artifact/read",
+                json!({"sessionId": session, "toolUseId": "t1", "offset": 5998, "limit": 5}),
+            )
+            .await;
+        assert_eq!(
+            (&read["text"], &read["totalLines"]),
+            (&json!("line 05998\nline 05999\n"), &json!(6000)),
+            "{session}: {read}"
+        );
+    }
+    // Bob's session of the same id is none of alice's sessions' parent.
+    c.fails(
+        "artifact/read",
+        json!({"sessionId": "bob.p", "toolUseId": "t1"}),
+        -32015,
+    )
+    .await;
+}

@@ -145,16 +145,16 @@ pub fn read_artifact(
 }
 
 /// [`read_artifact`], giving up with [`Error::Cancelled`] once `stop` says
-/// so. `inherited`: where the session's journal says the output was saved
-/// (`crate::store::shared_target`); `None` reads that from its transcript
-/// file.
+/// so. `inherited`: where the session's journal says the output may be
+/// saved, the likeliest first (`crate::store::shared_target`); `None`
+/// reads that from its transcript file.
 #[allow(clippy::too_many_arguments)]
 pub fn read_artifact_until(
     data_dir: &Path,
     objects: Option<&ObjectsConfig>,
     session_id: &SessionId,
     tool_use_id: &str,
-    inherited: Option<(String, String)>,
+    inherited: Option<Vec<(String, String)>>,
     request: &ReadRequest,
     unit: SizeUnit,
     stop: &dyn Fn() -> bool,
@@ -215,7 +215,7 @@ pub fn read_whole(
     objects: Option<&ObjectsConfig>,
     session_id: &SessionId,
     tool_use_id: &str,
-    inherited: Option<(String, String)>,
+    inherited: Option<Vec<(String, String)>>,
 ) -> Result<(Vec<u8>, ArtifactKind)> {
     if let Some(objects) = objects {
         let store = ObjectArtifacts::open(objects)?;
@@ -260,16 +260,19 @@ fn find_object(
     data_dir: &Path,
     session_id: &SessionId,
     tool_use_id: &str,
-    inherited: Option<(String, String)>,
+    inherited: Option<Vec<(String, String)>>,
 ) -> Result<FoundObject> {
     let mut candidates: Vec<(String, String, ArtifactKind)> =
         [ArtifactKind::Text, ArtifactKind::Json]
             .into_iter()
             .map(|kind| (session_id.to_string(), file_name(tool_use_id, kind), kind))
             .collect();
-    if let Some(found) = inherited_artifact(data_dir, session_id, tool_use_id, inherited) {
-        candidates.push(found);
-    }
+    candidates.extend(inherited_artifact(
+        data_dir,
+        session_id,
+        tool_use_id,
+        inherited,
+    ));
     for (session, name, kind) in candidates {
         let key = store.key(&session, &name);
         let url = store.url_of(&key);
@@ -297,7 +300,7 @@ fn read_object(
     data_dir: &Path,
     session_id: &SessionId,
     tool_use_id: &str,
-    inherited: Option<(String, String)>,
+    inherited: Option<Vec<(String, String)>>,
     grep: Option<&regex::bytes::Regex>,
     request: &ReadRequest,
     unit: SizeUnit,
@@ -359,37 +362,43 @@ pub fn open(data_dir: &Path, session_id: &SessionId, tool_use_id: &str) -> Resul
     open_inherited(data_dir, session_id, tool_use_id, None)
 }
 
-/// Where the session's journal says `tool_use_id`'s output was saved when
-/// that is another session's (a fork's inherited output), as (session,
-/// file name, kind): the target the caller read from the shared store,
-/// else the one in the session's transcript file's replacement lines.
+/// Where the session's journal says `tool_use_id`'s output may be saved
+/// when that is another session's (a fork's inherited output), as
+/// (session, file name, kind), the likeliest first: the targets the caller
+/// read from the shared store, else the ones in the session's transcript
+/// file's replacement lines.
 fn inherited_artifact(
     data_dir: &Path,
     session_id: &SessionId,
     tool_use_id: &str,
-    inherited: Option<(String, String)>,
-) -> Option<(String, String, ArtifactKind)> {
-    let (other, name) = match inherited {
-        Some(target) => target,
+    inherited: Option<Vec<(String, String)>>,
+) -> Vec<(String, String, ArtifactKind)> {
+    let targets = match inherited {
+        Some(targets) => targets,
         None => {
             let transcript = data_dir
                 .join("sessions")
                 .join(format!("{}.jsonl", session_id.as_str()));
-            crate::transcript::targets::replacement_target(&transcript, tool_use_id).ok()??
+            crate::transcript::targets::replacement_target(&transcript, tool_use_id)
+                .unwrap_or_default()
         }
     };
-    if other == session_id.as_str()
-        || SessionId::try_from(other.clone()).is_err()
-        || !crate::artifact::is_artifact_name(&name)
-    {
-        return None;
-    }
-    let kind = if name.ends_with(".json") {
-        ArtifactKind::Json
-    } else {
-        ArtifactKind::Text
-    };
-    Some((other, name, kind))
+    targets
+        .into_iter()
+        .filter(|(other, name)| {
+            other != session_id.as_str()
+                && SessionId::try_from(other.clone()).is_ok()
+                && crate::artifact::is_artifact_name(name)
+        })
+        .map(|(other, name)| {
+            let kind = if name.ends_with(".json") {
+                ArtifactKind::Json
+            } else {
+                ArtifactKind::Text
+            };
+            (other, name, kind)
+        })
+        .collect()
 }
 
 /// [`open`], with `inherited` as for [`read_artifact_until`].
@@ -397,7 +406,7 @@ fn open_inherited(
     data_dir: &Path,
     session_id: &SessionId,
     tool_use_id: &str,
-    inherited: Option<(String, String)>,
+    inherited: Option<Vec<(String, String)>>,
 ) -> Result<Found> {
     let dir = session_dir(data_dir, session_id.as_str());
     let mut own = true;
@@ -422,12 +431,12 @@ fn open_inherited(
         .filter(|_| own)
         .map(|kind| (dir.join(file_name(tool_use_id, kind)), kind))
         .collect();
-    if candidates.iter().all(|(path, _)| !path.exists())
-        && let Some((other, name, kind)) =
-            inherited_artifact(data_dir, session_id, tool_use_id, inherited)
-        && is_real_dir(&session_dir(data_dir, &other))
-    {
-        candidates = vec![(session_dir(data_dir, &other).join(name), kind)];
+    if candidates.iter().all(|(path, _)| !path.exists()) {
+        candidates = inherited_artifact(data_dir, session_id, tool_use_id, inherited)
+            .into_iter()
+            .filter(|(other, _, _)| is_real_dir(&session_dir(data_dir, other)))
+            .map(|(other, name, kind)| (session_dir(data_dir, &other).join(name), kind))
+            .collect();
     }
     for (path, kind) in candidates {
         let file = match OpenOptions::new()

@@ -528,17 +528,19 @@ pub fn weight(value: &Value) -> u64 {
 
 /// The preview a cleared result is sent as: the persisted-output shape
 /// models already know (PROTOCOL.md section 4), saying the output was
-/// cleared and where the whole of it can be read.
+/// cleared and where the whole of it can be read: its path, or its link
+/// and the tool that reads it, as a persisted result's preview says it.
 pub fn preview(
     text: &str,
     original_size: u64,
-    path: &str,
+    saved: &super::preview::Saved<'_>,
     preview_size: u64,
     unit: SizeUnit,
 ) -> String {
     let first = format!(
-        "Old output cleared to save context ({}). Full output saved to: {path}",
-        format_size(original_size)
+        "Old output cleared to save context ({}). {}",
+        format_size(original_size),
+        saved.named()
     );
     super::preview::head_under(&first, text, preview_size, unit)
 }
@@ -552,10 +554,17 @@ pub fn artifact_name(
     digest: Digest,
     kind: super::names::ArtifactKind,
 ) -> String {
+    super::names::file_name(&saved_as(state, id, digest), kind)
+}
+
+/// What the saved output of a cleared result is named from (and its link
+/// names): its id, or id and original together for a reused id's other
+/// original (see [`artifact_name`]).
+pub fn saved_as(state: &ReplacementState, id: &str, digest: Digest) -> String {
     if state.first_binds(id, digest) {
-        super::names::file_name(id, kind)
+        id.to_owned()
     } else {
-        super::names::file_name(&format!("{id}#{}", digest.hex().unwrap_or_default()), kind)
+        format!("{id}#{}", digest.hex().unwrap_or_default())
     }
 }
 
@@ -622,6 +631,43 @@ mod tests {
     }
     fn result(id: &str, len: usize) -> Value {
         json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": "x".repeat(len)}]})
+    }
+
+    #[test]
+    fn a_cleared_result_names_its_link_in_place_of_its_path() {
+        use crate::budget::preview::{self, Named, Saved};
+        let at = |link| Saved {
+            path: "/w/sessions/alice.s/tool-results/t1.txt",
+            link,
+        };
+        let path = preview(&"a".repeat(50), 50, &at(None), 10, SizeUnit::Chars);
+        assert!(
+            path.starts_with("<persisted-output>\nOld output cleared to save context (50 bytes). Full output saved to: /w/sessions/alice.s/tool-results/t1.txt\n\nPreview (first 10 bytes):\naaaaaaaaaa\n"),
+            "{path}"
+        );
+        let linked = preview(
+            &"a".repeat(50),
+            50,
+            &at(Some("toolwire://saved-output/s/t1")),
+            10,
+            SizeUnit::Chars,
+        );
+        assert!(
+            linked.starts_with("<persisted-output>\nOld output cleared to save context (50 bytes). Full output saved as toolwire://saved-output/s/t1 - read it with the read_saved_output tool (MCP server toolwire).\n\nPreview (first 10 bytes):\n"),
+            "{linked}"
+        );
+        assert!(!linked.contains("/w/"), "{linked}");
+        assert_eq!(
+            preview::preview_names(&linked),
+            Some(Named::Link {
+                session: "s".into(),
+                tool_use_id: "t1".into()
+            })
+        );
+        assert_eq!(
+            preview::preview_targets(&linked, "alice.s")[0],
+            ("alice.s".to_owned(), "t1.txt".to_owned())
+        );
     }
 
     /// `n` turns of one call and its result of `len` chars, all sent whole.

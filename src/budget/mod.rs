@@ -221,18 +221,17 @@ pub fn plan_message(unit: &[&Value], state: &ReplacementState, cx: &PlanContext)
             // A second original under one id (a provider reusing call ids)
             // gets an artifact of its own.
             let reused = state.is_decided(&row.id) || other_original_before[i];
-            let name = if reused {
-                names::file_name(
-                    &format!("{}#{}", row.id, row.digest.hex().unwrap_or_default()),
-                    kind,
-                )
+            let saved_as = if reused {
+                format!("{}#{}", row.id, row.digest.hex().unwrap_or_default())
             } else {
-                names::file_name(&row.id, kind)
+                row.id.to_string()
             };
-            let path = cx.artifact_dir.join(name);
+            let path = cx.artifact_dir.join(names::file_name(&saved_as, kind));
+            // The link names what the file is named from, so a reused id's
+            // other original is read, and kept by gc, as its own.
             let link = cx
                 .link_session
-                .map(|session| preview::link(session, &row.id));
+                .map(|session| preview::link(session, &saved_as));
             let text = preview::replacement(
                 &row.content.preview_text(),
                 candidates[i].size,

@@ -7,6 +7,7 @@
 //! provider prompt caches hitting.
 
 use super::PreviewMode;
+use super::names::{ArtifactKind, file_name};
 use crate::format::size::format_size;
 use crate::format::{OPEN_TAG, SizeUnit};
 
@@ -16,34 +17,68 @@ pub const LINK_PREFIX: &str = "toolwire://saved-output/";
 /// The tool an MCP front reads a link with.
 pub const READ_TOOL: &str = "read_saved_output";
 
-/// The link of the output of `tool_use_id` in session `session` (the id
-/// its reader knows the session by).
+/// What a link's id segment holds as it is: RFC 3986's unreserved
+/// characters (session ids hold nothing else).
+const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// The link of the output saved as `tool_use_id` (a result's id, or
+/// `<id>#<digest>` for a reused id's other original) in session `session`
+/// (the id its reader knows the session by); the id percent-encoded
+/// beyond the unreserved characters, as a URI's path segment is.
 pub fn link(session: &str, tool_use_id: &str) -> String {
-    format!("{LINK_PREFIX}{session}/{tool_use_id}")
+    format!(
+        "{LINK_PREFIX}{session}/{}",
+        percent_encoding::utf8_percent_encode(tool_use_id, SEGMENT)
+    )
 }
 
-/// Where a preview says its output is: the saved file's path, and its
-/// link when the model reads saved outputs through MCP.
+/// A link's id segment as the id it encodes (see [`link`]); `None` when it
+/// decodes to no UTF-8.
+pub fn link_id(segment: &str) -> Option<String> {
+    percent_encoding::percent_decode_str(segment)
+        .decode_utf8()
+        .ok()
+        .map(|id| id.into_owned())
+}
+
+/// Where a preview says its output is: the saved file's path, or its link
+/// when the model reads saved outputs through MCP (`previews = "mcp"`).
 pub struct Saved<'a> {
     pub path: &'a str,
     pub link: Option<&'a str>,
 }
 
+/// Names the saved output by its path (PROTOCOL.md section 4).
+const PATH_MARK: &str = "Full output saved to: ";
+
+/// Names it by its link instead (PROTOCOL.md 12.3).
+const LINK_MARK: &str = "Full output saved as ";
+
 impl Saved<'_> {
-    /// The preview's first line(s). The path stays on the first line, ahead
-    /// of the link, so [`preview_target`] finds the file whichever it is.
-    fn first(&self, original_size: u64) -> String {
-        let mut first = format!(
-            "Output too large ({}). Full output saved to: {}",
-            format_size(original_size),
-            self.path
-        );
-        if let Some(link) = self.link {
-            first.push_str(&format!(
-                "\nRead it with the {READ_TOOL} tool (MCP server toolwire): uri {link}"
-            ));
+    /// The words of a preview's first line that say where the output is:
+    /// the path, or, with a link, the link and the tool that reads it and
+    /// no path at all (a model elsewhere cannot open the proxy's disk). The
+    /// link ends at the first space, so [`preview_names`] finds it.
+    pub fn named(&self) -> String {
+        match self.link {
+            None => format!("{PATH_MARK}{}", self.path),
+            Some(link) => format!(
+                "{LINK_MARK}{link} - read it with the {READ_TOOL} tool (MCP server toolwire)."
+            ),
         }
-        first
+    }
+
+    /// The preview's first line.
+    fn first(&self, original_size: u64) -> String {
+        format!(
+            "Output too large ({}). {}",
+            format_size(original_size),
+            self.named()
+        )
     }
 }
 
@@ -63,8 +98,8 @@ pub fn replacement(
     }
 }
 
-/// `head`: PROTOCOL.md section 4's preview, unchanged (a link line added
-/// when there is one).
+/// `head`: PROTOCOL.md section 4's preview (with the link in place of the
+/// path when there is one).
 fn head(
     text: &str,
     original_size: u64,
@@ -185,20 +220,116 @@ pub fn cut_tail(text: &str, limit: u64, unit: SizeUnit) -> &str {
     }
 }
 
-/// The `(session, artifact name)` a preview's path names:
-/// `…/sessions/<session>/tool-results/<name>`.
-pub fn preview_target(replacement: &str) -> Option<(String, String)> {
-    const MARK: &str = "Full output saved to: ";
-    let start = replacement.find(MARK)? + MARK.len();
-    let rest = &replacement[start..];
-    let path = std::path::Path::new(&rest[..rest.find('\n').unwrap_or(rest.len())]);
-    let name = path.file_name()?.to_str()?;
-    let results = path.parent()?;
-    if results.file_name()? != "tool-results" {
-        return None;
+/// What a preview says its saved output is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Named {
+    /// A path, `…/sessions/<session>/tool-results/<name>`: the session's
+    /// directory and the file's name.
+    File { session: String, name: String },
+    /// A link, `toolwire://saved-output/<session>/<toolUseId>`: the session
+    /// as its reader knows it (a tenant's without the tenant's prefix) and
+    /// the result's id.
+    Link {
+        session: String,
+        tool_use_id: String,
+    },
+}
+
+/// What `replacement` (a preview, or a cleared result's text) names as its
+/// saved output, if it names one.
+pub fn preview_names(replacement: &str) -> Option<Named> {
+    // The first line says where the output is; the preview under it is
+    // the tool's own text, which may spell either mark (a link preview of
+    // a log that quotes a path preview): the earlier mark is the header's.
+    let path_at = replacement.find(PATH_MARK);
+    let link_at = replacement.find(LINK_MARK);
+    if let Some(at) = path_at.filter(|p| link_at.is_none_or(|l| *p < l)) {
+        let rest = &replacement[at + PATH_MARK.len()..];
+        let path = std::path::Path::new(&rest[..rest.find('\n').unwrap_or(rest.len())]);
+        let name = path.file_name()?.to_str()?;
+        let results = path.parent()?;
+        if results.file_name()? != "tool-results" {
+            return None;
+        }
+        let session = results.parent()?.file_name()?.to_str()?;
+        return Some(Named::File {
+            session: session.to_owned(),
+            name: name.to_owned(),
+        });
     }
-    let session = results.parent()?.file_name()?.to_str()?;
-    Some((session.to_owned(), name.to_owned()))
+    let at = link_at? + LINK_MARK.len();
+    let rest = replacement[at..].strip_prefix(LINK_PREFIX)?;
+    let link = &rest[..rest.find([' ', '\n']).unwrap_or(rest.len())];
+    // Session ids hold no `/`; the id is the rest.
+    let (session, segment) = link.split_once('/')?;
+    let tool_use_id = link_id(segment)?;
+    (!session.is_empty() && !tool_use_id.is_empty()).then(|| Named::Link {
+        session: session.to_owned(),
+        tool_use_id,
+    })
+}
+
+/// The `(session, artifact name)` a preview's path names:
+/// `…/sessions/<session>/tool-results/<name>`. `None` for a link (which
+/// names no file by itself: see [`preview_targets`]).
+pub fn preview_target(replacement: &str) -> Option<(String, String)> {
+    match preview_names(replacement)? {
+        Named::File { session, name } => Some((session, name)),
+        Named::Link { .. } => None,
+    }
+}
+
+/// The `(session, artifact name)`s a preview journaled in session `own`
+/// (its id on the store) may name, the likeliest first: the one its path
+/// names, or for a link the files its id is saved under in the sessions
+/// its link's session may be on the store.
+///
+/// A link names the session as its reader knows it: a tenant's session
+/// `<tenant>.<id>` as `<id>` (`proxy::auth`; a tenant's name is 1-64 of
+/// `[A-Za-z0-9_-]`, no `.`). A preview is journaled in the session that
+/// decided it or in a fork of it, which is the same tenant's: so the link
+/// is `own` itself, or the session of `own`'s tenant it names. Never one
+/// of another tenant: a link of a session with a tenant's prefix resolves
+/// only within that prefix.
+pub fn preview_targets(replacement: &str, own: &str) -> Vec<(String, String)> {
+    match preview_names(replacement) {
+        None => Vec::new(),
+        Some(Named::File { session, name }) => vec![(session, name)],
+        Some(Named::Link {
+            session,
+            tool_use_id,
+        }) => {
+            let names =
+                [ArtifactKind::Text, ArtifactKind::Json].map(|k| file_name(&tool_use_id, k));
+            link_sessions(own, &session)
+                .into_iter()
+                .flat_map(|s| names.iter().map(move |n| (s.clone(), n.clone())))
+                .collect()
+        }
+    }
+}
+
+/// The store's sessions a link's session `named` may be, journaled in
+/// session `own`, the likeliest first (see [`preview_targets`]).
+pub fn link_sessions(own: &str, named: &str) -> Vec<String> {
+    let prefix = own.split_once('.').and_then(|(tenant, _)| {
+        let tenant_like = (1..=64).contains(&tenant.len())
+            && tenant
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        tenant_like.then(|| &own[..=tenant.len()])
+    });
+    let prefixed = prefix.map(|p| format!("{p}{named}"));
+    if own == named || prefixed.as_deref() == Some(own) {
+        return vec![own.to_owned()];
+    }
+    let mut sessions: Vec<String> = prefixed.into_iter().collect();
+    // Without tenants a session id may hold a `.` of its own: then the
+    // link names the session as it is, kept within the same prefix.
+    if prefix.is_none_or(|p| named.starts_with(p)) {
+        sessions.push(named.to_owned());
+    }
+    sessions
 }
 
 #[cfg(test)]
@@ -376,19 +507,148 @@ mod tests {
     }
 
     #[test]
-    fn a_link_goes_on_the_line_after_the_path() {
+    fn a_link_takes_the_place_of_the_path() {
         let saved = Saved {
             path: "/d/sessions/t.s/tool-results/t1.txt",
             link: Some("toolwire://saved-output/s/t1"),
         };
         let r = replacement("abc\ndef", 7, &saved, 3, SizeUnit::Chars, PreviewMode::Head);
-        assert!(
-            r.starts_with("<persisted-output>\nOutput too large (7 bytes). Full output saved to: /d/sessions/t.s/tool-results/t1.txt\nRead it with the read_saved_output tool (MCP server toolwire): uri toolwire://saved-output/s/t1\n\nPreview"),
-            "{r}"
+        assert_eq!(
+            r,
+            "<persisted-output>\nOutput too large (7 bytes). Full output saved as toolwire://saved-output/s/t1 - read it with the read_saved_output tool (MCP server toolwire).\n\nPreview (first 3 bytes):\nabc\n...\n</persisted-output>"
+        );
+        assert!(!r.contains("/d/") && !r.contains("saved to:"), "{r}");
+        assert_eq!(
+            preview_names(&r),
+            Some(Named::Link {
+                session: "s".into(),
+                tool_use_id: "t1".into()
+            })
+        );
+        // No file by itself; the session that journals it says which.
+        assert_eq!(preview_target(&r), None);
+        assert_eq!(
+            preview_targets(&r, "t.s"),
+            vec![
+                ("t.s".to_owned(), "t1.txt".to_owned()),
+                ("t.s".to_owned(), "t1.json".to_owned())
+            ]
+        );
+        let tail = replacement(
+            "abc\ndef",
+            7,
+            &saved,
+            4,
+            SizeUnit::Chars,
+            PreviewMode::HeadTail,
+        );
+        assert!(tail.starts_with("<persisted-output>\nOutput too large (7 bytes). Full output saved as toolwire://saved-output/s/t1 - read it"), "{tail}");
+        assert_eq!(preview_names(&tail), preview_names(&r));
+        // An id that is no plain token (a reused id's other original) is
+        // percent-encoded in its link and saved under its digest's name.
+        let reused = link("s", "t1#00ff");
+        assert_eq!(reused, "toolwire://saved-output/s/t1%2300ff");
+        let odd = replacement(
+            "x",
+            1,
+            &Saved {
+                path: "/p",
+                link: Some(&reused),
+            },
+            9,
+            SizeUnit::Chars,
+            PreviewMode::Head,
         );
         assert_eq!(
-            preview_target(&r),
-            Some(("t.s".to_owned(), "t1.txt".to_owned()))
+            preview_names(&odd),
+            Some(Named::Link {
+                session: "s".into(),
+                tool_use_id: "t1#00ff".into()
+            })
+        );
+        assert_eq!(
+            preview_targets(&odd, "s")[0],
+            ("s".to_owned(), file_name("t1#00ff", ArtifactKind::Text))
+        );
+        assert_eq!(
+            link("s", "toolu_01-A.b~"),
+            "toolwire://saved-output/s/toolu_01-A.b~"
+        );
+    }
+
+    #[test]
+    fn a_link_resolves_within_its_tenant() {
+        // The session's own, with or without a tenant's prefix.
+        assert_eq!(link_sessions("alice.x", "x"), vec!["alice.x"]);
+        assert_eq!(link_sessions("x", "x"), vec!["x"]);
+        assert_eq!(link_sessions("a.b.x", "b.x"), vec!["a.b.x"]);
+        // A fork's parent, of the same tenant.
+        assert_eq!(link_sessions("alice.child", "parent"), vec!["alice.parent"]);
+        assert_eq!(link_sessions("child", "parent"), vec!["parent"]);
+        // Without tenants, dotted ids as they are, after the prefixed one.
+        assert_eq!(
+            link_sessions("a.child", "a.parent"),
+            vec!["a.a.parent", "a.parent"]
+        );
+        // Never another tenant's session: bob's `x` is `bob.x` on the store.
+        assert_eq!(link_sessions("alice.child", "bob.x"), vec!["alice.bob.x"]);
+        assert!(!link_sessions("alice.child", "bob.x").contains(&"bob.x".to_owned()));
+        // A link preview of output that quotes a path preview names its
+        // link, not the quoted path; and the other way round.
+        let saved = Saved {
+            path: "/d/sessions/alice.s/tool-results/t1.txt",
+            link: Some("toolwire://saved-output/s/t1"),
+        };
+        let quoting =
+            "Output too large (1KB). Full output saved to: /d/sessions/bob.x/tool-results/t9.txt\n";
+        let r = replacement(quoting, 99, &saved, 200, SizeUnit::Chars, PreviewMode::Head);
+        assert_eq!(
+            preview_targets(&r, "alice.s")[0],
+            ("alice.s".to_owned(), "t1.txt".to_owned())
+        );
+        let quoting = "Full output saved as toolwire://saved-output/x/t9 - read it\n";
+        let r = replacement(
+            quoting,
+            99,
+            &Saved {
+                link: None,
+                ..saved
+            },
+            200,
+            SizeUnit::Chars,
+            PreviewMode::Head,
+        );
+        assert_eq!(
+            preview_targets(&r, "alice.s"),
+            vec![("alice.s".to_owned(), "t1.txt".to_owned())]
+        );
+        // Links that are no links.
+        for bad in [
+            "Full output saved as toolwire://saved-output/s",
+            "Full output saved as toolwire://saved-output//t1 - read",
+            "Full output saved as https://example.com/s/t1",
+        ] {
+            assert_eq!(preview_names(bad), None, "{bad}");
+            assert!(preview_targets(bad, "s").is_empty(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_path_preview_names_its_file_in_any_session() {
+        let r = replacement(
+            "abc",
+            3,
+            &Saved {
+                path: "/w/sessions/p/tool-results/t1.json",
+                link: None,
+            },
+            9,
+            SizeUnit::Chars,
+            PreviewMode::Head,
+        );
+        assert_eq!(
+            preview_targets(&r, "child"),
+            vec![("p".to_owned(), "t1.json".to_owned())]
         );
     }
 }

@@ -187,13 +187,16 @@ fn parse_uri(front: &dyn Saved, raw: &str) -> Result<(SessionId, String, Option<
     let (Some(session), Some(id), None) = (parts.next(), parts.next(), parts.next()) else {
         return Err(bad("expected toolwire://saved-output/<session>/<id>"));
     };
+    // The id as `link` encoded it (a reused id's other original is
+    // `<id>%23<digest>`).
+    let id = crate::budget::preview::link_id(id).ok_or_else(|| bad("the id is not UTF-8"))?;
     let Some(session) = front.resolve(session).filter(|_| !id.is_empty()) else {
         return Err(Error::ResourceNotFound {
             uri: raw.to_owned(),
         });
     };
     if url.query().is_none() {
-        return Ok((session, id.to_owned(), None));
+        return Ok((session, id, None));
     }
     let mut page = Page::default();
     for (key, value) in url.query_pairs() {
@@ -215,7 +218,7 @@ fn parse_uri(front: &dyn Saved, raw: &str) -> Result<(SessionId, String, Option<
             }
         }
     }
-    Ok((session, id.to_owned(), Some(page)))
+    Ok((session, id, Some(page)))
 }
 
 /// `resources/read` of one of our links.
@@ -396,7 +399,7 @@ async fn inherited(
     front: &dyn Saved,
     session: &SessionId,
     id: &str,
-) -> Result<Option<(String, String)>> {
+) -> Result<Option<Vec<(String, String)>>> {
     match front.registry().storage().shared.clone() {
         Some(shared) => crate::store::shared_target(&*shared, session, id).await,
         None => Ok(None),

@@ -696,16 +696,22 @@ fn cleared_choice(
     } else {
         ArtifactKind::Json
     };
-    let path = pcx.artifact_dir.join(clearing::artifact_name(
-        state,
-        &c.tool_use_id,
-        c.digest,
-        kind,
-    ));
+    let saved_as = clearing::saved_as(state, &c.tool_use_id, c.digest);
+    let path = pcx
+        .artifact_dir
+        .join(budget::names::file_name(&saved_as, kind));
+    // A cleared result names its output as a fresh preview would, link
+    // and all: its text is decided now, once.
+    let link = pcx
+        .link_session
+        .map(|session| budget::preview::link(session, &saved_as));
     let replacement = clearing::preview(
         &content.preview_text(),
         c.size,
-        &path.to_string_lossy(),
+        &budget::preview::Saved {
+            path: &path.to_string_lossy(),
+            link: link.as_deref(),
+        },
         clearing.preview_chars,
         pcx.unit,
     );

@@ -381,7 +381,10 @@ fn advance(
             let text = clearing::preview(
                 &content.preview_text(),
                 c.size,
-                &path,
+                &crate::budget::preview::Saved {
+                    path: &path,
+                    link: None,
+                },
                 settings.clearing.preview_chars,
                 pcx.unit,
             );
@@ -543,7 +546,11 @@ mod tests {
         assert_eq!(c.batch.cache_breaks, 1);
         // Saved under its id, as any saved output.
         let path = format!("{ARTIFACT_DIR}/t1.txt");
-        let preview = clearing::preview(&"a".repeat(100), 100, &path, 10, SizeUnit::Chars);
+        let saved = crate::budget::preview::Saved {
+            path: &path,
+            link: None,
+        };
+        let preview = clearing::preview(&"a".repeat(100), 100, &saved, 10, SizeUnit::Chars);
         let mut r1c = r1.clone();
         r1c["content"][0]["content"] = Value::String(preview);
         let r1cn = len(&r1c);

@@ -127,8 +127,10 @@ pub trait SharedStore: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<crate::retention::GcReport>>;
 }
 
-/// Where a session's journal says the output of `tool_use_id` was saved,
-/// as (session, file name), read from the shared store: on PostgreSQL there
+/// Where a session's journal says the output of `tool_use_id` may be saved,
+/// as (session, file name)s, the likeliest first (a link names no file by
+/// itself: `budget::preview::preview_targets`), read from the shared store;
+/// `None` when it says nothing of it. On PostgreSQL there
 /// is no transcript file to find an output a fork inherited from its
 /// parent through, so the caller looks it up here first (the fork's
 /// commits include its parent's replacement lines) and hands it to
@@ -137,11 +139,11 @@ pub async fn shared_target(
     shared: &dyn SharedStore,
     session_id: &crate::transcript::SessionId,
     tool_use_id: &str,
-) -> Result<Option<(String, String)>> {
+) -> Result<Option<Vec<(String, String)>>> {
     let Some(commits) = shared.read(session_id.as_str(), 0).await? else {
         return Ok(None);
     };
-    let mut found = None;
+    let mut found = Vec::new();
     for line in commits.iter().flat_map(|c| c.lines.split(|b| *b == b'\n')) {
         // Only replacement lines are parsed (message lines may be large).
         if !line.windows(13).any(|w| w == b"\"replacement\"") {
@@ -154,10 +156,10 @@ pub async fn shared_target(
         if record["toolUseId"] == tool_use_id
             && let Some(text) = record["replacement"].as_str()
         {
-            found = crate::budget::preview::preview_target(text);
+            found = crate::budget::preview::preview_targets(text, session_id.as_str());
         }
     }
-    Ok(found)
+    Ok((!found.is_empty()).then_some(found))
 }
 
 /// What a commit did, for the session that asked.

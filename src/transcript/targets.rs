@@ -4,20 +4,33 @@
 use std::io::{self, BufRead, BufReader};
 use std::path::Path;
 
-/// The `(session, artifact name)` the transcript's replacement for
-/// `tool_use_id` points at (the last one journaled), if any.
+/// The `(session, artifact name)`s the transcript's replacement for
+/// `tool_use_id` (the last one journaled) may point at, the likeliest
+/// first (one for a path; for a link, as
+/// [`preview_targets`](crate::budget::preview::preview_targets) resolves
+/// it in the transcript's session, `<session>.jsonl`).
 pub fn replacement_target(
     transcript: &Path,
     tool_use_id: &str,
-) -> io::Result<Option<(String, String)>> {
-    let mut found = None;
+) -> io::Result<Vec<(String, String)>> {
+    let own = session_of(transcript);
+    let mut found = Vec::new();
     for_each_replacement(transcript, &mut |id, text| {
         if id == tool_use_id {
-            found = crate::budget::preview::preview_target(text);
+            found = crate::budget::preview::preview_targets(text, &own);
         }
         true
     })?;
     Ok(found)
+}
+
+/// The session whose transcript `transcript` is: its name less `.jsonl`.
+pub fn session_of(transcript: &Path) -> String {
+    let name = transcript
+        .file_name()
+        .map(|n| n.to_string_lossy())
+        .unwrap_or_default();
+    name.strip_suffix(".jsonl").unwrap_or(&name).to_owned()
 }
 
 /// Call `f(toolUseId, replacement)` for each `replacement` line of a

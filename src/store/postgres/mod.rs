@@ -483,10 +483,10 @@ impl Postgres {
         while let Some(row) = rows.try_next().await.map_err(|err| db_error("gc", err))? {
             let session: &str = row.get(0);
             let bytes: &[u8] = row.get(1);
-            if let Some((target, name)) = target_of(bytes)
-                && target != session
-            {
-                foreign.entry(target).or_default().insert(name);
+            for (target, name) in targets_of(bytes, session) {
+                if target != session {
+                    foreign.entry(target).or_default().insert(name);
+                }
             }
         }
         Ok(foreign)
@@ -511,10 +511,10 @@ impl Postgres {
         let mut own: HashMap<String, HashSet<String>> = HashMap::new();
         for row in &rows {
             let session: &str = row.get(0);
-            if let Some((target, name)) = target_of(row.get(1))
-                && target == session
-            {
-                own.entry(target).or_default().insert(name);
+            for (target, name) in targets_of(row.get(1), session) {
+                if target == session {
+                    own.entry(target).or_default().insert(name);
+                }
             }
         }
         Ok(own)
@@ -522,21 +522,27 @@ impl Postgres {
 
     /// The saved outputs of `session` that any decision points at now: its
     /// own, and any other session's (found by the session's name in the
-    /// replacement: a preview names the session's folder verbatim).
+    /// replacement: a preview's path names the session's folder verbatim,
+    /// its link the session as the tenant knows it, which is the name or
+    /// the name less a tenant's prefix).
     pub async fn references_into(&self, session: &str) -> Result<HashSet<String>> {
+        let link = |named: &str| format!("{}{named}/", crate::budget::preview::LINK_PREFIX);
+        let unprefixed = session.split_once('.').map_or(session, |(_, rest)| rest);
         let client = self.client().await?;
         let rows = client
             .query(
-                "SELECT replacement FROM toolwire_decisions
+                "SELECT session, replacement FROM toolwire_decisions
                   WHERE replacement IS NOT NULL
-                    AND (session = $1 OR position(convert_to($1, 'UTF8') in replacement) > 0)",
-                &[&session],
+                    AND (session = $1 OR position(convert_to($1, 'UTF8') in replacement) > 0
+                         OR position(convert_to($2, 'UTF8') in replacement) > 0
+                         OR position(convert_to($3, 'UTF8') in replacement) > 0)",
+                &[&session, &link(session), &link(unprefixed)],
             )
             .await
             .map_err(|err| db_error("gc", err))?;
         Ok(rows
             .iter()
-            .filter_map(|row| target_of(row.get(0)))
+            .flat_map(|row| targets_of(row.get(1), row.get(0)))
             .filter(|(target, _)| target == session)
             .map(|(_, name)| name)
             .collect())
@@ -771,9 +777,13 @@ SELECT NULL::bigint, NULL::bytea, p.pair, s.incarnation
  WHERE s.session = $1
  ORDER BY 1 NULLS LAST";
 
-/// The `(session, output name)` a replacement's preview names.
-fn target_of(replacement: &[u8]) -> Option<(String, String)> {
-    crate::budget::preview::preview_target(std::str::from_utf8(replacement).ok()?)
+/// The `(session, output name)`s a replacement's preview, decided in
+/// session `own`, may name (every file a link may name: gc keeping one
+/// too many is safe).
+fn targets_of(replacement: &[u8], own: &str) -> Vec<(String, String)> {
+    std::str::from_utf8(replacement)
+        .map(|text| crate::budget::preview::preview_targets(text, own))
+        .unwrap_or_default()
 }
 
 /// Serialize the commits of one session (see the migration).
