@@ -1,21 +1,29 @@
 //! `toolwire proxy` benchmarks, each figure next to a baseline measured in
-//! the same run against the same fake provider (tests/fake_provider):
+//! the same run against the same provider:
 //!
-//!     cargo bench --bench proxy
+//!     cargo bench --bench proxy                 # every part
+//!     cargo bench --bench proxy -- latency      # or throughput, cache
 //!
 //! - added latency: time to first byte and total time of a streamed
-//!   Anthropic response for a 200 KB conversation, through the proxy vs
-//!   straight to the fake provider (interleaved, ≥ 1000 requests each);
-//! - throughput: requests/s with 16 concurrent clients, proxy vs direct;
+//!   Anthropic response for a 196 KB conversation (20 results of 9,800
+//!   chars, none over the budget), through the proxy vs straight to the
+//!   provider (alternating, 500 requests each);
+//! - throughput: requests/s with 16 concurrent clients, proxy vs direct
+//!   (3 s each, in alternating halves);
 //! - prompt cache hit rate over a 30-turn loop: through toolwire vs a
 //!   simulated proxy that truncates results afresh every turn.
 //!
-//! The proxy is the real binary (`toolwire proxy`, as users run it) in a
-//! process of its own; the client and the fake provider run in this one,
-//! over real loopback TCP. So the direct baseline and the proxied figure
-//! share the client and the provider, and differ only by the hop through
-//! toolwire, whose work is not hidden in (or slowed by) the client's
-//! runtime.
+//! Latency and throughput are measured under the configuration users run
+//! (no `durability` or `[clearing]` set: durable commits, `auto`
+//! clearing), and again with `durability = "none"` beside it. Every party
+//! is a process of its own, over real loopback TCP: the proxy is the
+//! release binary (`toolwire proxy`, as users run it), the provider is
+//! node's http server (benches/node/proxy_upstream.js) and the client
+//! node's http client (benches/node/proxy_client.js). So the direct
+//! baseline and the proxied figure share the client and the provider, and
+//! differ only by the hop through toolwire, whose work is not hidden in
+//! (or slowed by) a runtime this process shares. The cache part counts
+//! bytes, not time: its provider is the tests' fake one, in this process.
 
 #[path = "../tests/fake_provider/mod.rs"]
 mod fake_provider;
@@ -23,16 +31,17 @@ mod fake_provider;
 mod proxy_process;
 mod support;
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::Stdio;
 
 use fake_provider::FakeProvider;
-use futures_util::StreamExt;
 use serde_json::{Value, json};
+use tokio::io::AsyncBufReadExt;
 
-const REQUESTS: usize = 1000;
+const REQUESTS: usize = 500;
+const WARMUP: usize = 30;
 const CONCURRENCY: usize = 16;
-const THROUGHPUT_REQUESTS: usize = 2000;
+const THROUGHPUT_SECONDS: u64 = 3;
 const TURNS: usize = 30;
 
 /// A `toolwire proxy` process on a workspace of its own, in front of
@@ -42,10 +51,13 @@ struct ProxyProcess {
     url: String,
 }
 
-async fn start_proxy(upstream: &str, dir: &std::path::Path) -> ProxyProcess {
+/// `durability`: `None` leaves it to its default (durable commits), as
+/// users run it.
+async fn start_proxy(upstream: &str, dir: &Path, durability: Option<&str>) -> ProxyProcess {
     std::fs::create_dir_all(dir).unwrap();
+    let durability = durability.map_or(String::new(), |d| format!("durability = \"{d}\"\n"));
     let toml = format!(
-        "durability = \"none\"\n[proxy.upstreams]\nanthropic = \"{upstream}\"\nopenai = \"{upstream}\"\ngemini = \"{upstream}\"\n"
+        "{durability}[proxy.upstreams]\nanthropic = \"{upstream}\"\nopenai = \"{upstream}\"\ngemini = \"{upstream}\"\n"
     );
     std::fs::write(dir.join("toolwire.toml"), toml).unwrap();
     let (child, url, mut lines) =
@@ -57,6 +69,45 @@ async fn start_proxy(upstream: &str, dir: &std::path::Path) -> ProxyProcess {
         }
     });
     ProxyProcess { _child: child, url }
+}
+
+/// The node provider (benches/node/proxy_upstream.js), in a process of its
+/// own; it ends when its stdin closes, that is when this is dropped.
+struct NodeUpstream {
+    _child: tokio::process::Child,
+    url: String,
+}
+
+fn node_script(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("benches/node")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+async fn start_upstream() -> NodeUpstream {
+    let mut child = tokio::process::Command::new("node")
+        .arg(node_script("proxy_upstream.js"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("proxy bench: node is required (apt-get install nodejs)");
+    let stdout = child.stdout.take().unwrap();
+    let line = tokio::io::BufReader::new(stdout)
+        .lines()
+        .next_line()
+        .await
+        .unwrap()
+        .expect("the node upstream says its port");
+    let port = serde_json::from_str::<Value>(&line).unwrap()["port"]
+        .as_u64()
+        .unwrap();
+    NodeUpstream {
+        _child: child,
+        url: format!("http://127.0.0.1:{port}"),
+    }
 }
 
 fn result_text(turn: usize, size: usize) -> String {
@@ -87,9 +138,8 @@ fn body(messages: &[Value], stream: bool) -> Vec<u8> {
     .unwrap()
 }
 
-/// Time to first body byte and total time of one streamed request.
-async fn timed(client: &reqwest::Client, url: &str, body: &[u8]) -> (Duration, Duration) {
-    let start = Instant::now();
+/// One non-streamed request from this process (the cache part only).
+async fn send(client: &reqwest::Client, url: &str, body: &[u8]) {
     let response = client
         .post(format!("{url}/v1/messages"))
         .header("content-type", "application/json")
@@ -99,13 +149,7 @@ async fn timed(client: &reqwest::Client, url: &str, body: &[u8]) -> (Duration, D
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
-    let mut stream = response.bytes_stream();
-    let mut first = None;
-    while let Some(chunk) = stream.next().await {
-        chunk.unwrap();
-        first.get_or_insert_with(|| start.elapsed());
-    }
-    (first.unwrap_or_default(), start.elapsed())
+    response.bytes().await.unwrap();
 }
 
 /// Where element `index` of the body's `messages` ends.
@@ -118,149 +162,146 @@ fn element_end(body: &[u8], index: usize) -> usize {
     raw.as_ptr() as usize - text.as_ptr() as usize + raw.len()
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+/// The `p` quantile of nanosecond samples, in ms.
+fn percentile_ms(samples: &Value, p: f64) -> f64 {
+    let mut v: Vec<f64> = samples
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    v.sort_by(f64::total_cmp);
+    v[((v.len() - 1) as f64 * p).round() as usize] / 1e6
 }
 
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
+/// The node client's report for `parts` (`latency`, `throughput`) against
+/// `upstream` directly and through `proxy`.
+async fn outside(
+    body_file: &Path,
+    upstream: &str,
+    proxy: &str,
+    latency: bool,
+    rate: bool,
+) -> Value {
+    let output = tokio::process::Command::new("node")
+        .arg(node_script("proxy_client.js"))
+        .arg(body_file)
+        .arg(upstream)
+        .arg(proxy)
+        .arg(if latency { REQUESTS } else { 0 }.to_string())
+        .arg(WARMUP.to_string())
+        .arg(CONCURRENCY.to_string())
+        .arg(if rate { THROUGHPUT_SECONDS } else { 0 }.to_string())
+        .stderr(Stdio::inherit())
+        .output()
+        .await
+        .expect("run the node client");
+    assert!(output.status.success(), "the node client failed");
+    serde_json::from_slice(&output.stdout).expect("the node client's report")
 }
 
-async fn latency(fake: &FakeProvider, proxy: &str) {
-    // 200 KB: 20 rounds of ~9 KB results and one 60 KB result (persisted
-    // on the first request, its preview reapplied on every later one).
-    let mut sizes = vec![7_000; 20];
-    sizes[3] = 60_000;
-    let messages = conversation(20, &sizes);
-    let body = body(&messages, true);
-    let client = reqwest::Client::builder()
-        .tcp_nodelay(true)
-        .build()
-        .unwrap();
-    // Warm up both paths (connections, the session's first decisions).
-    for _ in 0..20 {
-        timed(&client, &fake.url(), &body).await;
-        timed(&client, proxy, &body).await;
+/// Latency and throughput, proxy vs direct, for one configuration.
+async fn measure(
+    upstream: &NodeUpstream,
+    dir: &Path,
+    setting: &str,
+    durability: Option<&str>,
+    parts: &support::Parts,
+) {
+    let (latency, rate) = (parts.want("latency"), parts.want("throughput"));
+    if !latency && !rate {
+        return;
     }
-    let (mut direct_first, mut direct_total, mut proxy_first, mut proxy_total) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..REQUESTS {
-        let (f, t) = timed(&client, &fake.url(), &body).await;
-        direct_first.push(f);
-        direct_total.push(t);
-        let (f, t) = timed(&client, proxy, &body).await;
-        proxy_first.push(f);
-        proxy_total.push(t);
-    }
-    for v in [
-        &mut direct_first,
-        &mut direct_total,
-        &mut proxy_first,
-        &mut proxy_total,
-    ] {
-        v.sort();
-    }
+    let proxy = start_proxy(
+        &upstream.url,
+        &dir.join(setting.replace(' ', "-")),
+        durability,
+    )
+    .await;
+    let sizes = vec![9_800; 20];
+    let body = body(&conversation(20, &sizes), true);
+    let kb = body.len() / 1024;
+    let body_file = dir.join("body.json");
+    std::fs::write(&body_file, &body).unwrap();
+    let report = outside(&body_file, &upstream.url, &proxy.url, latency, rate).await;
     println!(
-        "streamed response, {} KB conversation, {REQUESTS} requests each (interleaved)",
-        body.len() / 1024
+        "{setting}: the proxy said {} ; cleared {}; the provider got (bytes: requests) {}",
+        report["budget"], report["cleared"], report["received"]
     );
-    println!("| figure | through toolwire | direct (baseline) | added | ratio |");
-    println!("|---|---|---|---|---|");
-    for (name, proxied, direct) in [
-        ("time to first byte", &proxy_first, &direct_first),
-        ("total time", &proxy_total, &direct_total),
-    ] {
-        for p in [0.5, 0.99] {
-            let (a, b) = (percentile(proxied, p), percentile(direct, p));
-            println!(
-                "| {name} p{} | {:.3} ms | {:.3} ms | {:+.3} ms | {:.2}× |",
-                (p * 100.0) as u32,
-                ms(a),
-                ms(b),
-                ms(a) - ms(b),
-                ms(a) / ms(b)
-            );
-        }
-    }
-    println!();
-    let p50 = |v: &[Duration]| ms(percentile(v, 0.5));
-    let added = p50(&proxy_first) - p50(&direct_first);
-    support::record(support::Row {
-        bench: "proxy",
-        figure: format!(
-            "streamed response through the proxy, {} KB conversation: first byte p50 / total p50",
-            body.len() / 1024
-        ),
-        toolwire: format!("{:.3} / {:.3} ms", p50(&proxy_first), p50(&proxy_total)),
-        baseline: format!(
-            "{:.3} / {:.3} ms: direct",
-            p50(&direct_first),
-            p50(&direct_total)
-        ),
-        ratio: format!(
-            "{:.2} / {}",
-            p50(&proxy_first) / p50(&direct_first),
-            support::x(p50(&proxy_total) / p50(&direct_total))
-        ),
-        target: format!("< 0.5 ms added at first byte (+{added:.3} ms)"),
-        holds: Some(added < 0.5),
-    });
-}
-
-async fn throughput(fake: &FakeProvider, proxy: &str) {
-    let mut sizes = vec![7_000; 20];
-    sizes[3] = 60_000;
-    let body = Arc::new(body(&conversation(20, &sizes), true));
-    let client = reqwest::Client::builder()
-        .tcp_nodelay(true)
-        .build()
-        .unwrap();
-    let run = |url: String| {
-        let client = client.clone();
-        let body = body.clone();
-        async move {
-            let start = Instant::now();
-            let per = THROUGHPUT_REQUESTS / CONCURRENCY;
-            let tasks: Vec<_> = (0..CONCURRENCY)
-                .map(|_| {
-                    let (client, body, url) = (client.clone(), body.clone(), url.clone());
-                    tokio::spawn(async move {
-                        for _ in 0..per {
-                            timed(&client, &url, &body).await;
-                        }
-                    })
-                })
-                .collect();
-            for t in tasks {
-                t.await.unwrap();
+    if latency {
+        let l = &report["latency"];
+        println!(
+            "streamed response, {kb} KB conversation, {setting}, {REQUESTS} requests each (alternating; node client and provider)"
+        );
+        println!("| figure | through toolwire | direct (baseline) | added | ratio |");
+        println!("|---|---|---|---|---|");
+        for (name, key) in [("time to first byte", "first"), ("total time", "total")] {
+            for p in [0.5, 0.99] {
+                let (a, b) = (
+                    percentile_ms(&l["proxy"][key], p),
+                    percentile_ms(&l["direct"][key], p),
+                );
+                println!(
+                    "| {name} p{} | {a:.3} ms | {b:.3} ms | {:+.3} ms | {:.2}× |",
+                    (p * 100.0) as u32,
+                    a - b,
+                    a / b
+                );
             }
-            (per * CONCURRENCY) as f64 / start.elapsed().as_secs_f64()
         }
-    };
-    let direct = run(fake.url()).await;
-    let proxied = run(proxy.to_owned()).await;
-    println!(
-        "throughput, {CONCURRENCY} concurrent clients, {THROUGHPUT_REQUESTS} requests, {} KB each",
-        body.len() / 1024
-    );
-    println!("| through toolwire | direct (baseline) | ratio |");
-    println!("|---|---|---|");
-    println!(
-        "| {proxied:.0} req/s | {direct:.0} req/s | {:.2}× |\n",
-        proxied / direct
-    );
-    support::record(support::Row {
-        bench: "proxy",
-        figure: format!(
-            "throughput, {CONCURRENCY} concurrent clients, {} KB each",
-            body.len() / 1024
-        ),
-        toolwire: format!("{proxied:.0} req/s"),
-        baseline: format!("{direct:.0} req/s: direct"),
-        ratio: support::x(proxied / direct),
-        target: "≥ 0.8×".into(),
-        holds: Some(proxied / direct >= 0.8),
-    });
+        println!();
+        let p50 = |which: &str, key: &str| percentile_ms(&l[which][key], 0.5);
+        let added = p50("proxy", "first") - p50("direct", "first");
+        support::record(support::Row {
+            bench: "proxy",
+            figure: format!(
+                "streamed response through the proxy, {setting}, {kb} KB conversation: first byte p50 / total p50"
+            ),
+            toolwire: format!(
+                "{:.3} / {:.3} ms",
+                p50("proxy", "first"),
+                p50("proxy", "total")
+            ),
+            baseline: format!(
+                "{:.3} / {:.3} ms: direct",
+                p50("direct", "first"),
+                p50("direct", "total")
+            ),
+            ratio: format!(
+                "{:.2} / {}",
+                p50("proxy", "first") / p50("direct", "first"),
+                support::x(p50("proxy", "total") / p50("direct", "total"))
+            ),
+            target: format!("< 0.5 ms added at first byte ({added:+.3} ms)"),
+            holds: Some(added < 0.5),
+        });
+    }
+    if rate {
+        let (proxied, direct) = (
+            report["throughput"]["proxy"].as_f64().unwrap(),
+            report["throughput"]["direct"].as_f64().unwrap(),
+        );
+        println!(
+            "throughput, {CONCURRENCY} concurrent clients, {THROUGHPUT_SECONDS} s each way, {kb} KB each, {setting}"
+        );
+        println!("| through toolwire | direct (baseline) | ratio |");
+        println!("|---|---|---|");
+        println!(
+            "| {proxied:.0} req/s | {direct:.0} req/s | {:.2}× |\n",
+            proxied / direct
+        );
+        support::record(support::Row {
+            bench: "proxy",
+            figure: format!(
+                "throughput, {CONCURRENCY} concurrent clients, {setting}, {kb} KB each"
+            ),
+            toolwire: format!("{proxied:.0} req/s"),
+            baseline: format!("{direct:.0} req/s: direct"),
+            ratio: support::x(proxied / direct),
+            target: "≥ 0.8×".into(),
+            holds: Some(proxied / direct >= 0.8),
+        });
+    }
 }
 
 /// A compressing proxy that truncates every large result to its share of a
@@ -305,7 +346,7 @@ async fn cache_rate(dir: &std::path::Path) {
         let proxy = if simulated {
             None
         } else {
-            Some(start_proxy(&fake.url(), &dir.join("cache")).await)
+            Some(start_proxy(&fake.url(), &dir.join("cache"), None).await)
         };
         let url = proxy.as_ref().map_or_else(|| fake.url(), |p| p.url.clone());
         for turn in 1..=TURNS {
@@ -315,7 +356,7 @@ async fn cache_rate(dir: &std::path::Path) {
             } else {
                 messages
             };
-            timed(&client, &url, &body(&messages, false)).await;
+            send(&client, &url, &body(&messages, false)).await;
         }
         let received = fake.received();
         let read: u64 = received.iter().map(|r| r.cache_read).sum();
@@ -366,25 +407,20 @@ async fn cache_rate(dir: &std::path::Path) {
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
     support::begin("proxy");
-    let only: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with("--"))
-        .collect();
-    let want = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
+    let parts = support::Parts::from_args();
     let dir = tempfile::tempdir().unwrap();
     println!(
         "toolwire proxy benchmarks ({} cores)\n",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
-    let fake = FakeProvider::start().await;
-    let proxy = start_proxy(&fake.url(), &dir.path().join("proxy")).await;
-    if want("latency") {
-        latency(&fake, &proxy.url).await;
+    let upstream = start_upstream().await;
+    for (setting, durability) in [
+        ("defaults (durability fsync, clearing auto)", None),
+        ("durability none", Some("none")),
+    ] {
+        measure(&upstream, dir.path(), setting, durability, &parts).await;
     }
-    if want("throughput") {
-        throughput(&fake, &proxy.url).await;
-    }
-    if want("cache") {
+    if parts.want("cache") {
         cache_rate(dir.path()).await;
     }
 }

@@ -977,6 +977,87 @@ async fn deep_json_keeps_the_budget() {
     proxy.stop().await;
 }
 
+/// Every file of the data directory but the proxy's usage records, by
+/// path: what a commit (and so a disk sync) would change.
+fn store_files(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![dir.join(".toolwire")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if !path.ends_with("proxy-usage.jsonl") {
+                out.insert(path.clone(), std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    out
+}
+
+/// #52: under the defaults (durable commits, `auto` clearing), a request
+/// that decides nothing new commits nothing, so it never waits on a disk
+/// sync: after the first request of a conversation, the same request again
+/// leaves the journal, the write-ahead log and the saved outputs as they
+/// were, and is forwarded with the same bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_deciding_nothing_commits_nothing_under_the_defaults() {
+    let upstream = Recorder::start().await;
+    let toml = format!("[proxy.upstreams]\nanthropic = \"{}\"\n", upstream.url);
+    let proxy = Proxy::start_with(&toml, &["--listen", "127.0.0.1:0"], "toolwire=warn").await;
+    let mut messages = vec![json!({"role": "user", "content": "The build fails."})];
+    for t in 0..20 {
+        let id = format!("toolu_{t:04}");
+        messages.push(json!({"role": "assistant", "content": [{"type": "tool_use", "id": id, "name": "bash", "input": {}}]}));
+        messages.push(json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": format!("line {t} of the build log\n").repeat(400)}]}));
+    }
+    let body = json!({"model": "m", "max_tokens": 8, "messages": messages}).to_string();
+    let client = reqwest::Client::new();
+    let send = || async {
+        let r = client
+            .post(format!("{}/v1/messages", proxy.url))
+            .header("x-toolwire-session", "quiet")
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let budget = r.headers()["x-toolwire-budget"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        (budget, r.headers().contains_key("x-toolwire-cleared"))
+    };
+    let (first, _) = send().await;
+    assert!(first.starts_with("applied;"), "{first}");
+    let decided = store_files(proxy.dir.path());
+    assert!(
+        decided
+            .keys()
+            .any(|p| p.extension().is_some_and(|e| e == "jsonl")),
+        "the first request journals its decisions: {:?}",
+        decided.keys()
+    );
+    let forwarded = upstream.bodies().pop().unwrap();
+    for turn in 2..=6 {
+        assert_eq!(
+            send().await,
+            ("applied; persisted=0".to_owned(), false),
+            "request {turn}"
+        );
+        assert_eq!(
+            upstream.bodies().pop().unwrap(),
+            forwarded,
+            "request {turn}"
+        );
+        assert!(
+            store_files(proxy.dir.path()) == decided,
+            "request {turn} decided nothing, yet the store changed"
+        );
+    }
+    proxy.stop().await;
+}
+
 /// #32 item 14: a body that is not UTF-8 goes as sent, and says why it
 /// was not budgeted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

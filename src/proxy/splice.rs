@@ -14,8 +14,9 @@
 //! The body is parsed once. Spans are found afterwards by a flat scan of
 //! text already known to be valid JSON ([`Spans`]), which skips strings by
 //! searching for their closing quote rather than reading them; only the
-//! values on the path to a change are scanned, and only a changed element
-//! of the conversation is read again into a value to compare with.
+//! values on the path to a change are scanned, and a changed element of
+//! the conversation is compared with its new value as its text is read
+//! ([`diff_raw`]), not parsed again.
 
 use std::ops::Range;
 
@@ -122,11 +123,7 @@ impl<'a> Body<'a> {
         }
         let mut edits = Vec::new();
         for ((item, n), _) in items.into_iter().zip(new).zip(changed).filter(|(_, c)| **c) {
-            // A changed element holds the result that was replaced: long
-            // strings, read as the body's were.
-            let old: Value = crate::json::lifted::from_slice(self.text[item.clone()].as_bytes())
-                .map_err(malformed)?;
-            diff(self.text, item, &old, n, &mut edits)?;
+            diff_raw(self.text, item, n, &mut edits)?;
         }
         Ok(Some(apply(self.text, edits)))
     }
@@ -177,6 +174,100 @@ fn diff(
             Ok(())
         }
     }
+}
+
+/// [`diff`] against the old value's text instead of its parsed value. A
+/// changed element is mostly the long result budgeting replaced: reading
+/// it into a value again only to find that it differs from its preview
+/// cost about as much as parsing it the first time, on every request that
+/// puts back a preview. Objects whose keys are the new value's, in order,
+/// and arrays of its length are followed member by member; a string is
+/// compared as it is read, up to its first difference; anything else (a
+/// key order that differs, a number, a `\u` escape before a difference) is
+/// read into a value and compared as [`diff`] does, so the edits are the
+/// ones [`diff`] makes of the parsed element.
+fn diff_raw(
+    text: &str,
+    range: Range<usize>,
+    new: &Value,
+    edits: &mut Edits,
+) -> Result<(), BodyError> {
+    let spans = Spans(text);
+    match (text.as_bytes().get(range.start), new) {
+        (Some(b'{'), Value::Object(n)) => {
+            let members = spans.members(range.clone()).ok_or_else(unscannable)?;
+            // The new keys are distinct: matching them one for one, the
+            // text has no repeated key either.
+            let same_keys = members.len() == n.len()
+                && members
+                    .iter()
+                    .zip(n.keys())
+                    .all(|((key, _), name)| key_is(&text[key.clone()], name));
+            if same_keys {
+                for ((_, span), value) in members.into_iter().zip(n.values()) {
+                    diff_raw(text, span, value, edits)?;
+                }
+                return Ok(());
+            }
+        }
+        (Some(b'['), Value::Array(n)) => {
+            let items = spans.elements(range.clone()).ok_or_else(unscannable)?;
+            if items.len() == n.len() {
+                for (span, value) in items.into_iter().zip(n) {
+                    diff_raw(text, span, value, edits)?;
+                }
+                return Ok(());
+            }
+        }
+        (Some(b'"'), Value::String(n)) => {
+            if let Some(same) = string_is(&text[range.clone()], n) {
+                if !same {
+                    edits.push((range, compact(new)?));
+                }
+                return Ok(());
+            }
+        }
+        _ => {}
+    }
+    // Long strings read as the body's were.
+    let old: Value =
+        crate::json::lifted::from_slice(text[range.clone()].as_bytes()).map_err(malformed)?;
+    diff(text, range, &old, new, edits)
+}
+
+/// Whether the JSON string `raw` (quotes included, valid JSON) spells `s`,
+/// read only up to their first difference; `None` when a `\u` escape comes
+/// first (left to a parser, with its surrogate pairs).
+fn string_is(raw: &str, s: &str) -> Option<bool> {
+    let raw = raw.as_bytes();
+    let inner = raw.get(1..raw.len().checked_sub(1)?)?;
+    let s = s.as_bytes();
+    let (mut i, mut j) = (0, 0);
+    while i < inner.len() {
+        let (byte, step) = match inner[i] {
+            b'\\' => {
+                let escaped = match *inner.get(i + 1)? {
+                    b'"' => b'"',
+                    b'\\' => b'\\',
+                    b'/' => b'/',
+                    b'b' => 0x08,
+                    b'f' => 0x0c,
+                    b'n' => b'\n',
+                    b'r' => b'\r',
+                    b't' => b'\t',
+                    _ => return None,
+                };
+                (escaped, 2)
+            }
+            byte => (byte, 1),
+        };
+        if s.get(j) != Some(&byte) {
+            return Some(false);
+        }
+        i += step;
+        j += 1;
+    }
+    Some(j == s.len())
 }
 
 fn diff_array(
@@ -461,6 +552,48 @@ mod tests {
         );
         assert_eq!(body.original_conversation().unwrap(), old);
         assert!(body.with_changes(&new[..1], &[true]).is_err());
+    }
+
+    /// Comparing a changed element's text with its new value gives the
+    /// edits parsing it again gives: through escapes (equal or not, `\u`
+    /// ones too), numbers spelled another way, keys reordered or repeated,
+    /// arrays grown, and a value of another type.
+    #[test]
+    fn text_compared_in_place_edits_what_parsing_edits() {
+        let text = r#"{"messages": [{"role":"user","content":[{"type":"tool_result","tool_use_id":"a\/b","content":"line\none \"q\" \u00e9\ud83d\ude00 end","n":1.50,"k":[1,2],"d":{"x":1,"x":2}}]}]}"#;
+        let mut body = Body::parse(text, "messages").unwrap();
+        let old = body.original_conversation().unwrap();
+        let _ = body.take_conversation("messages");
+        let block = |f: &dyn Fn(&mut Value)| {
+            let mut new = old.clone();
+            f(&mut new[0]["content"][0]);
+            new
+        };
+        let cases: Vec<Vec<Value>> = vec![
+            old.clone(),
+            block(&|b| b["content"] = json!("<persisted-output>short")),
+            block(&|b| b["content"] = json!("line\none \"q\" \u{e9}\u{1f600} end")),
+            block(&|b| b["content"] = json!("line\none \"q\" \u{e9}\u{1f600} enD")),
+            block(&|b| b["content"] = json!("line\none \"q\"")),
+            block(&|b| b["content"] = json!([{"type": "text", "text": "x"}])),
+            block(&|b| b["tool_use_id"] = json!("a/b")),
+            block(&|b| b["tool_use_id"] = json!("a/c")),
+            block(&|b| b["n"] = json!(1.5)),
+            block(&|b| b["n"] = json!(2)),
+            block(&|b| b["k"] = json!([1, 2, 3])),
+            block(&|b| b["k"] = json!([1, 3])),
+            block(&|b| b["d"] = json!({"x": 2})),
+            block(&|b| {
+                let content = b["content"].clone();
+                b.as_object_mut().unwrap().remove("content");
+                b["content"] = content;
+            }),
+        ];
+        for (i, new) in cases.iter().enumerate() {
+            let whole = body.with_conversation(&old, new).unwrap();
+            let marked = body.with_changes(new, &[true]).unwrap().unwrap();
+            assert_eq!(marked, whole, "case {i}");
+        }
     }
 
     /// The scan finds the spans serde_json finds, through escapes, brackets

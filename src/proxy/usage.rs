@@ -180,6 +180,14 @@ impl UsageReader {
     }
 }
 
+/// Whether an event's data can hold usage: every provider names it under
+/// a key starting `usage` (`usage`, `usageMetadata`), unless the key is
+/// spelled with a `\u` escape. Most events of a stream are text deltas:
+/// they are not parsed at all.
+fn may_hold_usage(data: &[u8]) -> bool {
+    memchr::memmem::find(data, b"usage").is_some() || memchr::memmem::find(data, b"\\u").is_some()
+}
+
 impl Reading {
     fn stop(&mut self) {
         self.overflow = true;
@@ -198,6 +206,7 @@ impl Reading {
             while let Some(nl) = self.buf[from..].iter().position(|&b| b == b'\n') {
                 let line = &self.buf[start..from + nl];
                 if let Some(data) = line.strip_prefix(b"data:")
+                    && may_hold_usage(data)
                     && let Ok(value) = crate::json::from_slice::<Value>(data.trim_ascii())
                     && let Some(found) = Usage::find(self.provider, &value)
                 {
@@ -266,6 +275,19 @@ mod tests {
                 output: 42
             }
         );
+    }
+
+    /// Events without usage are skipped unread; usage under a key spelled
+    /// with escapes is still found.
+    #[test]
+    fn only_events_that_can_hold_usage_are_read() {
+        assert!(!may_hold_usage(
+            br#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"The "}}"#
+        ));
+        let mut r = UsageReader::new(Provider::Anthropic, "text/event-stream", "");
+        r.feed(b"data: {\"type\":\"message_delta\",\"\\u0075sage\":{\"output_tokens\":42}}\n\n");
+        r.feed(b"data: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"usage\"}}\n\n");
+        assert_eq!(r.finish().map(|u| u.output), Some(42));
     }
 
     /// #32 item 9: a gzip bomb (128 KiB inflating to 128 MiB here; the
