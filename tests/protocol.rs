@@ -456,6 +456,22 @@ async fn pair_append_params_read_from_text_are_those_the_value_gives() {
     assert_eq!(last["pending"], json!(["toolu_dup"]), "{last}");
     let first = c.call("state/get", json!({"sessionId": "first"})).await;
     assert_eq!(first["pending"], json!([]), "{first}");
+    // The same when the last one is spelled with escapes, behind a first
+    // one the reader's quick look could take.
+    c.send_raw(
+        frame(&format!(
+            r#"{{"jsonrpc":"2.0","id":5,"method":"pair/append","params":{{"sessionId":"one","message":{calls},"session\u0049d":"other"}}}}"#
+        ))
+        .as_bytes(),
+    )
+    .await;
+    let m = c.read().await.unwrap();
+    assert_eq!(m["id"], json!(5), "{m}");
+    assert_eq!(m["result"]["pending"], json!(["toolu_dup"]), "{m}");
+    let other = c.call("state/get", json!({"sessionId": "other"})).await;
+    assert_eq!(other["pending"], json!(["toolu_dup"]), "{other}");
+    let one = c.call("state/get", json!({"sessionId": "one"})).await;
+    assert_eq!(one["pending"], json!([]), "{one}");
 
     // Refused, naming what is wrong; the session is unchanged.
     let e = c
