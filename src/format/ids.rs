@@ -23,7 +23,7 @@
 //! in order. Results that answer no call are left as they are (repair drops
 //! them; renaming one could make it answer a call it never answered).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
@@ -232,6 +232,21 @@ pub fn plan(dialect: &dyn Dialect, messages: &[&Value]) -> IdPlan {
     plan
 }
 
+/// The call ids of `messages` (all of them before the newest compaction
+/// of a longer conversation), for [`faults_after`] of what follows.
+pub fn call_ids<'m>(
+    dialect: &'m dyn Dialect,
+    messages: &'m [&Value],
+) -> impl Iterator<Item = String> + 'm {
+    messages.iter().flat_map(move |message| {
+        dialect
+            .items(message)
+            .into_iter()
+            .filter(|i| i.kind == ItemKind::Call)
+            .map(|i| i.id.into_owned())
+    })
+}
+
 /// The call ids before the newest compaction, in order.
 fn ids_before_cut(dialect: &dyn Dialect, messages: &[&Value]) -> Vec<String> {
     let cut = super::compaction_cut(dialect, messages.iter().copied());
@@ -258,13 +273,23 @@ fn ids_before_cut(dialect: &dyn Dialect, messages: &[&Value]) -> Vec<String> {
 /// rewritten, and the provider drops it), a call there reusing an id from
 /// before it included.
 pub fn faults(dialect: &dyn Dialect, messages: &[&Value]) -> Vec<(At, Fault, String)> {
+    faults_after(dialect, messages, &mut HashSet::new())
+}
+
+/// [`faults`] of messages that follow others (a transcript read a run of
+/// turns at a time): `seen` holds the call ids of the messages before
+/// them, and gets theirs.
+pub fn faults_after(
+    dialect: &dyn Dialect,
+    messages: &[&Value],
+    seen: &mut HashSet<String>,
+) -> Vec<(At, Fault, String)> {
     let mut out = Vec::new();
     if !dialect.checks_ids() {
         return out;
     }
     let cut = super::compaction_cut(dialect, messages.iter().copied());
-    let mut seen: std::collections::HashSet<String> =
-        ids_before_cut(dialect, messages).into_iter().collect();
+    seen.extend(ids_before_cut(dialect, messages));
     for (m, message) in messages.iter().enumerate() {
         if cut.is_some_and(|(c, _)| m < c) {
             continue;

@@ -10,8 +10,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::repair;
+use super::stream::{Run, Runs, Source};
 use crate::error::Result;
 use crate::format::{self, Dialect, Fault, Format};
+use std::collections::HashSet;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -41,11 +43,29 @@ pub fn check_messages<'m>(
     messages: impl IntoIterator<Item = &'m Value>,
 ) -> TranscriptCheckResult {
     let messages: Vec<&Value> = messages.into_iter().collect();
+    let violations = check_run(dialect, &messages, 0, &mut HashSet::new());
+    TranscriptCheckResult {
+        ok: violations.is_empty(),
+        violations,
+    }
+}
+
+/// The violations of `messages`, sorted, numbered from `first` on: the
+/// whole conversation, or a run of whole turns of it (after which the
+/// pairing carries nothing over, see [`super::stream`]) whose earlier
+/// messages' call ids are in `seen`.
+fn check_run(
+    dialect: &dyn Dialect,
+    messages: &[&Value],
+    first: usize,
+    seen: &mut HashSet<String>,
+) -> Vec<Violation> {
     let pairing = format::pair(dialect, messages.iter().copied());
     let mut violations: Vec<Violation> = Vec::new();
     // The provider's id rules, in its words (PROTOCOL.md 11.2).
-    for ((m, index), fault, id) in format::ids::faults(dialect, &messages) {
+    for ((m, index), fault, id) in format::ids::faults_after(dialect, messages, seen) {
         let ids = vec![id];
+        let m = first + m;
         violations.push(Violation {
             index: m,
             kind: fault.kind().to_owned(),
@@ -70,17 +90,18 @@ pub fn check_messages<'m>(
         .filter(|v| v.fault == Some(Fault::Unanswered))
         .collect();
     for missing in unanswered.chunk_by(|a, b| turn_of[a.message] == turn_of[b.message]) {
-        let Some(first) = missing.first() else {
+        let Some(missing_first) = missing.first() else {
             continue;
         };
         let ids: Vec<String> = missing.iter().map(|v| v.id.clone()).collect();
+        let at = first + missing_first.message;
         violations.push(Violation {
-            index: first.message,
+            index: at,
             kind: Fault::Unanswered.kind().to_owned(),
             provider_error: dialect.provider_error(
                 Fault::Unanswered,
-                first.message,
-                first.index,
+                at,
+                missing_first.index,
                 &ids,
             ),
             ids,
@@ -100,6 +121,7 @@ pub fn check_messages<'m>(
             }
             _ => (v.message, v.index),
         };
+        let index = first + index;
         violations.push(Violation {
             index,
             kind: fault.kind().to_owned(),
@@ -108,25 +130,58 @@ pub fn check_messages<'m>(
         });
     }
     violations.sort_by_key(|v| v.index);
-    TranscriptCheckResult {
-        ok: violations.is_empty(),
-        violations,
-    }
+    violations
 }
 
 /// Check a transcript file (a regular file of a known format).
 /// Read in `format`, else in the format its lines say.
+///
+/// Read as a stream, a run of whole turns at a time ([`super::stream`]):
+/// what is held is a run, the call ids met so far and the violations, not
+/// the file. The answer is the one [`check_messages`] gives on the whole
+/// conversation.
 pub fn check_file(format: Option<Format>, path: &Path) -> Result<TranscriptCheckResult> {
     super::wal::recover_beside(path).map_err(|err| crate::error::Error::storage(path, &err))?;
-    let (_file, input, _) = repair::read_regular_shared(path)?;
-    let (content, input) = repair::transcript_of(path, input)?;
-    let parsed = repair::parse(&input);
-    if !parsed.recognized && !input.is_empty() {
-        return Err(repair::unrecognized(path, &parsed));
-    }
+    let (_file, logical, _) = repair::open_regular_logical(path, false)?;
+    let source = Source::open(path, &logical)?;
     let dialect = format
-        .or(content.map(|c| c.format()))
+        .or(source.content.map(|c| c.format()))
         .unwrap_or_default()
         .dialect();
-    Ok(check_messages(dialect, parsed.messages()))
+    let cut = source.compaction_line(dialect)?;
+    let mut parser = repair::LineParser::default();
+    let mut runs = Runs::new(dialect);
+    let mut seen = HashSet::new();
+    let mut violations = Vec::new();
+    let mut judge = |run: Run| {
+        let messages = run.messages();
+        if cut.is_some_and(|cut| run.last_line < cut) {
+            // Before the newest compaction nothing is judged; its call
+            // ids still bind what comes after.
+            if dialect.checks_ids() {
+                seen.extend(format::ids::call_ids(dialect, &messages));
+            }
+            return;
+        }
+        violations.extend(check_run(dialect, &messages, run.first_message, &mut seen));
+    };
+    let mut lines = 0;
+    source.each_line(|line, complete| {
+        let at = lines;
+        lines += 1;
+        if let Some(line) = parser.push(line, complete)
+            && let Some(run) = runs.push(line, at)
+        {
+            judge(run);
+        }
+        Ok(())
+    })?;
+    judge(runs.finish());
+    if !parser.recognized && lines > 0 {
+        return Err(repair::unrecognized(path, parser.first_type.as_deref()));
+    }
+    Ok(TranscriptCheckResult {
+        ok: violations.is_empty(),
+        violations,
+    })
 }

@@ -56,7 +56,7 @@ pub struct RenamedId {
 }
 
 /// One line of the transcript being repaired.
-enum Line {
+pub(crate) enum Line {
     /// Copied unchanged (records, unknown kinds).
     Raw(Vec<u8>),
     /// A message; `raw` holds its original bytes while it is unchanged.
@@ -81,46 +81,73 @@ pub fn parse(input: &[u8]) -> Parsed {
         recognized: false,
         first_type: None,
     };
+    let mut lines = LineParser::default();
     let mut rest = input;
-    let mut first = true;
     while !rest.is_empty() {
         let (line, tail, complete) = match rest.iter().position(|&b| b == b'\n') {
             Some(i) => (&rest[..i], &rest[i + 1..], true),
             None => (rest, &rest[rest.len()..], false),
         };
         rest = tail;
+        if let Some(line) = lines.push(line, complete) {
+            parsed.lines.push(line);
+        }
+    }
+    parsed.torn_lines = lines.torn_lines;
+    parsed.recognized = lines.recognized;
+    parsed.first_type = lines.first_type;
+    parsed
+}
+
+/// [`parse`] one line at a time, for a file read as a stream: what it
+/// learns of the whole (torn lines, whether any line is toolwire's, the
+/// first line's type) gathered as it goes.
+#[derive(Default)]
+pub(crate) struct LineParser {
+    pub torn_lines: usize,
+    pub recognized: bool,
+    pub first_type: Option<String>,
+    seen_first: bool,
+    kept: usize,
+}
+
+impl LineParser {
+    /// The next line (without its newline; `complete` when one followed
+    /// it): the line to keep, or `None` for a torn or unparsable one.
+    pub fn push(&mut self, line: &[u8], complete: bool) -> Option<Line> {
         let entry = parse_line(line);
-        if first {
-            first = false;
-            parsed.first_type = crate::json::from_slice::<Value>(line)
+        if !self.seen_first {
+            self.seen_first = true;
+            self.first_type = crate::json::from_slice::<Value>(line)
                 .ok()
                 .and_then(|v| v.get("type").and_then(Value::as_str).map(str::to_owned));
         }
-        match (complete, entry) {
+        let kept = match (complete, entry) {
             (true, Some(Entry::Message(m))) => {
-                parsed.recognized = true;
-                parsed.lines.push(Line::Message {
+                self.recognized = true;
+                Line::Message {
                     value: m,
                     raw: Some(line.to_vec()),
-                });
+                }
             }
             (true, Some(Entry::Ignored)) => {
                 // The line naming a transcript's format is toolwire's own.
-                parsed.recognized |=
-                    parsed.lines.is_empty() && parsed.first_type.as_deref() == Some("session");
-                parsed.lines.push(Line::Raw(line.to_vec()))
+                self.recognized |= self.kept == 0 && self.first_type.as_deref() == Some("session");
+                Line::Raw(line.to_vec())
             }
             (true, Some(_)) => {
-                parsed.recognized = true;
-                parsed.lines.push(Line::Raw(line.to_vec()));
+                self.recognized = true;
+                Line::Raw(line.to_vec())
             }
             (_, entry) => {
-                parsed.recognized |= matches!(entry, Some(Entry::Message(_)));
-                parsed.torn_lines += 1;
+                self.recognized |= matches!(entry, Some(Entry::Message(_)));
+                self.torn_lines += 1;
+                return None;
             }
-        }
+        };
+        self.kept += 1;
+        Some(kept)
     }
-    parsed
 }
 
 impl Parsed {
@@ -374,6 +401,23 @@ pub fn read_regular_shared(path: &Path) -> Result<(File, Vec<u8>, fs::Metadata)>
 }
 
 fn open_regular(path: &Path, lock: bool) -> Result<(File, Vec<u8>, fs::Metadata)> {
+    let (file, logical, meta) = open_regular_logical(path, lock)?;
+    // A fork's transcript is read through its parent's bytes (and a
+    // repair that changes it writes it out whole, parent's lines included).
+    let mut input = Vec::with_capacity(meta.len() as usize);
+    logical
+        .reader()
+        .and_then(|mut reader| reader.read_to_end(&mut input))
+        .map_err(|err| Error::storage(path, &err))?;
+    Ok((file, input, meta))
+}
+
+/// [`open_regular`] without reading: the file and its logical bytes (a
+/// fork's through its parent's), to read as a stream.
+pub(crate) fn open_regular_logical(
+    path: &Path,
+    lock: bool,
+) -> Result<(File, super::fork::Logical, fs::Metadata)> {
     let not_regular = |what: &str| {
         Error::invalid_params(
             "path",
@@ -406,13 +450,9 @@ fn open_regular(path: &Path, lock: bool) -> Result<(File, Vec<u8>, fs::Metadata)
     if lock {
         writer::lock(&file, path)?;
     }
-    // A fork's transcript is read through its parent's bytes (and a
-    // repair that changes it writes it out whole, parent's lines included).
-    let mut input = Vec::with_capacity(meta.len() as usize);
-    super::fork::Logical::open(&file, path, meta.len())
-        .and_then(|logical| logical.reader()?.read_to_end(&mut input))
+    let logical = super::fork::Logical::open(&file, path, meta.len())
         .map_err(|err| Error::storage(path, &err))?;
-    Ok((file, input, meta))
+    Ok((file, logical, meta))
 }
 
 fn describe(kind: &fs::FileType) -> Option<&'static str> {
@@ -435,8 +475,8 @@ fn describe(kind: &fs::FileType) -> Option<&'static str> {
 }
 
 /// The error for a file in which no line is a transcript line.
-pub fn unrecognized(path: &Path, parsed: &Parsed) -> Error {
-    let what = match &parsed.first_type {
+pub fn unrecognized(path: &Path, first_type: Option<&str>) -> Error {
+    let what = match first_type {
         Some(kind) => format!("its first line has type {kind:?}"),
         None => "its first line is not a JSON object with a `type`".to_owned(),
     };
@@ -484,7 +524,7 @@ pub fn repair_file(
     }
     let parsed = parse(&input);
     if !parsed.recognized && !input.is_empty() {
-        return Err(unrecognized(path, &parsed));
+        return Err(unrecognized(path, parsed.first_type.as_deref()));
     }
     let format = format.or(content.map(|c| c.format())).unwrap_or_default();
     let (output, mut report, changed) = repair_parsed(format.dialect(), parsed);
