@@ -25,16 +25,15 @@ def pair(i, answered=True):
     call = {
         "role": "assistant",
         "content": [
-            {"type": "text", "text": f"step {i}"},
-            {"type": "tool_use", "id": f"toolu_{i:024d}", "name": "Read",
-             "input": {"file_path": f"/src/module_{i % 977}.rs"}},
+                        {"type": "tool_use", "id": f"toolu_{i:010d}", "name": "Read",
+             "input": {"path": f"src/m{i % 977}.rs"}},
         ],
     }
     result = {
         "role": "user",
         "content": [
-            {"type": "tool_result", "tool_use_id": f"toolu_{i:024d}",
-             "content": f"fn item_{i}() -> u64 {{ {i * 7919 % 100003} }}"},
+            {"type": "tool_result", "tool_use_id": f"toolu_{i:010d}",
+             "content": f"fn f{i}() {{ {i * 7919 % 100003} }}"},
         ],
     }
     if not answered:
@@ -59,7 +58,7 @@ def transcript(broken):
 def messages():
     for i in range(PAIRS):
         call, result = pair(i)
-        call["content"][0]["text"] = f"step {i} of the plan"
+        call["content"][0]["input"]["why"] = f"step {i}"
         yield call
         yield result
 

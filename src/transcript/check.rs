@@ -10,7 +10,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::repair;
-use super::stream::{Run, Runs, Source};
+use super::stream::Source;
 use crate::error::Result;
 use crate::format::{self, Dialect, Fault, Format};
 use std::collections::HashSet;
@@ -58,7 +58,7 @@ fn check_run(
     dialect: &dyn Dialect,
     messages: &[&Value],
     first: usize,
-    seen: &mut HashSet<String>,
+    seen: &mut HashSet<format::ids::IdKey>,
 ) -> Vec<Violation> {
     let pairing = format::pair(dialect, messages.iter().copied());
     let mut violations: Vec<Violation> = Vec::new();
@@ -149,34 +149,23 @@ pub fn check_file(format: Option<Format>, path: &Path) -> Result<TranscriptCheck
         .unwrap_or_default()
         .dialect();
     let cut = source.compaction_line(dialect)?;
-    let mut parser = repair::LineParser::default();
-    let mut runs = Runs::new(dialect);
     let mut seen = HashSet::new();
     let mut violations = Vec::new();
-    let mut judge = |run: Run| {
+    let (parser, lines) = source.each_run(dialect, |run, _| {
         let messages = run.messages();
         if cut.is_some_and(|cut| run.last_line < cut) {
             // Before the newest compaction nothing is judged; its call
             // ids still bind what comes after.
             if dialect.checks_ids() {
-                seen.extend(format::ids::call_ids(dialect, &messages));
+                seen.extend(
+                    format::ids::call_ids(dialect, &messages).map(|id| format::ids::id_key(&id)),
+                );
             }
-            return;
+            return Ok(());
         }
         violations.extend(check_run(dialect, &messages, run.first_message, &mut seen));
-    };
-    let mut lines = 0;
-    source.each_line(|line, complete| {
-        let at = lines;
-        lines += 1;
-        if let Some(line) = parser.push(line, complete)
-            && let Some(run) = runs.push(line, at)
-        {
-            judge(run);
-        }
         Ok(())
     })?;
-    judge(runs.finish());
     if !parser.recognized && lines > 0 {
         return Err(repair::unrecognized(path, parser.first_type.as_deref()));
     }

@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Lines;
 use super::reader::{Entry, parse_line};
+use super::stream::{Run, Source};
 use super::writer;
 use crate::error::{Error, Result};
 use crate::format::{self, Dialect, Fault, Format, ItemKind};
@@ -56,6 +57,7 @@ pub struct RenamedId {
 }
 
 /// One line of the transcript being repaired.
+#[derive(Clone)]
 pub(crate) enum Line {
     /// Copied unchanged (records, unknown kinds).
     Raw(Vec<u8>),
@@ -197,17 +199,46 @@ fn repair_lines(
     report: &mut TranscriptRepairResult,
 ) -> bool {
     let mut changed = ids_round(dialect, lines, report);
+    let (step, rounds) = pairing_rounds(dialect, lines);
+    changed |= step;
+    for round in rounds {
+        report.append(round);
+    }
+    changed
+}
+
+/// The pairing rules kept: whether anything changed, and what each round
+/// did (a report of the conversation lists all of one round before the
+/// next; a transcript read as a stream gathers each round's runs).
+fn pairing_rounds(
+    dialect: &dyn Dialect,
+    lines: &mut Vec<Line>,
+) -> (bool, Vec<TranscriptRepairResult>) {
+    let mut changed = false;
+    let mut rounds = Vec::new();
     // Dropping a message can join the turns around it, which can fault a
     // pair that was fine; a few rounds reach the fixed point (each round
     // only removes or reorders, so it ends).
     for _ in 0..16 {
-        let step = repair_round(dialect, lines, report);
+        let mut report = TranscriptRepairResult::default();
+        let step = repair_round(dialect, lines, &mut report);
         changed |= step;
         if !step {
             break;
         }
+        rounds.push(report);
     }
-    changed
+    (changed, rounds)
+}
+
+impl TranscriptRepairResult {
+    /// Add what `later` did after what this did.
+    fn append(&mut self, later: TranscriptRepairResult) {
+        self.dropped_tool_uses.extend(later.dropped_tool_uses);
+        self.dropped_tool_results.extend(later.dropped_tool_results);
+        self.moved_tool_results.extend(later.moved_tool_results);
+        self.renamed_tool_uses.extend(later.renamed_tool_uses);
+    }
 }
 
 /// Map call ids the provider would refuse (PROTOCOL.md 11.2, see
@@ -217,8 +248,19 @@ fn ids_round(
     lines: &mut Vec<Line>,
     report: &mut TranscriptRepairResult,
 ) -> bool {
-    let at = message_lines(lines);
     let plan = format::ids::plan(dialect, &messages_of(lines).collect::<Vec<_>>());
+    apply_ids(dialect, lines, plan, report)
+}
+
+/// Carry out an id plan of `lines`' messages. Returns whether anything
+/// changed.
+fn apply_ids(
+    dialect: &dyn Dialect,
+    lines: &mut Vec<Line>,
+    plan: format::ids::IdPlan,
+    report: &mut TranscriptRepairResult,
+) -> bool {
+    let at = message_lines(lines);
     if plan.is_empty() {
         return false;
     }
@@ -502,10 +544,11 @@ pub fn repair_file(
     // Committed lines a power loss left in the commit log only go back
     // into the transcript before it is read.
     super::wal::recover_beside(path).map_err(|err| Error::storage(path, &err))?;
-    let (file, input, meta) = read_regular(path)?;
-    let (content, input) = transcript_of(path, input)?;
-    let foreign =
-        content.filter(|c| !matches!(c, crate::transcript::import::Content::Transcript { .. }));
+    let (file, logical, meta) = open_regular_logical(path, true)?;
+    let source = Source::open(path, &logical)?;
+    let foreign = source
+        .content
+        .filter(|c| !matches!(c, crate::transcript::import::Content::Transcript { .. }));
     if let (Some(found), false) = (foreign, dry_run) {
         // Rewriting another agent's file as a toolwire transcript would
         // lose what that agent keeps in it: say how to get one.
@@ -522,27 +565,66 @@ pub fn repair_file(
             ),
         ));
     }
-    let parsed = parse(&input);
-    if !parsed.recognized && !input.is_empty() {
-        return Err(unrecognized(path, parsed.first_type.as_deref()));
-    }
-    let format = format.or(content.map(|c| c.format())).unwrap_or_default();
-    let (output, mut report, changed) = repair_parsed(format.dialect(), parsed);
-    report.changed = changed;
-    if dry_run || !changed {
-        drop(file);
-        return Ok(report);
-    }
+    let format = format
+        .or(source.content.map(|c| c.format()))
+        .unwrap_or_default();
+    let dialect = format.dialect();
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     let storage = |err: std::io::Error| Error::storage(path, &err);
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".repair-")
-        .tempfile_in(dir)
-        .map_err(storage)?;
-    tmp.write_all(&output).map_err(storage)?;
+    // The repaired file is written as it is read; it replaces the original
+    // only if something changed. A directory that takes no new file fails
+    // only a repair that has something to write.
+    let tmp = (!dry_run).then(|| tempfile::Builder::new().prefix(".repair-").tempfile_in(dir));
+    let (mut tmp, tmp_err) = match tmp {
+        Some(Ok(tmp)) => (Some(tmp), None),
+        Some(Err(err)) => (None, Some(err)),
+        None => (None, None),
+    };
+    let out = match &tmp {
+        Some(tmp) => Some(std::io::BufWriter::with_capacity(
+            1 << 16,
+            tmp.as_file().try_clone().map_err(storage)?,
+        )),
+        None => None,
+    };
+    let mut stream = Streamed {
+        dialect,
+        planner: format::ids::Planner::for_runs(),
+        cut: source.compaction_line(dialect)?,
+        pending: Vec::new(),
+        phases: Vec::new(),
+        changed: false,
+        kept: 0,
+        out,
+    };
+    let (parser, lines) =
+        source.each_run(dialect, |run, last| stream.run(run, last).map_err(storage))?;
+    if !parser.recognized && lines > 0 {
+        return Err(unrecognized(path, parser.first_type.as_deref()));
+    }
+    let mut report = TranscriptRepairResult::default();
+    for phase in std::mem::take(&mut stream.phases) {
+        report.append(phase);
+    }
+    report.torn_lines = parser.torn_lines;
+    report.kept = stream.kept;
+    report.changed = stream.changed || report.torn_lines > 0;
+    if dry_run || !report.changed {
+        drop(file);
+        return Ok(report);
+    }
+    if let Some(err) = tmp_err {
+        return Err(storage(err));
+    }
+    let (Some(tmp), Some(out)) = (tmp.take(), stream.out.take()) else {
+        return Err(storage(std::io::Error::other(
+            "no repaired file was written",
+        )));
+    };
+    out.into_inner().map_err(|e| storage(e.into_error()))?;
     tmp.as_file()
         .set_permissions(fs::Permissions::from_mode(
             meta.permissions().mode() & 0o7777,
@@ -562,6 +644,109 @@ pub fn repair_file(
         .map_err(storage)?;
     drop(file);
     Ok(report)
+}
+
+/// A transcript repaired as it is read, a run of whole turns at a time
+/// (see [`super::stream`]): the same rewrite and report as repairing the
+/// whole, holding a run (or the runs a dropped user turn joins), the id
+/// mapping's keys and the report.
+struct Streamed<'d> {
+    dialect: &'d dyn Dialect,
+    planner: format::ids::Planner,
+    /// The line of the newest compaction: nothing before it is judged.
+    cut: Option<usize>,
+    /// Runs with their ids mapped, whose repair could still join the next
+    /// run's first turn (it dropped the user turn they ended with).
+    pending: Vec<Line>,
+    /// What the id mapping (0) and each pairing round (1…) did.
+    phases: Vec<TranscriptRepairResult>,
+    changed: bool,
+    kept: usize,
+    out: Option<std::io::BufWriter<File>>,
+}
+
+impl Streamed<'_> {
+    /// Repair `run` (with what is pending before it); `last` when no line
+    /// follows it.
+    fn run(&mut self, run: Run, last: bool) -> std::io::Result<()> {
+        let Run {
+            mut lines,
+            last_line,
+            ..
+        } = run;
+        if self.cut.is_some_and(|cut| last_line < cut) {
+            // Before the newest compaction nothing is repaired; its call
+            // ids still bind what comes after.
+            self.planner
+                .before_cut(self.dialect, &messages_of(&lines).collect::<Vec<_>>());
+            return self.emit(lines);
+        }
+        let plan = self
+            .planner
+            .plan(self.dialect, &messages_of(&lines).collect::<Vec<_>>());
+        if self.phases.is_empty() {
+            self.phases.push(TranscriptRepairResult::default());
+        }
+        self.changed |= apply_ids(self.dialect, &mut lines, plan, &mut self.phases[0]);
+        self.pending.extend(lines);
+        if format::pair(self.dialect, messages_of(&self.pending)).is_valid() {
+            if last || self.ends_open() {
+                let pending = std::mem::take(&mut self.pending);
+                return self.emit(pending);
+            }
+            return Ok(());
+        }
+        let mut repaired = self.pending.clone();
+        let (changed, rounds) = pairing_rounds(self.dialect, &mut repaired);
+        let pending = std::mem::replace(&mut self.pending, repaired);
+        if !last && !self.ends_open() {
+            // The repair dropped the user turn the runs ended with: the
+            // next run's first turn joins theirs. Judged again with it.
+            self.pending = pending;
+            return Ok(());
+        }
+        self.changed |= changed;
+        for (r, round) in rounds.into_iter().enumerate() {
+            if self.phases.len() < r + 2 {
+                self.phases.push(TranscriptRepairResult::default());
+            }
+            self.phases[r + 1].append(round);
+        }
+        let repaired = std::mem::take(&mut self.pending);
+        self.emit(repaired)
+    }
+
+    /// Whether the pending lines end where a run may start: after a user
+    /// message (or with no message of either side).
+    fn ends_open(&self) -> bool {
+        self.pending.iter().rev().find_map(|line| match line {
+            Line::Message { value, .. } => self.dialect.side(value),
+            Line::Raw(_) => None,
+        }) != Some(format::Side::Assistant)
+    }
+
+    /// Write lines that are final.
+    fn emit(&mut self, lines: Vec<Line>) -> std::io::Result<()> {
+        self.kept += lines.len();
+        let Some(out) = &mut self.out else {
+            return Ok(());
+        };
+        let mut buf = Lines::default();
+        for line in &lines {
+            match line {
+                Line::Raw(raw) | Line::Message { raw: Some(raw), .. } => {
+                    out.write_all(raw)?;
+                    out.write_all(b"\n")?;
+                }
+                Line::Message { value, raw: None } => {
+                    buf.bytes.clear();
+                    buf.push_message(value);
+                    out.write_all(&buf.bytes)?;
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The transcript to check or repair in a file: a toolwire transcript as
