@@ -79,7 +79,9 @@ def largest_line(path):
 
 
 def run(argv):
-    """Run argv with stdout to /dev/null; (exit status, peak RSS bytes, seconds)."""
+    """Run argv with stdout to /dev/null; (exit status, peak RSS bytes,
+    seconds, CPU seconds: user and system, steadier than the wall clock on
+    a shared machine)."""
     start = time.monotonic()
     devnull = os.open(os.devnull, os.O_WRONLY)
     pid = os.fork()
@@ -89,7 +91,8 @@ def run(argv):
         os.execv(argv[0], argv)
     os.close(devnull)
     _, status, usage = os.wait4(pid, 0)
-    return os.waitstatus_to_exitcode(status), usage.ru_maxrss * 1024, time.monotonic() - start
+    return (os.waitstatus_to_exitcode(status), usage.ru_maxrss * 1024,
+            time.monotonic() - start, usage.ru_utime + usage.ru_stime)
 
 
 def measure(binary, d):
@@ -107,12 +110,12 @@ def measure(binary, d):
          [binary, "import", "--from", "messages", os.path.join(d, "messages.jsonl"),
           "-o", os.path.join(scratch, "imported.jsonl")]),
     ]
-    print(f"{'command':40} {'exit':>4} {'peak MB':>8} {'bound MB':>8} {'ratio':>6} {'s':>6}")
+    print(f"{'command':40} {'exit':>4} {'peak MB':>8} {'bound MB':>8} {'ratio':>6} {'s':>6} {'cpu s':>6}")
     for name, src, argv in cases:
         bound = 64 * 2**20 + largest_line(os.path.join(d, src))
-        code, peak, secs = run(argv)
+        code, peak, secs, cpu = run(argv)
         print(f"{name:40} {code:>4} {peak / 2**20:>8.1f} {bound / 2**20:>8.1f} "
-              f"{peak / bound:>6.2f} {secs:>6.2f}")
+              f"{peak / bound:>6.2f} {secs:>6.2f} {cpu:>6.2f}")
     shutil.rmtree(scratch)
 
 

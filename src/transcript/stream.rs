@@ -181,15 +181,19 @@ impl<'a> Source<'a> {
     /// The line number (counting every line [`Source::each_line`] gives)
     /// of the newest message holding a compaction: the provider reads
     /// from there on. Only lines that can name one are parsed (the word,
-    /// or a `\u` escape that could spell it).
+    /// or an escape that could spell one of its letters).
     pub fn compaction_line(&self, dialect: &dyn Dialect) -> Result<Option<usize>> {
         let mut newest = None;
         let mut n = 0;
         self.each_line(|line, complete| {
             let at = n;
             n += 1;
+            // "compaction" spelled out, or with a letter of it escaped
+            // (`\u0061`–`\u0074`); not the escapes of control characters
+            // that tool output is full of.
             let may_name = memchr::memmem::find(line, b"compaction").is_some()
-                || memchr::memmem::find(line, b"\\u").is_some();
+                || memchr::memmem::find(line, b"\\u006").is_some()
+                || memchr::memmem::find(line, b"\\u007").is_some();
             if complete
                 && may_name
                 && let Some(Entry::Message(message)) = parse_line(line)
@@ -410,8 +414,12 @@ mod tests {
             if rng.chance(2) {
                 bytes.extend_from_slice(b"not json\n");
             }
-            let line = json!({"type": "message", "message": m});
-            bytes.extend_from_slice(line.to_string().as_bytes());
+            let mut line = json!({"type": "message", "message": m}).to_string();
+            if rng.chance(50) {
+                // A compaction spelled with an escape is one too.
+                line = line.replace("\"compaction\"", "\"\\u0063ompaction\"");
+            }
+            bytes.extend_from_slice(line.as_bytes());
             bytes.push(b'\n');
         }
         if rng.chance(10) {
