@@ -142,7 +142,7 @@ fn check_run(
 /// conversation.
 pub fn check_file(format: Option<Format>, path: &Path) -> Result<TranscriptCheckResult> {
     super::wal::recover_beside(path).map_err(|err| crate::error::Error::storage(path, &err))?;
-    let (_file, logical, _) = repair::open_regular_logical(path, false)?;
+    let (_file, logical, _) = repair::open_regular(path, false)?;
     let source = Source::open(path, &logical)?;
     let dialect = format
         .or(source.content.map(|c| c.format()))

@@ -12,7 +12,7 @@
 //! transcript that is already valid is not rewritten at all.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -430,33 +430,13 @@ fn messages_of(lines: &[Line]) -> impl Iterator<Item = &Value> {
     })
 }
 
-/// Open `path` for repair: only a regular file (never through a link,
-/// never blocking on a FIFO), locked against live writers, read whole.
-pub fn read_regular(path: &Path) -> Result<(File, Vec<u8>, fs::Metadata)> {
-    open_regular(path, true)
-}
-
-/// Open `path` for reading only (`transcript/check`): no lock, so checking
-/// a transcript a live server holds is fine.
-pub fn read_regular_shared(path: &Path) -> Result<(File, Vec<u8>, fs::Metadata)> {
-    open_regular(path, false)
-}
-
-fn open_regular(path: &Path, lock: bool) -> Result<(File, Vec<u8>, fs::Metadata)> {
-    let (file, logical, meta) = open_regular_logical(path, lock)?;
-    // A fork's transcript is read through its parent's bytes (and a
-    // repair that changes it writes it out whole, parent's lines included).
-    let mut input = Vec::with_capacity(meta.len() as usize);
-    logical
-        .reader()
-        .and_then(|mut reader| reader.read_to_end(&mut input))
-        .map_err(|err| Error::storage(path, &err))?;
-    Ok((file, input, meta))
-}
-
-/// [`open_regular`] without reading: the file and its logical bytes (a
-/// fork's through its parent's), to read as a stream.
-pub(crate) fn open_regular_logical(
+/// Open `path` for `check` (`lock` false: checking a transcript a live
+/// server holds is fine) or repair (locked against live writers): only a
+/// regular file (never through a link, never blocking on a FIFO). Its
+/// logical bytes (a fork's read through its parent's, and a repair that
+/// changes it writes it out whole, parent's lines included) are read as a
+/// stream.
+pub(crate) fn open_regular(
     path: &Path,
     lock: bool,
 ) -> Result<(File, super::fork::Logical, fs::Metadata)> {
@@ -544,7 +524,7 @@ pub fn repair_file(
     // Committed lines a power loss left in the commit log only go back
     // into the transcript before it is read.
     super::wal::recover_beside(path).map_err(|err| Error::storage(path, &err))?;
-    let (file, logical, meta) = open_regular_logical(path, true)?;
+    let (file, logical, meta) = open_regular(path, true)?;
     let source = Source::open(path, &logical)?;
     let foreign = source
         .content
@@ -747,21 +727,6 @@ impl Streamed<'_> {
         }
         Ok(())
     }
-}
-
-/// The transcript to check or repair in a file: a toolwire transcript as
-/// it is; another agent's session or a bare message list converted
-/// ([`crate::transcript::import::as_transcript`]), with what it was. A file in none of
-/// the known formats is an error naming its first line's type.
-pub fn transcript_of(
-    path: &Path,
-    input: Vec<u8>,
-) -> Result<(Option<crate::transcript::import::Content>, Vec<u8>)> {
-    if input.is_empty() {
-        return Ok((None, input));
-    }
-    let (content, bytes) = crate::transcript::import::as_transcript(path, input)?;
-    Ok((Some(content), bytes))
 }
 
 pub fn bak_path(path: &Path) -> PathBuf {

@@ -41,7 +41,10 @@ pub(crate) struct Source<'a> {
 }
 
 impl<'a> Source<'a> {
-    /// Tell what the file holds, as [`super::repair::transcript_of`] does.
+    /// Tell what the file holds: a toolwire transcript, read as it is; a
+    /// list of bare messages, wrapped as it is read; another agent's
+    /// session, converted ([`import::as_transcript`]). A file in none of the
+    /// known formats is an error naming its first line's type.
     pub fn open(path: &'a Path, logical: &'a Logical) -> Result<Source<'a>> {
         let mut source = Source {
             path,
