@@ -22,8 +22,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::Lines;
-use super::reader::{Entry, parse_line};
-use super::stream::{Run, Source};
+use super::stream::{Line, LineParser, Run, Source};
 use super::writer;
 use crate::error::{Error, Result};
 use crate::format::{self, Dialect, Fault, Format, ItemKind};
@@ -54,15 +53,6 @@ pub struct TranscriptRepairResult {
 pub struct RenamedId {
     pub from: String,
     pub to: String,
-}
-
-/// One line of the transcript being repaired.
-#[derive(Clone)]
-pub(crate) enum Line {
-    /// Copied unchanged (records, unknown kinds).
-    Raw(Vec<u8>),
-    /// A message; `raw` holds its original bytes while it is unchanged.
-    Message { value: Value, raw: Option<Vec<u8>> },
 }
 
 /// The lines of a transcript, parsed; torn or unparsable lines counted.
@@ -99,57 +89,6 @@ pub fn parse(input: &[u8]) -> Parsed {
     parsed.recognized = lines.recognized;
     parsed.first_type = lines.first_type;
     parsed
-}
-
-/// [`parse`] one line at a time, for a file read as a stream: what it
-/// learns of the whole (torn lines, whether any line is toolwire's, the
-/// first line's type) gathered as it goes.
-#[derive(Default)]
-pub(crate) struct LineParser {
-    pub torn_lines: usize,
-    pub recognized: bool,
-    pub first_type: Option<String>,
-    seen_first: bool,
-    kept: usize,
-}
-
-impl LineParser {
-    /// The next line (without its newline; `complete` when one followed
-    /// it): the line to keep, or `None` for a torn or unparsable one.
-    pub fn push(&mut self, line: &[u8], complete: bool) -> Option<Line> {
-        let entry = parse_line(line);
-        if !self.seen_first {
-            self.seen_first = true;
-            self.first_type = crate::json::from_slice::<Value>(line)
-                .ok()
-                .and_then(|v| v.get("type").and_then(Value::as_str).map(str::to_owned));
-        }
-        let kept = match (complete, entry) {
-            (true, Some(Entry::Message(m))) => {
-                self.recognized = true;
-                Line::Message {
-                    value: m,
-                    raw: Some(line.to_vec()),
-                }
-            }
-            (true, Some(Entry::Ignored)) => {
-                // The line naming a transcript's format is toolwire's own.
-                self.recognized |= self.kept == 0 && self.first_type.as_deref() == Some("session");
-                Line::Raw(line.to_vec())
-            }
-            (true, Some(_)) => {
-                self.recognized = true;
-                Line::Raw(line.to_vec())
-            }
-            (_, entry) => {
-                self.recognized |= matches!(entry, Some(Entry::Message(_)));
-                self.torn_lines += 1;
-                return None;
-            }
-        };
-        self.kept += 1;
-        Some(kept)
-    }
 }
 
 impl Parsed {

@@ -19,9 +19,68 @@ use serde_json::Value;
 use super::fork::Logical;
 use super::import::{self, Content};
 use super::reader::{Entry, parse_line};
-use super::repair::{Line, LineParser};
 use crate::error::{Error, Result};
 use crate::format::{Dialect, Side};
+
+/// One line of a transcript being checked or repaired.
+#[derive(Clone)]
+pub(crate) enum Line {
+    /// Copied unchanged (records, unknown kinds).
+    Raw(Vec<u8>),
+    /// A message; `raw` holds its original bytes while it is unchanged.
+    Message { value: Value, raw: Option<Vec<u8>> },
+}
+
+/// [`super::repair::parse`] one line at a time, for a file read as a stream: what it
+/// learns of the whole (torn lines, whether any line is toolwire's, the
+/// first line's type) gathered as it goes.
+#[derive(Default)]
+pub(crate) struct LineParser {
+    pub torn_lines: usize,
+    pub recognized: bool,
+    pub first_type: Option<String>,
+    seen_first: bool,
+    kept: usize,
+}
+
+impl LineParser {
+    /// The next line (without its newline; `complete` when one followed
+    /// it): the line to keep, or `None` for a torn or unparsable one.
+    pub fn push(&mut self, line: &[u8], complete: bool) -> Option<Line> {
+        let entry = parse_line(line);
+        if !self.seen_first {
+            self.seen_first = true;
+            self.first_type = crate::json::from_slice::<Value>(line)
+                .ok()
+                .and_then(|v| v.get("type").and_then(Value::as_str).map(str::to_owned));
+        }
+        let kept = match (complete, entry) {
+            (true, Some(Entry::Message(m))) => {
+                self.recognized = true;
+                Line::Message {
+                    value: m,
+                    raw: Some(line.to_vec()),
+                }
+            }
+            (true, Some(Entry::Ignored)) => {
+                // The line naming a transcript's format is toolwire's own.
+                self.recognized |= self.kept == 0 && self.first_type.as_deref() == Some("session");
+                Line::Raw(line.to_vec())
+            }
+            (true, Some(_)) => {
+                self.recognized = true;
+                Line::Raw(line.to_vec())
+            }
+            (_, entry) => {
+                self.recognized |= matches!(entry, Some(Entry::Message(_)));
+                self.torn_lines += 1;
+                return None;
+            }
+        };
+        self.kept += 1;
+        Some(kept)
+    }
+}
 
 /// How many bytes of lines a run gathers before it may end: enough that
 /// judging a run costs little beside reading it, small beside the memory
@@ -287,186 +346,5 @@ impl<'d> Runs<'d> {
     /// The last run.
     fn finish(self) -> Run {
         self.run
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    //! Reading a file as a stream must answer as reading it whole does:
-    //! generated transcripts full of faults, judged a turn pair at a time
-    //! (runs end at every boundary under test), against the conversation
-    //! judged whole.
-    use super::super::{check, repair};
-    use crate::format::Format;
-    use serde_json::{Value, json};
-
-    /// A small deterministic generator (xorshift).
-    struct Rng(u64);
-    impl Rng {
-        fn below(&mut self, n: u64) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0 % n
-        }
-        fn chance(&mut self, percent: u64) -> bool {
-            self.below(100) < percent
-        }
-    }
-
-    fn id(rng: &mut Rng) -> String {
-        // A small pool: ids are reused across and within turns; some are
-        // outside the provider's pattern.
-        let n = rng.below(12);
-        if rng.chance(10) {
-            format!("functions.t:{n}")
-        } else {
-            format!("t{n}")
-        }
-    }
-
-    fn anthropic_turns(rng: &mut Rng, out: &mut Vec<Value>) {
-        let mut calls = Vec::new();
-        let mut content = Vec::new();
-        if rng.chance(5) {
-            content.push(json!({"type": "compaction", "content": "summary"}));
-        }
-        if rng.chance(40) {
-            content.push(json!({"type": "text", "text": "thinking"}));
-        }
-        for _ in 0..rng.below(4) {
-            let id = id(rng);
-            content.push(
-                json!({"type": "tool_use", "id": id, "name": "t", "input": {"n": rng.below(3)}}),
-            );
-            calls.push(id);
-        }
-        out.push(json!({"role": "assistant", "content": content}));
-        if rng.chance(10) {
-            out.push(json!({"role": "assistant", "content": "more"}));
-        }
-        let mut results = Vec::new();
-        if rng.chance(10) {
-            results.push(json!({"type": "text", "text": "first"}));
-        }
-        for call in &calls {
-            if rng.chance(80) {
-                results.push(json!({"type": "tool_result", "tool_use_id": call, "content": format!("r{}", rng.below(2))}));
-            }
-            if rng.chance(5) {
-                results
-                    .push(json!({"type": "tool_result", "tool_use_id": call, "content": "again"}));
-            }
-        }
-        if rng.chance(8) {
-            results
-                .push(json!({"type": "tool_result", "tool_use_id": id(rng), "content": "orphan"}));
-        }
-        if rng.chance(3) {
-            results.push(json!({"type": "tool_use", "id": id(rng), "name": "t", "input": {}}));
-        }
-        if results.is_empty() || rng.chance(10) {
-            out.push(json!({"role": "user", "content": "go on"}));
-        }
-        if !results.is_empty() {
-            out.push(json!({"role": "user", "content": results}));
-        }
-    }
-
-    fn chat_turns(rng: &mut Rng, out: &mut Vec<Value>) {
-        let calls: Vec<String> = (0..rng.below(3)).map(|_| id(rng)).collect();
-        let tool_calls: Vec<Value> = calls
-            .iter()
-            .map(|id| json!({"id": id, "type": "function", "function": {"name": "t", "arguments": "{}"}}))
-            .collect();
-        out.push(json!({"role": "assistant", "content": null, "tool_calls": tool_calls}));
-        for call in &calls {
-            if rng.chance(80) {
-                out.push(json!({"role": "tool", "tool_call_id": call, "content": "ok"}));
-            }
-        }
-        if rng.chance(30) {
-            out.push(json!({"role": "user", "content": "next"}));
-        }
-    }
-
-    /// A transcript file's bytes: messages with records and other lines
-    /// between them, maybe a torn last line.
-    fn transcript(rng: &mut Rng, format: Format) -> Vec<u8> {
-        let mut messages = Vec::new();
-        for _ in 0..rng.below(40) {
-            match format {
-                Format::OpenaiChat => chat_turns(rng, &mut messages),
-                _ => anthropic_turns(rng, &mut messages),
-            }
-        }
-        let mut bytes = Vec::new();
-        if format != Format::Anthropic {
-            bytes.extend_from_slice(
-                format!(
-                    "{{\"type\":\"session\",\"format\":\"{}\"}}\n",
-                    format.name()
-                )
-                .as_bytes(),
-            );
-        }
-        for m in messages {
-            if rng.chance(5) {
-                bytes.extend_from_slice(b"{\"type\":\"seen\",\"toolUseIds\":[\"t1\"]}\n");
-            }
-            if rng.chance(2) {
-                bytes.extend_from_slice(b"not json\n");
-            }
-            let mut line = json!({"type": "message", "message": m}).to_string();
-            if rng.chance(50) {
-                // A compaction spelled with an escape is one too.
-                line = line.replace("\"compaction\"", "\"\\u0063ompaction\"");
-            }
-            bytes.extend_from_slice(line.as_bytes());
-            bytes.push(b'\n');
-        }
-        if rng.chance(10) {
-            bytes.extend_from_slice(b"{\"type\":\"message\",\"mess");
-        }
-        bytes
-    }
-
-    #[test]
-    fn check_and_repair_of_a_file_read_as_a_stream_answer_as_the_whole_conversation() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-        let mut changed = 0;
-        for case in 0..300 {
-            let format = if case % 4 == 3 {
-                Format::OpenaiChat
-            } else {
-                Format::Anthropic
-            };
-            let bytes = transcript(&mut rng, format);
-            let path = dir.path().join(format!("t{case}.jsonl"));
-            std::fs::write(&path, &bytes).unwrap();
-            let what = String::from_utf8_lossy(&bytes).into_owned();
-
-            let parsed = repair::parse(&bytes);
-            let whole = check::check_messages(format.dialect(), parsed.messages());
-            let streamed = check::check_file(None, &path).unwrap();
-            assert_eq!(streamed, whole, "check of\n{what}");
-
-            let (out, mut report, did) = repair::repair_bytes(format, &bytes);
-            report.changed = did;
-            let dry = repair::repair_file(&path, None, true).unwrap();
-            assert_eq!(dry, report, "repair --dry-run of\n{what}");
-            let done = repair::repair_file(&path, None, false).unwrap();
-            assert_eq!(done, report, "repair of\n{what}");
-            let now = std::fs::read(&path).unwrap();
-            assert_eq!(
-                now,
-                if did { out } else { bytes },
-                "repaired file of\n{what}"
-            );
-            changed += usize::from(did);
-        }
-        // The cases exercise repairs, not only valid files.
-        assert!(changed > 100, "only {changed} of 300 cases changed");
     }
 }
