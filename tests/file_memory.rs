@@ -84,10 +84,19 @@ fn check_repair_and_import_of_a_30_mb_file_peak_under_64_mb_plus_its_largest_lin
     assert!(std::fs::metadata(&transcript).unwrap().len() > 25 << 20);
     let out = dir.path().join("imported.jsonl");
     let cases: [(&str, Vec<&std::ffi::OsStr>, usize, i32); 3] = [
-        ("check", vec!["check".as_ref(), transcript.as_os_str()], line, 1),
+        (
+            "check",
+            vec!["check".as_ref(), transcript.as_os_str()],
+            line,
+            1,
+        ),
         (
             "repair --dry-run",
-            vec!["repair".as_ref(), "--dry-run".as_ref(), transcript.as_os_str()],
+            vec![
+                "repair".as_ref(),
+                "--dry-run".as_ref(),
+                transcript.as_os_str(),
+            ],
             line,
             0,
         ),
