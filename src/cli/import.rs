@@ -42,12 +42,38 @@ pub fn run(args: Args) -> ExitCode {
     }
 }
 
+/// What `import` writes from: an agent's session converted whole, or a
+/// file of bare messages converted as it is read.
+enum Source {
+    Whole(Conversion),
+    Messages(import::messages::MessagesFile),
+}
+
+impl Source {
+    fn write_transcript(&mut self, out: &mut dyn Write) -> std::io::Result<()> {
+        match self {
+            Source::Whole(conversion) => conversion.write_transcript(out),
+            Source::Messages(file) => file.write_transcript(out),
+        }
+    }
+
+    /// Messages written, their format, and what was read and left out.
+    fn summary(&self) -> (usize, import::Format, &import::Report) {
+        match self {
+            Source::Whole(c) => (c.messages.len(), c.format, &c.report),
+            Source::Messages(f) => (f.messages, f.format, &f.report),
+        }
+    }
+}
+
 fn import(args: &Args) -> Result<(), String> {
-    let (conversion, title) = if args.from == MESSAGES {
+    let (mut source, title) = if args.from == MESSAGES {
         let format = args.format.map(import::Format::from);
-        let conversion =
-            import::convert_messages_file(&args.file, format).map_err(|e| e.to_string())?;
-        (conversion, "bare messages")
+        let source = match import::messages::open(&args.file, format).map_err(|e| e.to_string())? {
+            import::messages::Opened::Stream(file) => Source::Messages(file),
+            import::messages::Opened::Whole(conversion) => Source::Whole(conversion),
+        };
+        (source, "bare messages")
     } else {
         if args.format.is_some() {
             return Err(format!(
@@ -57,7 +83,7 @@ fn import(args: &Args) -> Result<(), String> {
         let agent =
             Agent::from_name(&args.from).ok_or_else(|| format!("unknown agent {}", args.from))?;
         let conversion = import::convert_file(agent, &args.file).map_err(|e| e.to_string())?;
-        (conversion, agent.title())
+        (Source::Whole(conversion), agent.title())
     };
     match &args.output {
         Some(out) => {
@@ -69,11 +95,13 @@ fn import(args: &Args) -> Result<(), String> {
                 std::fs::canonicalize(parent.unwrap_or(Path::new(".")))
                     .is_ok_and(|dir| dir.starts_with(&data_dir))
             });
-            write_file(out, &conversion, private)?
+            write_file(out, &mut source, private)?
         }
         None => {
-            let mut stdout = std::io::stdout().lock();
-            match conversion
+            // Buffered: the stream writes a line at a time, and stdout
+            // alone would write each one as it ends.
+            let mut stdout = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+            match source
                 .write_transcript(&mut stdout)
                 .and_then(|()| stdout.flush())
             {
@@ -83,20 +111,21 @@ fn import(args: &Args) -> Result<(), String> {
             }
         }
     }
+    let (messages, format, report) = source.summary();
     eprintln!(
         "{}: {} -> {} {} messages ({})",
         args.file.display(),
         title,
-        conversion.messages.len(),
-        conversion.format,
-        conversion.report
+        messages,
+        format,
+        report
     );
     Ok(())
 }
 
 /// Write atomically: a new file beside OUT (with the usual mode, 0600 when
 /// `private`, or OUT's mode when it exists), renamed over it.
-fn write_file(out: &Path, conversion: &Conversion, private: bool) -> Result<(), String> {
+fn write_file(out: &Path, source: &mut Source, private: bool) -> Result<(), String> {
     let fail = |e: std::io::Error| format!("{}: {e}", out.display());
     let name = out
         .file_name()
@@ -116,7 +145,7 @@ fn write_file(out: &Path, conversion: &Conversion, private: bool) -> Result<(), 
             file.set_permissions(meta.permissions())?;
         }
         let mut buffered = std::io::BufWriter::new(&mut file);
-        conversion.write_transcript(&mut buffered)?;
+        source.write_transcript(&mut buffered)?;
         buffered.flush()?;
         drop(buffered);
         file.sync_all()?;

@@ -23,7 +23,7 @@
 //! in order. Results that answer no call are left as they are (repair drops
 //! them; renaming one could make it answer a call it never answered).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
@@ -159,77 +159,167 @@ fn pair_key(dialect: &dyn Dialect, messages: &[&Value], call: &Call) -> Option<[
     }
 }
 
-/// The holder of an id taken by a call before the newest compaction (no
-/// call of the mapping: never a pair to compare with).
-const BEFORE_CUT: usize = usize::MAX;
+/// Who holds a mapped id.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Holder {
+    /// A call before the newest compaction (no call of the mapping: never
+    /// a pair to compare with).
+    BeforeCut,
+    /// A call the mapping kept.
+    Call,
+}
+
+/// An id as the maps below hold it: its 128-bit hash, so that a transcript
+/// of 200,000 calls read as a stream holds 16 bytes a call, not the ids
+/// (two different ids taken for one is a chance of about 2^-90 in such a
+/// transcript).
+pub type IdKey = u128;
+
+/// The key of `id`.
+pub fn id_key(id: &str) -> IdKey {
+    xxhash_rust::xxh3::xxh3_128(id.as_bytes())
+}
 
 /// What the id rules change in `messages`; empty for a dialect whose
 /// provider documents no rule, and for a conversation that keeps them.
 pub fn plan(dialect: &dyn Dialect, messages: &[&Value]) -> IdPlan {
-    let mut plan = IdPlan::default();
-    if !dialect.checks_ids() {
-        return plan;
+    Planner::default().plan(dialect, messages)
+}
+
+/// [`plan`] of a conversation read a run of whole turns at a time (a
+/// transcript file read as a stream; the pairing carries nothing across
+/// the runs, see `transcript::stream`): what the mapping learns of one run
+/// is kept for the next.
+#[derive(Default)]
+pub struct Planner {
+    /// Mapped id → what holds it. Calls before the newest compaction are
+    /// never rewritten, and the provider may still read their ids: a call
+    /// after it keeps clear of them too.
+    holder: HashMap<IdKey, Holder>,
+    /// The pairs of the calls kept, each with its original id (as
+    /// [`pair_seen`] keys them). Made only for ids met more than once
+    /// (`looked_up`), unless `every_call`.
+    kept: HashSet<IdKey>,
+    /// The original ids whose earlier pairs are in `kept`.
+    looked_up: HashSet<IdKey>,
+    /// Whether `kept` gets every call's pair: a later run cannot look back
+    /// at an earlier one's calls, as one whole conversation can.
+    every_call: bool,
+}
+
+/// The key of a call's pair (call and result, see [`pair_key`]) with its
+/// original id.
+fn pair_seen(own: IdKey, key: [super::Digest; 2]) -> IdKey {
+    let mut bytes = [0u8; 16 + 2 * 9];
+    bytes[..16].copy_from_slice(&own.to_le_bytes());
+    for (i, digest) in key.iter().enumerate() {
+        let (tag, value) = digest.to_bits();
+        bytes[16 + i * 9] = tag;
+        bytes[17 + i * 9..25 + i * 9].copy_from_slice(&value.to_le_bytes());
     }
-    let calls = calls_with_results(dialect, messages);
-    // Mapped id → the call that holds it. Calls before the newest
-    // compaction are never rewritten, and the provider may still read
-    // their ids: a call after it keeps clear of them too.
-    let mut holder: HashMap<String, usize> = HashMap::with_capacity(calls.len());
-    for id in ids_before_cut(dialect, messages) {
-        holder.insert(id, BEFORE_CUT);
+    xxhash_rust::xxh3::xxh3_128(&bytes)
+}
+
+impl Planner {
+    /// A planner for runs of one conversation, in order.
+    pub fn for_runs() -> Self {
+        Planner {
+            every_call: true,
+            ..Planner::default()
+        }
     }
-    // Original id → the pairs of the calls kept with it (made only for ids
-    // met more than once).
-    let mut kept: HashMap<&str, Vec<Option<[super::Digest; 2]>>> = HashMap::new();
-    for (c, call) in calls.iter().enumerate() {
-        let base = sanitize(&call.id);
-        let repeat = holder.get(&base).is_some_and(|&h| h != BEFORE_CUT) && {
-            let key = pair_key(dialect, messages, call);
-            let earlier = kept.entry(&call.id).or_insert_with(|| {
-                calls[..c]
-                    .iter()
-                    .filter(|e| e.id == call.id && !plan.repeats.iter().any(|r| r.0 == e.at))
-                    .map(|e| pair_key(dialect, messages, e))
-                    .collect()
-            });
-            let repeat = key.is_some() && earlier.contains(&key);
-            if !repeat {
-                earlier.push(key);
-            }
-            repeat
-        };
-        let mapped = match holder.get(&base) {
-            None => base,
-            Some(_) if repeat => {
-                plan.repeats
-                    .push((call.at, ItemKind::Call, call.id.to_owned()));
-                plan.repeats.extend(
-                    call.results
-                        .iter()
-                        .map(|&at| (at, ItemKind::Result, call.id.to_owned())),
-                );
-                continue;
-            }
-            Some(_) => (1..)
-                .map(|n| format!("{base}_dup{n}"))
-                .find(|id| !holder.contains_key(id))
-                .unwrap_or(base),
-        };
-        if mapped != call.id {
-            let results = call.results.iter().map(|&at| (at, ItemKind::Result));
-            for (at, kind) in std::iter::once((call.at, ItemKind::Call)).chain(results) {
-                plan.renames.push(Rename {
-                    at,
-                    kind,
-                    from: call.id.clone(),
-                    to: mapped.clone(),
-                });
+
+    /// Messages wholly before the newest compaction: their call ids are
+    /// taken.
+    pub fn before_cut(&mut self, dialect: &dyn Dialect, messages: &[&Value]) {
+        if dialect.checks_ids() {
+            for id in call_ids(dialect, messages) {
+                self.holder.insert(id_key(&id), Holder::BeforeCut);
             }
         }
-        holder.insert(mapped, c);
     }
-    plan.renames.sort_by_key(|r| r.at);
-    plan
+
+    /// The plan of `messages` (positions in them), after the runs before.
+    pub fn plan(&mut self, dialect: &dyn Dialect, messages: &[&Value]) -> IdPlan {
+        let mut plan = IdPlan::default();
+        if !dialect.checks_ids() {
+            return plan;
+        }
+        let calls = calls_with_results(dialect, messages);
+        for id in ids_before_cut(dialect, messages) {
+            self.holder.insert(id_key(&id), Holder::BeforeCut);
+        }
+        let holder = &mut self.holder;
+        for (c, call) in calls.iter().enumerate() {
+            let base = sanitize(&call.id);
+            let held = holder.get(&id_key(&base)).copied();
+            let own = id_key(&call.id);
+            let repeat = (held == Some(Holder::Call) || self.every_call) && {
+                let key = pair_key(dialect, messages, call).map(|key| pair_seen(own, key));
+                if !self.every_call && self.looked_up.insert(own) {
+                    let earlier: Vec<IdKey> = calls[..c]
+                        .iter()
+                        .filter(|e| e.id == call.id && !plan.repeats.iter().any(|r| r.0 == e.at))
+                        .filter_map(|e| pair_key(dialect, messages, e))
+                        .map(|key| pair_seen(own, key))
+                        .collect();
+                    self.kept.extend(earlier);
+                }
+                let repeat =
+                    held == Some(Holder::Call) && key.is_some_and(|key| self.kept.contains(&key));
+                if !repeat && let Some(key) = key {
+                    self.kept.insert(key);
+                }
+                repeat
+            };
+            let mapped = match held {
+                None => base,
+                Some(_) if repeat => {
+                    plan.repeats
+                        .push((call.at, ItemKind::Call, call.id.to_owned()));
+                    plan.repeats.extend(
+                        call.results
+                            .iter()
+                            .map(|&at| (at, ItemKind::Result, call.id.to_owned())),
+                    );
+                    continue;
+                }
+                Some(_) => (1..)
+                    .map(|n| format!("{base}_dup{n}"))
+                    .find(|id| !holder.contains_key(&id_key(id)))
+                    .unwrap_or(base),
+            };
+            if mapped != call.id {
+                let results = call.results.iter().map(|&at| (at, ItemKind::Result));
+                for (at, kind) in std::iter::once((call.at, ItemKind::Call)).chain(results) {
+                    plan.renames.push(Rename {
+                        at,
+                        kind,
+                        from: call.id.clone(),
+                        to: mapped.clone(),
+                    });
+                }
+            }
+            holder.insert(id_key(&mapped), Holder::Call);
+        }
+        plan.renames.sort_by_key(|r| r.at);
+        plan
+    }
+}
+
+/// The call ids of `messages` (all of them before the newest compaction
+/// of a longer conversation), for [`faults_after`] of what follows.
+pub fn call_ids<'m>(
+    dialect: &'m dyn Dialect,
+    messages: &'m [&Value],
+) -> impl Iterator<Item = String> + 'm {
+    messages.iter().flat_map(move |message| {
+        dialect
+            .items(message)
+            .into_iter()
+            .filter(|i| i.kind == ItemKind::Call)
+            .map(|i| i.id.into_owned())
+    })
 }
 
 /// The call ids before the newest compaction, in order.
@@ -258,13 +348,27 @@ fn ids_before_cut(dialect: &dyn Dialect, messages: &[&Value]) -> Vec<String> {
 /// rewritten, and the provider drops it), a call there reusing an id from
 /// before it included.
 pub fn faults(dialect: &dyn Dialect, messages: &[&Value]) -> Vec<(At, Fault, String)> {
+    faults_after(dialect, messages, &mut HashSet::new())
+}
+
+/// [`faults`] of messages that follow others (a transcript read a run of
+/// turns at a time): `seen` holds the call ids of the messages before
+/// them, and gets theirs.
+pub fn faults_after(
+    dialect: &dyn Dialect,
+    messages: &[&Value],
+    seen: &mut HashSet<IdKey>,
+) -> Vec<(At, Fault, String)> {
     let mut out = Vec::new();
     if !dialect.checks_ids() {
         return out;
     }
     let cut = super::compaction_cut(dialect, messages.iter().copied());
-    let mut seen: std::collections::HashSet<String> =
-        ids_before_cut(dialect, messages).into_iter().collect();
+    seen.extend(
+        ids_before_cut(dialect, messages)
+            .iter()
+            .map(|id| id_key(id)),
+    );
     for (m, message) in messages.iter().enumerate() {
         if cut.is_some_and(|(c, _)| m < c) {
             continue;
@@ -281,7 +385,7 @@ pub fn faults(dialect: &dyn Dialect, messages: &[&Value]) -> Vec<(At, Fault, Str
             if !is_valid(&item.id) {
                 out.push(((m, item.index), invalid, item.id.to_string()));
             }
-            if call && !seen.insert(item.id.to_string()) {
+            if call && !seen.insert(id_key(&item.id)) {
                 out.push(((m, item.index), Fault::ReusedCallId, item.id.to_string()));
             }
         }

@@ -21,6 +21,7 @@ pub mod guard;
 pub mod import;
 pub mod reader;
 pub mod repair;
+mod stream;
 pub mod targets;
 pub mod wal;
 pub mod writer;

@@ -12,7 +12,7 @@
 //! transcript that is already valid is not rewritten at all.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -22,7 +22,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::Lines;
-use super::reader::{Entry, parse_line};
+use super::stream::{Line, LineParser, Run, Source};
 use super::writer;
 use crate::error::{Error, Result};
 use crate::format::{self, Dialect, Fault, Format, ItemKind};
@@ -55,14 +55,6 @@ pub struct RenamedId {
     pub to: String,
 }
 
-/// One line of the transcript being repaired.
-enum Line {
-    /// Copied unchanged (records, unknown kinds).
-    Raw(Vec<u8>),
-    /// A message; `raw` holds its original bytes while it is unchanged.
-    Message { value: Value, raw: Option<Vec<u8>> },
-}
-
 /// The lines of a transcript, parsed; torn or unparsable lines counted.
 pub struct Parsed {
     lines: Vec<Line>,
@@ -81,45 +73,21 @@ pub fn parse(input: &[u8]) -> Parsed {
         recognized: false,
         first_type: None,
     };
+    let mut lines = LineParser::default();
     let mut rest = input;
-    let mut first = true;
     while !rest.is_empty() {
         let (line, tail, complete) = match rest.iter().position(|&b| b == b'\n') {
             Some(i) => (&rest[..i], &rest[i + 1..], true),
             None => (rest, &rest[rest.len()..], false),
         };
         rest = tail;
-        let entry = parse_line(line);
-        if first {
-            first = false;
-            parsed.first_type = crate::json::from_slice::<Value>(line)
-                .ok()
-                .and_then(|v| v.get("type").and_then(Value::as_str).map(str::to_owned));
-        }
-        match (complete, entry) {
-            (true, Some(Entry::Message(m))) => {
-                parsed.recognized = true;
-                parsed.lines.push(Line::Message {
-                    value: m,
-                    raw: Some(line.to_vec()),
-                });
-            }
-            (true, Some(Entry::Ignored)) => {
-                // The line naming a transcript's format is toolwire's own.
-                parsed.recognized |=
-                    parsed.lines.is_empty() && parsed.first_type.as_deref() == Some("session");
-                parsed.lines.push(Line::Raw(line.to_vec()))
-            }
-            (true, Some(_)) => {
-                parsed.recognized = true;
-                parsed.lines.push(Line::Raw(line.to_vec()));
-            }
-            (_, entry) => {
-                parsed.recognized |= matches!(entry, Some(Entry::Message(_)));
-                parsed.torn_lines += 1;
-            }
+        if let Some(line) = lines.push(line, complete) {
+            parsed.lines.push(line);
         }
     }
+    parsed.torn_lines = lines.torn_lines;
+    parsed.recognized = lines.recognized;
+    parsed.first_type = lines.first_type;
     parsed
 }
 
@@ -170,17 +138,46 @@ fn repair_lines(
     report: &mut TranscriptRepairResult,
 ) -> bool {
     let mut changed = ids_round(dialect, lines, report);
+    let (step, rounds) = pairing_rounds(dialect, lines);
+    changed |= step;
+    for round in rounds {
+        report.append(round);
+    }
+    changed
+}
+
+/// The pairing rules kept: whether anything changed, and what each round
+/// did (a report of the conversation lists all of one round before the
+/// next; a transcript read as a stream gathers each round's runs).
+fn pairing_rounds(
+    dialect: &dyn Dialect,
+    lines: &mut Vec<Line>,
+) -> (bool, Vec<TranscriptRepairResult>) {
+    let mut changed = false;
+    let mut rounds = Vec::new();
     // Dropping a message can join the turns around it, which can fault a
     // pair that was fine; a few rounds reach the fixed point (each round
     // only removes or reorders, so it ends).
     for _ in 0..16 {
-        let step = repair_round(dialect, lines, report);
+        let mut report = TranscriptRepairResult::default();
+        let step = repair_round(dialect, lines, &mut report);
         changed |= step;
         if !step {
             break;
         }
+        rounds.push(report);
     }
-    changed
+    (changed, rounds)
+}
+
+impl TranscriptRepairResult {
+    /// Add what `later` did after what this did.
+    fn append(&mut self, later: TranscriptRepairResult) {
+        self.dropped_tool_uses.extend(later.dropped_tool_uses);
+        self.dropped_tool_results.extend(later.dropped_tool_results);
+        self.moved_tool_results.extend(later.moved_tool_results);
+        self.renamed_tool_uses.extend(later.renamed_tool_uses);
+    }
 }
 
 /// Map call ids the provider would refuse (PROTOCOL.md 11.2, see
@@ -190,8 +187,19 @@ fn ids_round(
     lines: &mut Vec<Line>,
     report: &mut TranscriptRepairResult,
 ) -> bool {
-    let at = message_lines(lines);
     let plan = format::ids::plan(dialect, &messages_of(lines).collect::<Vec<_>>());
+    apply_ids(dialect, lines, plan, report)
+}
+
+/// Carry out an id plan of `lines`' messages. Returns whether anything
+/// changed.
+fn apply_ids(
+    dialect: &dyn Dialect,
+    lines: &mut Vec<Line>,
+    plan: format::ids::IdPlan,
+    report: &mut TranscriptRepairResult,
+) -> bool {
+    let at = message_lines(lines);
     if plan.is_empty() {
         return false;
     }
@@ -361,19 +369,16 @@ fn messages_of(lines: &[Line]) -> impl Iterator<Item = &Value> {
     })
 }
 
-/// Open `path` for repair: only a regular file (never through a link,
-/// never blocking on a FIFO), locked against live writers, read whole.
-pub fn read_regular(path: &Path) -> Result<(File, Vec<u8>, fs::Metadata)> {
-    open_regular(path, true)
-}
-
-/// Open `path` for reading only (`transcript/check`): no lock, so checking
-/// a transcript a live server holds is fine.
-pub fn read_regular_shared(path: &Path) -> Result<(File, Vec<u8>, fs::Metadata)> {
-    open_regular(path, false)
-}
-
-fn open_regular(path: &Path, lock: bool) -> Result<(File, Vec<u8>, fs::Metadata)> {
+/// Open `path` for `check` (`lock` false: checking a transcript a live
+/// server holds is fine) or repair (locked against live writers): only a
+/// regular file (never through a link, never blocking on a FIFO). Its
+/// logical bytes (a fork's read through its parent's, and a repair that
+/// changes it writes it out whole, parent's lines included) are read as a
+/// stream.
+pub(crate) fn open_regular(
+    path: &Path,
+    lock: bool,
+) -> Result<(File, super::fork::Logical, fs::Metadata)> {
     let not_regular = |what: &str| {
         Error::invalid_params(
             "path",
@@ -406,13 +411,9 @@ fn open_regular(path: &Path, lock: bool) -> Result<(File, Vec<u8>, fs::Metadata)
     if lock {
         writer::lock(&file, path)?;
     }
-    // A fork's transcript is read through its parent's bytes (and a
-    // repair that changes it writes it out whole, parent's lines included).
-    let mut input = Vec::with_capacity(meta.len() as usize);
-    super::fork::Logical::open(&file, path, meta.len())
-        .and_then(|logical| logical.reader()?.read_to_end(&mut input))
+    let logical = super::fork::Logical::open(&file, path, meta.len())
         .map_err(|err| Error::storage(path, &err))?;
-    Ok((file, input, meta))
+    Ok((file, logical, meta))
 }
 
 fn describe(kind: &fs::FileType) -> Option<&'static str> {
@@ -435,8 +436,8 @@ fn describe(kind: &fs::FileType) -> Option<&'static str> {
 }
 
 /// The error for a file in which no line is a transcript line.
-pub fn unrecognized(path: &Path, parsed: &Parsed) -> Error {
-    let what = match &parsed.first_type {
+pub fn unrecognized(path: &Path, first_type: Option<&str>) -> Error {
+    let what = match first_type {
         Some(kind) => format!("its first line has type {kind:?}"),
         None => "its first line is not a JSON object with a `type`".to_owned(),
     };
@@ -462,10 +463,11 @@ pub fn repair_file(
     // Committed lines a power loss left in the commit log only go back
     // into the transcript before it is read.
     super::wal::recover_beside(path).map_err(|err| Error::storage(path, &err))?;
-    let (file, input, meta) = read_regular(path)?;
-    let (content, input) = transcript_of(path, input)?;
-    let foreign =
-        content.filter(|c| !matches!(c, crate::transcript::import::Content::Transcript { .. }));
+    let (file, logical, meta) = open_regular(path, true)?;
+    let source = Source::open(path, &logical)?;
+    let foreign = source
+        .content
+        .filter(|c| !matches!(c, crate::transcript::import::Content::Transcript { .. }));
     if let (Some(found), false) = (foreign, dry_run) {
         // Rewriting another agent's file as a toolwire transcript would
         // lose what that agent keeps in it: say how to get one.
@@ -482,27 +484,66 @@ pub fn repair_file(
             ),
         ));
     }
-    let parsed = parse(&input);
-    if !parsed.recognized && !input.is_empty() {
-        return Err(unrecognized(path, &parsed));
-    }
-    let format = format.or(content.map(|c| c.format())).unwrap_or_default();
-    let (output, mut report, changed) = repair_parsed(format.dialect(), parsed);
-    report.changed = changed;
-    if dry_run || !changed {
-        drop(file);
-        return Ok(report);
-    }
+    let format = format
+        .or(source.content.map(|c| c.format()))
+        .unwrap_or_default();
+    let dialect = format.dialect();
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     let storage = |err: std::io::Error| Error::storage(path, &err);
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".repair-")
-        .tempfile_in(dir)
-        .map_err(storage)?;
-    tmp.write_all(&output).map_err(storage)?;
+    // The repaired file is written as it is read; it replaces the original
+    // only if something changed. A directory that takes no new file fails
+    // only a repair that has something to write.
+    let tmp = (!dry_run).then(|| tempfile::Builder::new().prefix(".repair-").tempfile_in(dir));
+    let (mut tmp, tmp_err) = match tmp {
+        Some(Ok(tmp)) => (Some(tmp), None),
+        Some(Err(err)) => (None, Some(err)),
+        None => (None, None),
+    };
+    let out = match &tmp {
+        Some(tmp) => Some(std::io::BufWriter::with_capacity(
+            1 << 16,
+            tmp.as_file().try_clone().map_err(storage)?,
+        )),
+        None => None,
+    };
+    let mut stream = Streamed {
+        dialect,
+        planner: format::ids::Planner::for_runs(),
+        cut: source.compaction_line(dialect)?,
+        pending: Vec::new(),
+        phases: Vec::new(),
+        changed: false,
+        kept: 0,
+        out,
+    };
+    let (parser, lines) =
+        source.each_run(dialect, |run, last| stream.run(run, last).map_err(storage))?;
+    if !parser.recognized && lines > 0 {
+        return Err(unrecognized(path, parser.first_type.as_deref()));
+    }
+    let mut report = TranscriptRepairResult::default();
+    for phase in std::mem::take(&mut stream.phases) {
+        report.append(phase);
+    }
+    report.torn_lines = parser.torn_lines;
+    report.kept = stream.kept;
+    report.changed = stream.changed || report.torn_lines > 0;
+    if dry_run || !report.changed {
+        drop(file);
+        return Ok(report);
+    }
+    if let Some(err) = tmp_err {
+        return Err(storage(err));
+    }
+    let (Some(tmp), Some(out)) = (tmp.take(), stream.out.take()) else {
+        return Err(storage(std::io::Error::other(
+            "no repaired file was written",
+        )));
+    };
+    out.into_inner().map_err(|e| storage(e.into_error()))?;
     tmp.as_file()
         .set_permissions(fs::Permissions::from_mode(
             meta.permissions().mode() & 0o7777,
@@ -524,19 +565,107 @@ pub fn repair_file(
     Ok(report)
 }
 
-/// The transcript to check or repair in a file: a toolwire transcript as
-/// it is; another agent's session or a bare message list converted
-/// ([`crate::transcript::import::as_transcript`]), with what it was. A file in none of
-/// the known formats is an error naming its first line's type.
-pub fn transcript_of(
-    path: &Path,
-    input: Vec<u8>,
-) -> Result<(Option<crate::transcript::import::Content>, Vec<u8>)> {
-    if input.is_empty() {
-        return Ok((None, input));
+/// A transcript repaired as it is read, a run of whole turns at a time
+/// (see [`super::stream`]): the same rewrite and report as repairing the
+/// whole, holding a run (or the runs a dropped user turn joins), the id
+/// mapping's keys and the report.
+struct Streamed<'d> {
+    dialect: &'d dyn Dialect,
+    planner: format::ids::Planner,
+    /// The line of the newest compaction: nothing before it is judged.
+    cut: Option<usize>,
+    /// Runs with their ids mapped, whose repair could still join the next
+    /// run's first turn (it dropped the user turn they ended with).
+    pending: Vec<Line>,
+    /// What the id mapping (0) and each pairing round (1…) did.
+    phases: Vec<TranscriptRepairResult>,
+    changed: bool,
+    kept: usize,
+    out: Option<std::io::BufWriter<File>>,
+}
+
+impl Streamed<'_> {
+    /// Repair `run` (with what is pending before it); `last` when no line
+    /// follows it.
+    fn run(&mut self, run: Run, last: bool) -> std::io::Result<()> {
+        let Run {
+            mut lines,
+            last_line,
+            ..
+        } = run;
+        if self.cut.is_some_and(|cut| last_line < cut) {
+            // Before the newest compaction nothing is repaired; its call
+            // ids still bind what comes after.
+            self.planner
+                .before_cut(self.dialect, &messages_of(&lines).collect::<Vec<_>>());
+            return self.emit(lines);
+        }
+        let plan = self
+            .planner
+            .plan(self.dialect, &messages_of(&lines).collect::<Vec<_>>());
+        if self.phases.is_empty() {
+            self.phases.push(TranscriptRepairResult::default());
+        }
+        self.changed |= apply_ids(self.dialect, &mut lines, plan, &mut self.phases[0]);
+        self.pending.extend(lines);
+        if format::pair(self.dialect, messages_of(&self.pending)).is_valid() {
+            if last || self.ends_open() {
+                let pending = std::mem::take(&mut self.pending);
+                return self.emit(pending);
+            }
+            return Ok(());
+        }
+        let mut repaired = self.pending.clone();
+        let (changed, rounds) = pairing_rounds(self.dialect, &mut repaired);
+        let pending = std::mem::replace(&mut self.pending, repaired);
+        if !last && !self.ends_open() {
+            // The repair dropped the user turn the runs ended with: the
+            // next run's first turn joins theirs. Judged again with it.
+            self.pending = pending;
+            return Ok(());
+        }
+        self.changed |= changed;
+        for (r, round) in rounds.into_iter().enumerate() {
+            if self.phases.len() < r + 2 {
+                self.phases.push(TranscriptRepairResult::default());
+            }
+            self.phases[r + 1].append(round);
+        }
+        let repaired = std::mem::take(&mut self.pending);
+        self.emit(repaired)
     }
-    let (content, bytes) = crate::transcript::import::as_transcript(path, input)?;
-    Ok((Some(content), bytes))
+
+    /// Whether the pending lines end where a run may start: after a user
+    /// message (or with no message of either side).
+    fn ends_open(&self) -> bool {
+        self.pending.iter().rev().find_map(|line| match line {
+            Line::Message { value, .. } => self.dialect.side(value),
+            Line::Raw(_) => None,
+        }) != Some(format::Side::Assistant)
+    }
+
+    /// Write lines that are final.
+    fn emit(&mut self, lines: Vec<Line>) -> std::io::Result<()> {
+        self.kept += lines.len();
+        let Some(out) = &mut self.out else {
+            return Ok(());
+        };
+        let mut buf = Lines::default();
+        for line in &lines {
+            match line {
+                Line::Raw(raw) | Line::Message { raw: Some(raw), .. } => {
+                    out.write_all(raw)?;
+                    out.write_all(b"\n")?;
+                }
+                Line::Message { value, raw: None } => {
+                    buf.bytes.clear();
+                    buf.push_message(value);
+                    out.write_all(&buf.bytes)?;
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 pub fn bak_path(path: &Path) -> PathBuf {

@@ -47,6 +47,7 @@
 pub mod claude_code;
 pub mod codex;
 pub mod gemini_cli;
+pub mod messages;
 pub mod openclaw;
 
 use std::fmt;
@@ -425,10 +426,19 @@ pub fn convert_messages_file(
         path: path.display().to_string(),
         source,
     })?;
-    match detect(&bytes) {
-        Ok(Content::Messages { format: found }) => {
-            Ok(messages_conversion(format.unwrap_or(found), &bytes))
-        }
+    let found = messages_format(path, detect(&bytes))?;
+    Ok(messages_conversion(format.unwrap_or(found), &bytes))
+}
+
+/// The format of the messages of the file at `path`, which [`detect`]
+/// found to hold `found`: an error saying what it is unless it is a list
+/// of bare messages.
+pub fn messages_format(
+    path: &Path,
+    found: Result<Content, DetectError>,
+) -> Result<Format, ImportError> {
+    match found {
+        Ok(Content::Messages { format }) => Ok(format),
         Ok(found) => Err(ImportError::WrongAgent {
             path: path.display().to_string(),
             found,
@@ -462,15 +472,9 @@ impl Conversion {
     /// Write the transcript: the session line (formats other than
     /// `anthropic`), then one `{"type":"message","message":M}` line a
     /// message.
-    pub fn write_transcript(&self, out: &mut impl Write) -> io::Result<()> {
+    pub fn write_transcript(&self, out: &mut (impl Write + ?Sized)) -> io::Result<()> {
         let mut lines = Lines::default();
-        if self.format != Format::Anthropic {
-            let mut session = serde_json::to_vec(&json!({
-                "type": "session",
-                "format": self.format.name(),
-            }))
-            .map_err(io::Error::other)?;
-            session.push(b'\n');
+        if let Some(session) = session_line(self.format)? {
             out.write_all(&session)?;
         }
         for message in &self.messages {
@@ -531,15 +535,81 @@ fn raw_lines(input: &[u8]) -> impl Iterator<Item = &[u8]> {
 /// Parse every non-blank line, counting them (and those that are not JSON
 /// objects) in `report`.
 fn json_lines(input: &[u8], report: &mut Report) -> Vec<Map<String, Value>> {
-    let mut out = Vec::new();
-    for line in raw_lines(input) {
-        report.lines += 1;
-        match crate::json::from_slice::<Value>(line) {
-            Ok(Value::Object(obj)) => out.push(obj),
-            _ => report.unreadable += 1,
+    raw_lines(input)
+        .filter_map(|line| json_line(line, report))
+        .collect()
+}
+
+/// One non-blank line of [`json_lines`], counted in `report`.
+fn json_line(line: &[u8], report: &mut Report) -> Option<Map<String, Value>> {
+    report.lines += 1;
+    match crate::json::from_slice::<Value>(line) {
+        Ok(Value::Object(obj)) => Some(obj),
+        _ => {
+            report.unreadable += 1;
+            None
         }
     }
-    out
+}
+
+/// A line read from a stream without its line end (`\n`, then `\r`);
+/// `None` when it is blank, as [`raw_lines`] skips it.
+pub fn raw_line(line: &[u8]) -> Option<&[u8]> {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    (!line.iter().all(u8::is_ascii_whitespace)).then_some(line)
+}
+
+/// A line of a file of bare messages (its line end taken off by
+/// [`raw_line`]) as the message it holds, counted in `report` as
+/// [`messages_conversion`] counts it; `None` for a line that is no JSON
+/// object.
+pub fn message_of_line(line: &[u8], report: &mut Report) -> Option<Value> {
+    json_line(line, report).map(Value::Object)
+}
+
+/// The session line a converted transcript starts with (`None` for
+/// `anthropic`, which needs none), as [`Conversion::write_transcript`]
+/// writes it.
+pub fn session_line(format: Format) -> io::Result<Option<Vec<u8>>> {
+    if format == Format::Anthropic {
+        return Ok(None);
+    }
+    let mut session = serde_json::to_vec(&json!({
+        "type": "session",
+        "format": format.name(),
+    }))
+    .map_err(io::Error::other)?;
+    session.push(b'\n');
+    Ok(Some(session))
+}
+
+/// [`detect`] of a whole file, read as a stream: its first
+/// [`DETECT_LINES`] non-blank lines are all `detect` reads, unless its
+/// first line is not JSON (a legacy Gemini CLI record is judged by the
+/// whole file): then `None`, and the caller reads it whole.
+pub fn detect_stream(
+    mut input: impl io::BufRead,
+) -> io::Result<Option<Result<Content, DetectError>>> {
+    let mut head = Vec::new();
+    let mut line = Vec::new();
+    let mut n = 0;
+    while n < DETECT_LINES {
+        line.clear();
+        if input.read_until(b'\n', &mut line)? == 0 {
+            break;
+        }
+        let Some(body) = raw_line(&line) else {
+            continue;
+        };
+        if n == 0 && crate::json::from_slice::<Value>(body).is_err() {
+            return Ok(None);
+        }
+        head.extend_from_slice(body);
+        head.push(b'\n');
+        n += 1;
+    }
+    Ok(detect_in(&head, true))
 }
 
 fn str_of<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
