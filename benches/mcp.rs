@@ -7,8 +7,8 @@
 //! - `memory`: the front's peak resident memory (VmHWM) while it passes
 //!   one result of 10, 25 and 50 MB, replaced by a preview (saved once) or
 //!   passed through whole (it holds an image too), against the size of the
-//!   result as the server writes it. Target: the peak over the front's own
-//!   after `initialize` at most twice the result.
+//!   result as the server writes it. Target (issue 52): the peak over the
+//!   front's own after `initialize` at most twice the result plus 8 MB.
 //!
 //! ```sh
 //! cargo bench --bench mcp                 # both parts
@@ -107,6 +107,10 @@ fn latency() {
     }
 }
 
+/// What the front may hold beyond twice the result while passing it (its
+/// own buffers and the saved output's line index).
+const CONSTANT_MB: f64 = 8.0;
+
 /// The front's peak memory passing one large result.
 fn memory() {
     let data = tempfile::tempdir().expect("temp dir");
@@ -138,8 +142,9 @@ fn memory() {
                 answer.len()
             );
             let ratio = (peak - idle) / result;
+            let holds = peak - idle <= 2.0 * result + CONSTANT_MB;
             println!(
-                "  {mb:>2} MB of text, {how}: result {result:.1} MB, front peak {peak:.1} MB (idle {idle:.1} MB): {ratio:.2}x the result over idle (target <= 2x)"
+                "  {mb:>2} MB of text, {how}: result {result:.1} MB, front peak {peak:.1} MB (idle {idle:.1} MB): {ratio:.2}x the result over idle (target <= 2x + {CONSTANT_MB} MB)"
             );
             support::record(support::Row {
                 bench: "mcp",
@@ -147,8 +152,8 @@ fn memory() {
                 toolwire: format!("{peak:.1} MB (idle {idle:.1} MB)"),
                 baseline: format!("{result:.1} MB: the result as the server writes it"),
                 ratio: support::x(ratio),
-                target: "≤ 2× (peak over idle)".into(),
-                holds: Some(ratio <= 2.0),
+                target: format!("≤ 2× + {CONSTANT_MB} MB (peak over idle)"),
+                holds: Some(holds),
             });
         }
     }
