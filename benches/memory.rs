@@ -118,17 +118,7 @@ impl Served {
 
     /// (VmRSS, VmHWM) in MB.
     fn memory(&self) -> (f64, f64) {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let field = |name: &str| {
-            status
-                .lines()
-                .find(|l| l.starts_with(name))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|n| n.parse::<f64>().ok())
-                .unwrap_or(0.0)
-                / 1024.0
-        };
-        (field("VmRSS:"), field("VmHWM:"))
+        support::memory_of(self.child.id())
     }
 }
 

@@ -40,6 +40,8 @@ const ALIGN: usize = 2 * std::mem::size_of::<usize>();
 
 thread_local! {
     static APART: Cell<bool> = const { Cell::new(false) };
+    /// Inside [`transient`]: [`apart`] has no effect.
+    static TRANSIENT: Cell<bool> = const { Cell::new(false) };
     /// The separate heap while this thread holds its lock ([`held`]).
     static HELD: Cell<*mut dlmalloc::Dlmalloc<Region>> = const { Cell::new(std::ptr::null_mut()) };
 }
@@ -57,9 +59,47 @@ pub fn apart<T>(f: impl FnOnce() -> T) -> T {
             let _ = APART.try_with(|apart| apart.set(self.0));
         }
     }
+    if is_transient() {
+        return f();
+    }
     let was = APART.try_with(|apart| apart.replace(true)).unwrap_or(false);
     let _restore = Restore(was);
     f()
+}
+
+/// Run `f` with [`apart`] turned off on this thread: for a state built
+/// only to be read and dropped (a decisions checkpoint being brought up to
+/// date reads one whole). Its entries in the separate heap would sit among
+/// the ones sessions keep, and once freed leave holes there that no trim
+/// can give back (a session built by `budget/apply` held 22 MB in that
+/// heap where its state needs 12). A thread `f` starts to help it runs
+/// its part inside `transient` too ([`is_transient`]). Nests.
+pub fn transient<T>(f: impl FnOnce() -> T) -> T {
+    struct Restore(bool, bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let _ = TRANSIENT.try_with(|t| t.set(self.0));
+            let _ = APART.try_with(|apart| apart.set(self.1));
+        }
+    }
+    let was = TRANSIENT.try_with(|t| t.replace(true)).unwrap_or(false);
+    let apart = APART
+        .try_with(|apart| apart.replace(false))
+        .unwrap_or(false);
+    let _restore = Restore(was, apart);
+    f()
+}
+
+/// Whether this thread is inside [`transient`]: a thread it starts to
+/// help runs its work in [`transient_if`] with this.
+pub fn is_transient() -> bool {
+    TRANSIENT.try_with(Cell::get).unwrap_or(false)
+}
+
+/// Run `f` inside [`transient`] when `transient` is set (the starting
+/// thread's [`is_transient`]), else as it is.
+pub fn transient_if<T>(transient: bool, f: impl FnOnce() -> T) -> T {
+    if transient { self::transient(f) } else { f() }
 }
 
 /// Run `f` with the separate heap's lock held by this thread, so the
@@ -504,6 +544,24 @@ mod tests {
             heap.dealloc(inside, layout(48));
             heap.dealloc(outside, layout(48));
             heap.dealloc(large, layout(LARGEST + 1));
+        }
+    }
+
+    #[test]
+    fn transient_turns_apart_off_and_restores() {
+        apart(|| {
+            transient(|| {
+                assert!(!is_apart() && is_transient());
+                apart(|| assert!(!is_apart(), "apart has no effect inside transient"));
+            });
+            assert!(is_apart() && !is_transient());
+        });
+        let _serial = one_at_a_time();
+        let heap = Heap;
+        unsafe {
+            let block = transient(|| apart(|| heap.alloc(layout(48))));
+            assert!(!REGION.holds(block));
+            heap.dealloc(block, layout(48));
         }
     }
 

@@ -437,6 +437,82 @@ fn a_quiet_front_hands_back_what_a_large_result_freed() {
     assert!(front.finish().success());
 }
 
+/// The front holds a large result at most about twice while passing it on
+/// (the line it read, and the content parsed out of it, which is moved into
+/// budgeting and saved from there, not copied): its peak resident memory
+/// over its own after `initialize` stays under twice the result's line
+/// plus a margin, whether the result is replaced by a preview or passed
+/// through whole. (It was 6.5 times the result.) A bound on memory, read
+/// from `/proc/PID/status`, not on time.
+#[test]
+fn a_large_result_is_held_at_most_twice() {
+    const SIZE: u64 = 25_000_000;
+    // What a debug build touches of its own code and runtime to budget and
+    // save a result, beyond the result itself.
+    const MARGIN_MB: f64 = 24.0;
+    let data = tempfile::tempdir().unwrap();
+    for tool in ["text", "text_and_image"] {
+        let mut direct = Peer::start(&sized_server(), data.path());
+        direct.request(1, &initialize(1, "2025-11-25"));
+        direct.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+        let whole = direct.request(2, &call(2, tool, json!({"size": SIZE})));
+        assert!(direct.finish().success());
+
+        let mut front = Peer::start(&front_argv("held", &[], &sized_server()), data.path());
+        front.request(1, &initialize(1, "2025-11-25"));
+        front.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+        let idle = peak_mb(front.pid());
+        let answer = front.request(2, &call(2, tool, json!({"size": SIZE})));
+        let peak = peak_mb(front.pid());
+        assert!(front.finish().success());
+        if tool == "text" {
+            assert!(answer.contains("persisted-output"), "replaced");
+        } else {
+            assert_eq!(answer, whole, "passed through byte for byte");
+        }
+        let result = whole.len() as f64 / f64::from(1 << 20);
+        assert!(
+            peak - idle <= 2.0 * result + MARGIN_MB,
+            "{tool}: peak {peak:.1} MB, {idle:.1} MB after initialize, for a result of {result:.1} MB"
+        );
+    }
+}
+
+/// A large result whose saved output cannot be written (a file stands
+/// where the session's output directory goes) is passed on whole, byte for
+/// byte: its text, moved into budgeting to be saved, comes back in place.
+#[test]
+fn a_result_that_cannot_be_saved_passes_whole_byte_for_byte() {
+    let data = tempfile::tempdir().unwrap();
+    let mut direct = Peer::start(&sized_server(), data.path());
+    direct.request(1, &initialize(1, "2025-11-25"));
+    direct.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    let whole = direct.request(2, &call(2, "text", json!({"size": 200_000})));
+    assert!(direct.finish().success());
+
+    let session = data.path().join(".toolwire/sessions/blocked");
+    std::fs::create_dir_all(&session).unwrap();
+    std::fs::write(session.join("tool-results"), "not a directory").unwrap();
+    let mut front = Peer::start(&front_argv("blocked", &[], &sized_server()), data.path());
+    front.request(1, &initialize(1, "2025-11-25"));
+    front.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    let answer = front.request(2, &call(2, "text", json!({"size": 200_000})));
+    assert!(front.finish().success());
+    assert_eq!(answer, whole);
+}
+
+/// VmHWM of a process, in MB.
+fn peak_mb(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    kb / 1024.0
+}
+
 // ------------------------------------------------ MCP revision 2026-07-28 --
 
 /// The official client of one era through the front to the official SDK's

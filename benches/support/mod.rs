@@ -74,6 +74,21 @@ pub fn target_dir() -> std::path::PathBuf {
         .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
 }
 
+/// (VmRSS, VmHWM) of a process, in MB (MiB), from `/proc/PID/status`.
+pub fn memory_of(pid: u32) -> (f64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc/PID/status");
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|n| n.parse::<f64>().ok())
+            .unwrap_or(0.0)
+            / 1024.0
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
 pub mod results;
 // Every target compiles this module; not every one records rows.
 #[allow(unused_imports)]

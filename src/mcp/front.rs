@@ -29,6 +29,7 @@ use tokio::sync::oneshot;
 
 use super::era::{self, Era};
 use super::pipe::Pipe;
+use super::results::Budgeted;
 use super::{Scope, results, saved};
 use crate::config::Effective;
 use crate::error::Error;
@@ -170,6 +171,24 @@ fn is_response(obj: &Map<String, Value>) -> bool {
     !obj.contains_key("method")
         && obj.contains_key("id")
         && (obj.contains_key("result") || obj.contains_key("error"))
+}
+
+/// Put back the content of the `tools/call` result answering `id` as `line`
+/// holds it, into `result`: budgeting moved it away and failed (rare: the
+/// session's storage failed), so it is read again from the line.
+fn restore_content(line: &[u8], id: &Value, result: &mut Map<String, Value>) {
+    let Ok(mut parsed) = crate::json::from_slice::<Value>(line) else {
+        return;
+    };
+    let message = match &mut parsed {
+        Value::Array(items) => items
+            .iter_mut()
+            .find(|m| m.get("id") == Some(id) && m.get("method").is_none()),
+        other => Some(other),
+    };
+    if let Some(content) = message.and_then(|m| m.pointer_mut("/result/content")) {
+        result.insert("content".into(), content.take());
+    }
 }
 
 fn encode(value: &Value) -> Bytes {
@@ -703,7 +722,15 @@ impl Front {
         // back to the system.
         let _large =
             (line.len() > crate::transport::RELEASE_AFTER).then(crate::heap::LargeWork::begin);
-        let mut value: Value = match crate::json::from_slice(&line) {
+        // A large line's long strings are unescaped straight into their
+        // place (`json::lifted`): serde_json would build each in a scratch
+        // buffer first, holding a large result twice over while parsing.
+        let parsed = if line.len() >= crate::json::lifted::LARGE {
+            crate::json::lifted::from_slice(&line)
+        } else {
+            crate::json::from_slice(&line)
+        };
+        let mut value: Value = match parsed {
             Ok(value) => value,
             Err(ParseError::TooDeep { depth }) => {
                 // A message, only deeper than the front parses: never
@@ -740,7 +767,7 @@ impl Front {
             }
         }
         let changed = match &mut value {
-            Value::Object(_) => match self.on_server_message(&mut value).await {
+            Value::Object(_) => match self.on_server_message(&mut value, &line).await {
                 Some(changed) => changed,
                 // Taken over by the front (an input round for the client).
                 None => return,
@@ -748,15 +775,20 @@ impl Front {
             Value::Array(items) => {
                 let mut changed = false;
                 for item in items.iter_mut() {
-                    changed |= self.on_server_message(item).await.unwrap_or(false);
+                    changed |= self.on_server_message(item, &line).await.unwrap_or(false);
                 }
                 changed
             }
             _ => false,
         };
         if changed {
-            self.to_client.forward(encode(&value)).await;
+            let encoded = encode(&value);
+            drop(value);
+            self.to_client.forward(encoded).await;
         } else {
+            // The parsed copy goes before the line is queued: a large
+            // result is then held once more only while it is written.
+            drop(value);
             self.to_client.forward(line).await;
         }
     }
@@ -793,7 +825,7 @@ impl Front {
 
     /// Returns whether `msg` was changed, or `None` when the front took it
     /// over and nothing goes to the client now.
-    async fn on_server_message(self: &Arc<Self>, msg: &mut Value) -> Option<bool> {
+    async fn on_server_message(self: &Arc<Self>, msg: &mut Value, line: &[u8]) -> Option<bool> {
         let Some(obj) = msg.as_object_mut() else {
             return Some(false);
         };
@@ -806,6 +838,8 @@ impl Front {
         let Some(mut waiting) = lock(&self.waiting).remove(&key(id)) else {
             return Some(false);
         };
+        // The id as the server wrote it (a retry's own id, see `input_round`).
+        let answered = id.clone();
         if let Some(Value::Object(result)) = obj.get("result")
             && result.get("resultType").and_then(Value::as_str) == Some("input_required")
             && let Some(request) = waiting.retry.take()
@@ -833,7 +867,16 @@ impl Front {
                             .insert(task.to_owned(), tool.clone());
                         false
                     } else {
-                        results::budget(&**self, tool, waiting.version.as_deref(), result).await
+                        match results::budget(&**self, tool, waiting.version.as_deref(), result)
+                            .await
+                        {
+                            Budgeted::Replaced => true,
+                            Budgeted::Kept => false,
+                            Budgeted::Lost => {
+                                restore_content(line, &answered, result);
+                                false
+                            }
+                        }
                     }
                 }
                 Kind::Other => false,

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures_util::SinkExt;
 use serde_json::Value;
-use tokio::io::AsyncWrite;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::codec::FramedWrite;
 
@@ -48,16 +48,19 @@ impl Pipe {
         let task = tokio::spawn(async move {
             let mut framed = FramedWrite::new(writer, LineCodec::default());
             while let Some((line, permit)) = rx.recv().await {
-                let large = line.len() > BUFFER_KEPT;
-                if framed.send(line).await.is_err() {
+                let sent = if line.len() > BUFFER_KEPT {
+                    // A large line is written from its own bytes: copied
+                    // into the codec's buffer first, it would be held twice
+                    // (and leave a buffer of its size behind).
+                    write_whole(&mut framed, &line).await
+                } else {
+                    framed.send(line).await
+                };
+                if sent.is_err() {
                     return;
                 }
                 // The room comes back once the line has left the process.
                 drop(permit);
-                if large {
-                    // A large line would otherwise keep a buffer of its size.
-                    *framed.write_buffer_mut() = bytes::BytesMut::new();
-                }
             }
         });
         let room = Arc::new(Semaphore::new(QUEUED));
@@ -85,4 +88,17 @@ impl Pipe {
             Err(err) => tracing::error!(%err, "could not encode an outgoing message"),
         }
     }
+}
+
+/// Write `line` and its newline past the codec, once what the codec holds
+/// has gone out (so lines keep their order).
+async fn write_whole<W>(framed: &mut FramedWrite<W, LineCodec>, line: &[u8]) -> std::io::Result<()>
+where
+    W: AsyncWrite + Unpin,
+{
+    framed.flush().await?;
+    let writer = framed.get_mut();
+    writer.write_all(line).await?;
+    writer.write_all(b"\n").await?;
+    writer.flush().await
 }

@@ -34,8 +34,9 @@ use super::Scope;
 use super::saved;
 use crate::artifact::{self, ArtifactKind};
 use crate::error::Result;
-use crate::format::{Dialect, ResultContent, anthropic::Anthropic};
-use crate::protocol::{BudgetApplyParams, BudgetApplyResult, Message};
+use crate::format::ResultContent;
+use crate::methods::Applied;
+use crate::protocol::{BudgetApplyParams, Message};
 
 /// Where a server declares, on a tool in `tools/list`, the largest result
 /// it means the tool to return whole; honoured as the tool's
@@ -45,47 +46,75 @@ pub(super) const MAX_RESULT_SIZE_META: &str = "anthropic/maxResultSizeChars";
 /// The first protocol revision with `resource_link` content.
 const RESOURCE_LINK_SINCE: &str = "2025-06-18";
 
+/// What budgeting a result did to it.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Budgeted {
+    /// Its content is now the preview and a link.
+    Replaced,
+    /// Left exactly as it came.
+    Kept,
+    /// Budgeting failed after its content was handed over, and the content
+    /// went with it: the caller passes on the result as it came.
+    Lost,
+}
+
 /// Budget `result` (a `tools/call` result from `tool`, under protocol
-/// revision `version`) in place. Returns whether it was replaced.
+/// revision `version`) in place.
+///
+/// The content is moved into the budget core, not copied, and moved back
+/// when it is kept: a result of tens of megabytes is held once, parsed,
+/// beside the line it came in (its artifact is written from that one copy
+/// too), so the front's peak stays near twice the result.
 pub(super) async fn budget(
     front: &dyn Scope,
     tool: &str,
     version: Option<&str>,
     result: &mut Map<String, Value>,
-) -> bool {
-    let Some(Value::Array(items)) = result.get("content") else {
-        return false;
+) -> Budgeted {
+    let Some(items @ Value::Array(_)) = result.get("content") else {
+        return Budgeted::Kept;
     };
-    let content = tool_result_content(items);
-    if ResultContent::of_value(Some(&content)).has_non_text() {
+    // A single plain text item counts as its text, which holds no other
+    // kind of content either way.
+    if ResultContent::of_value(Some(items)).has_non_text() {
         // Not eligible anywhere (contract step 1): skip the round trip.
-        return false;
+        return Budgeted::Kept;
     }
+    let Some(content) = take_content(result) else {
+        return Budgeted::Kept;
+    };
     let id = result_id(tool, &content);
-    let outcome = match apply(front, tool, &id, content.clone()).await {
+    let (kind, size) = match &content {
+        Value::String(text) => (ArtifactKind::Text, text.len()),
+        // The bytes the artifact store is given, counted without being
+        // written out.
+        other => (ArtifactKind::Json, written_len(other)),
+    };
+    let mut outcome = match apply(front, tool, &id, content).await {
         Ok(outcome) => outcome,
         Err(err) => {
             tracing::warn!(%err, tool, "could not budget a tool result; passed on whole");
-            return false;
+            return Budgeted::Lost;
         }
     };
-    for failure in &outcome.failures {
+    for failure in &outcome.result.failures {
         tracing::warn!(tool, message = %failure.message, "could not save a tool result; passed on whole");
     }
+    // The conversation's second message holds the result, rendered.
     let rendered = outcome
+        .result
         .messages
-        .get(1)
-        .and_then(|m| Anthropic.result_value(&m.0, 0));
-    let Some(Value::String(preview)) = rendered.filter(|r| **r != content) else {
-        return false;
-    };
-    let (kind, size) = match &content {
-        Value::String(text) => (ArtifactKind::Text, text.len()),
-        // The bytes the artifact store was given.
-        other => (
-            ArtifactKind::Json,
-            serde_json::to_vec(other).map_or(0, |v| v.len()),
-        ),
+        .get_mut(1)
+        .and_then(|m| m.0.pointer_mut("/content/0/content"))
+        .map(Value::take);
+    let replaced = outcome.changed.get(1).copied().unwrap_or(false);
+    let preview = match rendered {
+        Some(Value::String(preview)) if replaced => preview,
+        Some(content) if !replaced => {
+            put_back(result, content);
+            return Budgeted::Kept;
+        }
+        _ => return Budgeted::Lost,
     };
     let uri = saved::uri(front.session(), &id);
     let how = saved::how_to_read(front);
@@ -105,20 +134,53 @@ pub(super) async fn budget(
         replaced.push(json!({"type": "text", "text": format!("Saved output: {uri} ({how})")}));
     }
     result.insert("content".into(), Value::Array(replaced));
-    true
+    Budgeted::Replaced
 }
 
-/// A tool result's content in the contract's terms: the text itself for a
-/// single plain text item, else the content array as it came.
-fn tool_result_content(items: &[Value]) -> Value {
-    if let [Value::Object(item)] = items
+/// Move a tool result's content out of `result`, in the contract's terms:
+/// the text itself for a single plain text item, else the content array
+/// as it came. [`put_back`] undoes it.
+fn take_content(result: &mut Map<String, Value>) -> Option<Value> {
+    let Some(Value::Array(items)) = result.get_mut("content") else {
+        return None;
+    };
+    if let [Value::Object(item)] = items.as_mut_slice()
         && item.len() == 2
         && item.get("type").and_then(Value::as_str) == Some("text")
-        && let Some(Value::String(text)) = item.get("text")
+        && let Some(text @ Value::String(_)) = item.get_mut("text")
     {
-        return Value::String(text.clone());
+        return Some(text.take());
     }
-    Value::Array(items.to_vec())
+    result.get_mut("content").map(Value::take)
+}
+
+/// Put content [`take_content`] moved out back where it was.
+fn put_back(result: &mut Map<String, Value>, content: Value) {
+    if content.is_string()
+        && let Some(text) = result
+            .get_mut("content")
+            .and_then(|c| c.pointer_mut("/0/text"))
+    {
+        *text = content;
+    } else {
+        result.insert("content".into(), content);
+    }
+}
+
+/// How many bytes `serde_json::to_writer` writes for `value`.
+fn written_len(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, value).map_or(0, |()| count.0)
 }
 
 /// `mcp-` and 32 hex digits of SHA-256 over the tool name and the content:
@@ -134,7 +196,18 @@ fn result_id(tool: &str, content: &Value) -> String {
         }
         other => {
             hash.update(b"j");
-            hash.update(other.to_string().as_bytes());
+            // The compact JSON text, streamed into the hash unbuilt.
+            struct Hashing<'a>(&'a mut Sha256);
+            impl std::io::Write for Hashing<'_> {
+                fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                    self.0.update(buf);
+                    Ok(buf.len())
+                }
+                fn flush(&mut self) -> std::io::Result<()> {
+                    Ok(())
+                }
+            }
+            let _ = serde_json::to_writer(Hashing(&mut hash), other);
         }
     }
     let hex: String = hash.finalize()[..16]
@@ -144,12 +217,15 @@ fn result_id(tool: &str, content: &Value) -> String {
     format!("mcp-{hex}")
 }
 
-async fn apply(
-    front: &dyn Scope,
-    tool: &str,
-    id: &str,
-    content: Value,
-) -> Result<BudgetApplyResult> {
+async fn apply(front: &dyn Scope, tool: &str, id: &str, content: Value) -> Result<Applied> {
+    // The content is moved into place (`json!` would serialize a copy).
+    let mut block = Map::new();
+    block.insert("type".into(), "tool_result".into());
+    block.insert("tool_use_id".into(), id.into());
+    block.insert("content".into(), content);
+    let mut user = Map::new();
+    user.insert("role".into(), "user".into());
+    user.insert("content".into(), Value::Array(vec![Value::Object(block)]));
     let params = BudgetApplyParams {
         link_session: None,
         session_id: front.session().clone(),
@@ -158,10 +234,7 @@ async fn apply(
                 "role": "assistant",
                 "content": [{"type": "tool_use", "id": id, "name": tool, "input": {}}],
             })),
-            Message(json!({
-                "role": "user",
-                "content": [{"type": "tool_result", "tool_use_id": id, "content": content}],
-            })),
+            Message(Value::Object(user)),
         ],
         limits: None,
         preview_mode: None,
@@ -182,7 +255,8 @@ async fn apply(
         clearing: None,
         pricing: None,
     };
-    crate::methods::budget_apply_queued(front.registry(), front.config().clone(), params).await
+    crate::methods::budget_apply_queued_tracked(front.registry(), front.config().clone(), params)
+        .await
 }
 
 #[cfg(test)]
@@ -190,20 +264,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_single_plain_text_item_is_the_text_itself() {
-        let items = vec![json!({"type": "text", "text": "abc"})];
-        assert_eq!(tool_result_content(&items), json!("abc"));
-        let annotated =
-            vec![json!({"type": "text", "text": "abc", "annotations": {"priority": 1}})];
+    fn a_single_plain_text_item_is_the_text_itself_and_goes_back_in_place() {
+        let taken = |content: Value| {
+            let mut result = Map::new();
+            result.insert("content".into(), content.clone());
+            result.insert("isError".into(), false.into());
+            let took = take_content(&mut result);
+            let mut back = result.clone();
+            if let Some(took) = took.clone() {
+                put_back(&mut back, took);
+            }
+            assert_eq!(back.get("content"), Some(&content), "put back as it was");
+            took
+        };
+        let items = json!([{"type": "text", "text": "abc"}]);
+        assert_eq!(taken(items), Some(json!("abc")));
+        let annotated = json!([{"type": "text", "text": "abc", "annotations": {"priority": 1}}]);
+        assert_eq!(taken(annotated.clone()), Some(annotated));
+        let two = json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]);
+        assert_eq!(taken(two.clone()), Some(two));
+        assert_eq!(taken(json!("not an array")), None);
+    }
+
+    #[test]
+    fn the_written_length_is_what_serde_json_writes() {
+        let value = json!([{"type": "text", "text": "a \"quoted\" \u{1F600}\n"}, 1.5e3]);
         assert_eq!(
-            tool_result_content(&annotated),
-            Value::Array(annotated.clone())
+            written_len(&value),
+            serde_json::to_vec(&value).unwrap().len()
         );
-        let two = vec![
-            json!({"type": "text", "text": "a"}),
-            json!({"type": "text", "text": "b"}),
-        ];
-        assert_eq!(tool_result_content(&two), Value::Array(two.clone()));
     }
 
     #[test]

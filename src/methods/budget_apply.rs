@@ -278,7 +278,16 @@ async fn apply_tracked(
         if hold.is_none() && !plan.chosen.is_empty() {
             hold = Some(Hold::take(session, on_disk, &artifact_dir).await?);
         }
-        let outcomes = persist_all(dialect, &store, &refs, &plan.chosen, fsync).await?;
+        drop(refs);
+        let outcomes = persist_all(
+            dialect,
+            &store,
+            &mut messages,
+            unit_messages,
+            &plan.chosen,
+            fsync,
+        )
+        .await?;
         let mut replaced: HashMap<(Id, Digest), Replacement> = HashMap::new();
         for (chosen, outcome) in plan.chosen.iter().zip(outcomes) {
             match outcome {
@@ -354,7 +363,9 @@ async fn apply_tracked(
             .enumerate()
             .map(|(i, c)| cleared_choice(&state, dialect, &pcx, &clearing, refs[i], i, c))
             .collect();
-        let outcomes = persist_all(dialect, &store, &refs, &chosen, fsync).await?;
+        drop(refs);
+        let at: Vec<usize> = to_clear.iter().map(|c| c.message).collect();
+        let outcomes = persist_all(dialect, &store, &mut messages, &at, &chosen, fsync).await?;
         let mut clear = Vec::new();
         for (chosen, outcome) in chosen.into_iter().zip(outcomes) {
             match outcome {
@@ -521,41 +532,165 @@ static WRITERS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(8);
 /// One artifact to write: where, and its bytes (or why there are none).
 struct Job {
     path: std::path::PathBuf,
-    bytes: std::result::Result<Vec<u8>, String>,
+    bytes: std::result::Result<Payload, String>,
+}
+
+/// The bytes of one artifact.
+enum Payload {
+    /// A result's text, moved out of its message for the write (at
+    /// `from`: the message's index and the path to the string in it) and
+    /// moved back afterwards: a result of tens of megabytes is not copied
+    /// to be saved.
+    Moved {
+        text: String,
+        from: (usize, Vec<Step>),
+    },
+    /// Bytes made for the artifact (JSON content, or text that could not
+    /// be moved).
+    Made(Vec<u8>),
+}
+
+impl Payload {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Payload::Moved { text, .. } => text.as_bytes(),
+            Payload::Made(bytes) => bytes,
+        }
+    }
 }
 
 /// Persist every chosen result, a few at a time; `Ok(reused)` or the
 /// failure, in the order of `chosen`; or an error for the whole request
 /// when the object store could not be reached (then nothing is decided:
-/// see [`crate::artifact::objects`]).
+/// see [`crate::artifact::objects`]). The chosen results are in
+/// `messages`, `chosen[i].message` naming `messages[at[chosen[i].message]]`;
+/// every message is as it was when this returns.
 async fn persist_all(
     dialect: &dyn Dialect,
     store: &Arc<dyn crate::artifact::ArtifactStore>,
-    unit: &[&Value],
+    messages: &mut [Value],
+    at: &[usize],
     chosen: &[Chosen],
     fsync: bool,
 ) -> Result<Vec<std::result::Result<bool, String>>> {
-    let jobs: Arc<Vec<Job>> = Arc::new(
-        chosen
-            .iter()
-            .map(|c| {
-                let content = dialect.result_value(unit[c.message], c.block);
-                let bytes = match (content, c.kind) {
-                    (Some(Value::String(s)), ArtifactKind::Text) => Ok(s.as_bytes().to_vec()),
-                    // Saved without cache markers: one saved output
-                    // whichever turn's markers the original came with.
-                    (content, _) => serde_json::to_vec(&format::without_cache_markers(
-                        content.unwrap_or(&Value::Null),
-                    ))
-                    .map_err(|e| e.to_string()),
-                };
-                Job {
-                    path: c.path.clone(),
-                    bytes,
+    let mut jobs = Vec::with_capacity(chosen.len());
+    for c in chosen {
+        let Some(&m) = at.get(c.message) else {
+            jobs.push(Job {
+                path: c.path.clone(),
+                bytes: Err("the result to save was not found".to_owned()),
+            });
+            continue;
+        };
+        let content = dialect.result_value(&messages[m], c.block);
+        let bytes = match (content, c.kind) {
+            (Some(text @ Value::String(_)), ArtifactKind::Text) => {
+                let moved = path_to(&messages[m], text).and_then(|path| {
+                    let text = value_at(&mut messages[m], &path)?.take();
+                    match text {
+                        Value::String(text) => Some(Payload::Moved {
+                            text,
+                            from: (m, path),
+                        }),
+                        _ => None,
+                    }
+                });
+                match moved {
+                    Some(moved) => Ok(moved),
+                    None => match dialect.result_value(&messages[m], c.block) {
+                        Some(Value::String(s)) => Ok(Payload::Made(s.as_bytes().to_vec())),
+                        _ => Err("the result to save was not found".to_owned()),
+                    },
                 }
+            }
+            // Saved without cache markers: one saved output
+            // whichever turn's markers the original came with.
+            (content, _) => serde_json::to_vec(&format::without_cache_markers(
+                content.unwrap_or(&Value::Null),
+            ))
+            .map(Payload::Made)
+            .map_err(|e| e.to_string()),
+        };
+        jobs.push(Job {
+            path: c.path.clone(),
+            bytes,
+        });
+    }
+    let jobs = Arc::new(jobs);
+    let outcomes = write_jobs(store, &jobs, fsync).await;
+    // Every writer has ended (their tasks were awaited, each dropping its
+    // handle on the jobs), so the moved texts come back without a copy.
+    let jobs = Arc::try_unwrap(jobs).unwrap_or_else(|shared| {
+        shared
+            .iter()
+            .map(|job| Job {
+                path: job.path.clone(),
+                bytes: match &job.bytes {
+                    Ok(Payload::Moved { text, from }) => Ok(Payload::Moved {
+                        text: text.clone(),
+                        from: from.clone(),
+                    }),
+                    _ => Err(String::new()),
+                },
             })
-            .collect(),
-    );
+            .collect()
+    });
+    for job in jobs {
+        if let Ok(Payload::Moved {
+            text,
+            from: (m, path),
+        }) = job.bytes
+            && let Some(slot) = messages.get_mut(m).and_then(|msg| value_at(msg, &path))
+        {
+            *slot = Value::String(text);
+        }
+    }
+    outcomes
+}
+
+/// One step from a JSON value to a value inside it.
+#[derive(Clone)]
+enum Step {
+    Key(String),
+    Index(usize),
+}
+
+/// The path from `root` to `target`, a value inside it (found by its
+/// address: a dialect says where a result is by shared reference only).
+fn path_to(root: &Value, target: &Value) -> Option<Vec<Step>> {
+    if std::ptr::eq(root, target) {
+        return Some(Vec::new());
+    }
+    let (step, rest) = match root {
+        Value::Object(map) => map.iter().find_map(|(key, value)| {
+            path_to(value, target).map(|rest| (Step::Key(key.clone()), rest))
+        })?,
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, value)| path_to(value, target).map(|rest| (Step::Index(i), rest)))?,
+        _ => return None,
+    };
+    let mut path = vec![step];
+    path.extend(rest);
+    Some(path)
+}
+
+/// The value at `path` in `root`, to change.
+fn value_at<'a>(root: &'a mut Value, path: &[Step]) -> Option<&'a mut Value> {
+    path.iter().try_fold(root, |value, step| match step {
+        Step::Key(key) => value.get_mut(key.as_str()),
+        Step::Index(i) => value.get_mut(*i),
+    })
+}
+
+/// Write `jobs` on the blocking pool, a few at a time; their outcomes in
+/// order (see [`persist_all`]).
+async fn write_jobs(
+    store: &Arc<dyn crate::artifact::ArtifactStore>,
+    jobs: &Arc<Vec<Job>>,
+    fsync: bool,
+) -> Result<Vec<std::result::Result<bool, String>>> {
     let next = Arc::new(AtomicUsize::new(0));
     // The first "store unreachable": it stops every writer and fails the
     // request.
@@ -578,7 +713,7 @@ async fn persist_all(
                         down.get_or_insert_with(|| crate::error::Error::storage(&job.path, err));
                     };
                     let outcome = match &job.bytes {
-                        Ok(bytes) => match store.write_once(&job.path, bytes, fsync) {
+                        Ok(bytes) => match store.write_once(&job.path, bytes.bytes(), fsync) {
                             Ok(written) => Ok(written.reused),
                             Err(err) if crate::artifact::objects::is_unavailable(&err) => {
                                 down(&err);

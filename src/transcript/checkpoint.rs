@@ -265,7 +265,14 @@ pub fn remove(transcript: &Path) {
 /// `len` bytes (its physical, committed length): the old checkpoint, if it
 /// proves itself, and the lines after it are read, and the result saved.
 /// Returns the new checkpoint's size, or `None` when none was written.
+///
+/// The state read here is dropped once written: its entries are made
+/// outside the heap sessions keep theirs in ([`crate::heap::transient`]).
 pub fn refresh(transcript: &Path, format: Format, len: u64) -> io::Result<Option<u64>> {
+    crate::heap::transient(|| refresh_now(transcript, format, len))
+}
+
+fn refresh_now(transcript: &Path, format: Format, len: u64) -> io::Result<Option<u64>> {
     let file = File::open(transcript)?;
     let logical = Logical::open(&file, transcript, len)?;
     let from = |at: u64, mut image: SessionImage| -> io::Result<(u64, SessionImage)> {

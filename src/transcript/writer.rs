@@ -85,7 +85,12 @@ pub struct CheckpointDue {
 
 impl CheckpointDue {
     pub fn run(self, format: crate::format::Format) {
-        match super::checkpoint::refresh(&self.path, format, self.len) {
+        let refreshed = super::checkpoint::refresh(&self.path, format, self.len);
+        // The refresh read a whole state and dropped it (outside the
+        // sessions' heap): handed back now, on this blocking thread, since
+        // it may end after the pause that released the requests' memory.
+        crate::heap::release_free_memory();
+        match refreshed {
             Ok(Some(size)) => {
                 self.track.len.store(self.len, Ordering::Release);
                 self.track.size.store(size, Ordering::Release);

@@ -404,13 +404,15 @@ impl ClaudeCodeFile {
             }
         };
         let helper = (len >= PARALLEL_FROM).then(Helper::take).flatten();
+        // The helper allocates as this thread does (`heap::transient`).
+        let transient = crate::heap::is_transient();
         let (mine, theirs) = std::thread::scope(|scope| {
             let theirs = helper.as_ref().and_then(|_| {
                 std::thread::Builder::new()
                     .name("toolwire-reader".into())
                     .stack_size(crate::process::THREAD_STACK)
                     .spawn_scoped(scope, || {
-                        let parsed = work(&mut || Ok(()));
+                        let parsed = crate::heap::transient_if(transient, || work(&mut || Ok(())));
                         if parsed.is_err() {
                             shared.stop.store(true, Ordering::Relaxed);
                         }

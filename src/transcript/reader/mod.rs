@@ -295,11 +295,13 @@ pub fn read_lines<R: io::Read>(
                     ));
                 }
             };
+            // The helper allocates as this thread does (`heap::transient`).
+            let transient = crate::heap::is_transient();
             let (mine, theirs, read) = std::thread::scope(|scope| {
                 let other = std::thread::Builder::new()
                     .name("toolwire-reader".into())
                     .stack_size(crate::process::THREAD_STACK)
-                    .spawn_scoped(scope, work);
+                    .spawn_scoped(scope, move || crate::heap::transient_if(transient, work));
                 let read = fill(&mut reader, &mut next, carry, &cancelled);
                 let mine = work();
                 let theirs = other.ok().and_then(|other| other.join().ok());
