@@ -7,10 +7,10 @@
 //! threads pays a handoff to a blocking thread per sync on top. Instead, a
 //! small commit is appended to its transcript (the page cache) and a copy of
 //! its bytes is queued here; one thread writes whatever is queued as one
-//! batch into a preallocated log file, and a few flusher threads sync it,
+//! batch into a preallocated log file, and two flusher threads sync it,
 //! once for every session in the batch. Writes inside a file's existing,
 //! already written blocks need no journal commit, so that sync is a data
-//! flush only. Several syncs may be in flight ([`FLUSHERS`]), each covering
+//! flush only. Two syncs may be in flight ([`FLUSHERS`]), each covering
 //! every batch written before it began; a batch's commits are answered
 //! once it and every batch before it are synced, so an answered commit
 //! never sits after a record that might be torn.
@@ -88,8 +88,12 @@ pub const MAX_RECORD: usize = 64 << 10;
 /// 16 sessions each syncing a file of their own then outran the log. Syncs
 /// of one file overlap on the device as those of separate files do, and a
 /// sync covers every byte written to the file before it began, so each
-/// flusher takes every batch written since the last sync started.
-pub const FLUSHERS: usize = 4;
+/// flusher takes every batch written since the last sync started. Four
+/// split 16 waiting sessions into syncs of about four commits, and the
+/// syncs took a quarter of the server's CPU: with two, the commits that
+/// arrive while both run all go into the next one (`cargo bench --bench
+/// storage -- stdio`, docs/benchmarks.md).
+pub const FLUSHERS: usize = 2;
 
 /// How long the log may hold records with no new commit before the
 /// transcripts are synced and it is reset.
