@@ -1,7 +1,7 @@
 //! A real agent CLI reads a saved output back through the proxy's `/mcp`
-//! (PROTOCOL.md 12.3): Claude Code and Codex, each configured only with
-//! the proxy's base URL (with a tenant's token) and `<base>/mcp` as a
-//! remote MCP server, the one-line settings docs/proxy.md shows. The
+//! (PROTOCOL.md 12.3): Claude Code, Codex and Gemini CLI, each configured
+//! only with the proxy's base URL (with a tenant's token) and `<base>/mcp`
+//! as a remote MCP server, the one-line settings docs/proxy.md shows. The
 //! scripted provider's model (tests/scripted_provider) has the agent run a
 //! command whose output is over the budget, so the proxy saves it and
 //! sends a preview naming its `toolwire://` link; it then tries to `cat`
@@ -93,17 +93,47 @@ fn saved_file(data_dir: &Path) -> Option<PathBuf> {
     None
 }
 
-/// The read tool's answer as the agent shows it to the model: both send
-/// the result's `structuredContent` (text, startLine, endLine, totalLines,
-/// totalChars, truncated) as JSON text, which Claude Code sends as it is
-/// and Codex after a header of its own (`Wall time: …\nOutput:\n`).
+/// The read tool's answer as the agent shows it to the model. Claude Code
+/// and Codex send the result's `structuredContent` (text, startLine,
+/// endLine, totalLines, totalChars, truncated) as JSON text, which Claude
+/// Code sends as it is and Codex after a header of its own (`Wall time:
+/// …\nOutput:\n`). Gemini CLI sends the result's text blocks instead (the
+/// page, then the note `[lines a-b of n; more follows: …]` while more
+/// follows), each wrapped in `<untrusted_context>\n…\n</untrusted_context>`
+/// with any closing tag inside escaped, joined by `\n`, as `output`: that
+/// wrapping is undone here, and the page read as the same fields.
 fn shown_page(agent: Agent, content: &Value) -> Option<Value> {
+    if agent == Agent::GeminiCli {
+        return gemini_page(content["output"].as_str()?);
+    }
     let text = content.as_str()?;
     let json = match agent {
         Agent::Codex => text.split_once("\nOutput:\n")?.1,
         _ => text,
     };
     serde_json::from_str(json).ok()
+}
+
+/// Gemini CLI's wrapping of an MCP tool's text blocks, undone.
+fn gemini_page(output: &str) -> Option<Value> {
+    const OPEN: &str = "<untrusted_context>\n";
+    const CLOSE: &str = "\n</untrusted_context>";
+    static NOTE: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(r"^\[lines \d+-(\d+) of \d+; more follows").unwrap());
+    let blocks = output.strip_prefix(OPEN)?.strip_suffix(CLOSE)?;
+    let (page, note) = match blocks.split_once(&format!("{CLOSE}\n{OPEN}")) {
+        Some((page, note)) => (page, Some(note)),
+        None => (blocks, None),
+    };
+    let end_line = match note {
+        Some(note) => Some(NOTE.captures(note)?[1].parse::<u64>().ok()?),
+        None => None,
+    };
+    Some(json!({
+        "text": page.replace("&lt;/untrusted_context&gt;", "</untrusted_context>"),
+        "endLine": end_line,
+        "truncated": note.is_some(),
+    }))
 }
 
 /// Where the next page starts, as a model reads it off the tool's last
@@ -117,9 +147,10 @@ fn next_offset(agent: Agent, content: &Value) -> Option<u64> {
 }
 
 /// The read tool as the agent offers it, wherever the request declares
-/// it: among its tools (Claude Code: `mcp__toolwire__read_saved_output`)
-/// or in what a tool search found (Codex: `read_saved_output` in the
-/// namespace `mcp__toolwire`). Its name, and its namespace if any.
+/// it: among its tools (Claude Code: `mcp__toolwire__read_saved_output`,
+/// Gemini CLI: `mcp_toolwire_read_saved_output`) or in what a tool
+/// search found (Codex: `read_saved_output` in the namespace
+/// `mcp__toolwire`). Its name, and its namespace if any.
 fn read_tool(v: &Value, namespace: Option<&str>) -> Option<(String, Option<String>)> {
     match v {
         Value::Object(map) => {
@@ -220,7 +251,9 @@ fn write_proxy_config(dir: &Path, upstream: &str) {
 }
 
 /// Add the proxy's `/mcp` as the agent's remote MCP server, as a user
-/// would: Claude Code's `claude mcp add`, Codex's `mcp_servers` keys.
+/// would: Claude Code's `claude mcp add`, Codex's `mcp_servers` keys,
+/// Gemini CLI's `mcpServers` in its settings (its `--yolo` approves the
+/// tool as it does the shell).
 async fn configure_mcp(agent: Agent, cmd: &mut tokio::process::Command, mcp: &str, home: &Path) {
     match agent {
         Agent::ClaudeCode => {
@@ -254,6 +287,14 @@ async fn configure_mcp(agent: Agent, cmd: &mut tokio::process::Command, mcp: &st
         }
         Agent::Codex => {
             cmd.args(["-c", &format!("mcp_servers.toolwire.url=\"{mcp}\"")]);
+        }
+        Agent::GeminiCli => {
+            // Next to the settings the agent's command wrote.
+            let path = home.join(".gemini/settings.json");
+            let mut settings: Value =
+                serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+            settings["mcpServers"] = json!({"toolwire": {"httpUrl": mcp}});
+            std::fs::write(&path, settings.to_string()).unwrap();
         }
         other => panic!("{}: no remote MCP configuration here", other.name()),
     }
@@ -571,6 +612,11 @@ async fn reads_saved_output_through_mcp(agent: Agent) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_code_reads_a_saved_output_back_through_the_proxys_mcp() {
     reads_saved_output_through_mcp(Agent::ClaudeCode).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_cli_reads_a_saved_output_back_through_the_proxys_mcp() {
+    reads_saved_output_through_mcp(Agent::GeminiCli).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
