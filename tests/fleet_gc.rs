@@ -23,11 +23,11 @@ use toolwire::store::SharedStore;
 use toolwire::store::postgres::Postgres;
 
 /// An in-process replica on `db` (its own pool) and a client of it,
-/// initialized with saved outputs in `objects`.
+/// initialized with saved outputs in `objects` (under `data_dir` without).
 async fn replica(
     db: &str,
     data_dir: &Path,
-    objects: &Value,
+    objects: Option<&Value>,
 ) -> (Arc<Server>, common::MemClient, tempfile::TempDir) {
     let server = Server::new(toolwire::session::Storage {
         shared: Some(Arc::new(Postgres::connect(db, 8).unwrap())),
@@ -35,12 +35,12 @@ async fn replica(
     });
     let (mut c, _task) = common::connect(server.clone());
     let ws = tempfile::tempdir().unwrap();
-    c.initialize(
-        ws.path(),
-        json!({"dataDir": data_dir, "durability": "none", "limits": {"maxResultChars": 1000},
-               "storage": {"objects": objects}}),
-    )
-    .await;
+    let mut params =
+        json!({"dataDir": data_dir, "durability": "none", "limits": {"maxResultChars": 1000}});
+    if let Some(objects) = objects {
+        params["storage"] = json!({ "objects": objects });
+    }
+    c.initialize(ws.path(), params).await;
     (server, c, ws)
 }
 
@@ -143,7 +143,7 @@ async fn an_apply_racing_gc_on_the_shared_store_decides_afresh_and_names_no_remo
     let data_dir = &f.data_dir;
     let sql = sql(db).await;
 
-    let (a, mut ca, _wa) = replica(db, data_dir, objects).await;
+    let (a, mut ca, _wa) = replica(db, data_dir, Some(objects)).await;
     let first = ca
         .call(
             "budget/apply",
@@ -178,7 +178,7 @@ async fn an_apply_racing_gc_on_the_shared_store_decides_afresh_and_names_no_remo
 
     // B applies S with o1 and a new result while gc is held; once B is
     // seen waiting, gc is let go.
-    let (_b, mut cb, _wb) = replica(db, data_dir, objects).await;
+    let (_b, mut cb, _wb) = replica(db, data_dir, Some(objects)).await;
     let (reply, report) = tokio::join!(
         cb.call(
             "budget/apply",
@@ -310,8 +310,8 @@ async fn gc_in_a_loop_against_two_replicas_applying_never_leaves_a_preview_witho
     let (s3, objects, db, store) = (&f.s3, &f.objects, &f.db, &f.store);
     let data_dir = &f.data_dir;
     let gc_objects = open_objects(objects);
-    let (a, mut ca, _wa) = replica(db, data_dir, objects).await;
-    let (b, mut cb, _wb) = replica(db, data_dir, objects).await;
+    let (a, mut ca, _wa) = replica(db, data_dir, Some(objects)).await;
+    let (b, mut cb, _wb) = replica(db, data_dir, Some(objects)).await;
 
     let sessions = ["s0", "s1", "s2"];
     let mut calls: Vec<Vec<String>> = vec![Vec::new(); sessions.len()];
@@ -366,17 +366,7 @@ async fn an_output_only_another_sessions_decision_points_at_is_kept() {
     let (db, store) = common::pg::migrated_database();
     let data = tempfile::tempdir().unwrap();
     let data_dir = data.path().canonicalize().unwrap();
-    let server = Server::new(toolwire::session::Storage {
-        shared: Some(Arc::new(Postgres::connect(&db, 4).unwrap())),
-        ..Default::default()
-    });
-    let (mut c, _task) = common::connect(server);
-    let ws = tempfile::tempdir().unwrap();
-    c.initialize(
-        ws.path(),
-        json!({"dataDir": data_dir, "durability": "none", "limits": {"maxResultChars": 1000}}),
-    )
-    .await;
+    let (_server, mut c, _ws) = replica(&db, &data_dir, None).await;
     for session in ["a", "b"] {
         let messages = conversation(&ids(&[&format!("{session}-1")]));
         let reply = c
@@ -448,17 +438,7 @@ async fn outputs_that_link_previews_name_are_kept() {
     let (db, store) = common::pg::migrated_database();
     let data = tempfile::tempdir().unwrap();
     let data_dir = data.path().canonicalize().unwrap();
-    let server = Server::new(toolwire::session::Storage {
-        shared: Some(Arc::new(Postgres::connect(&db, 4).unwrap())),
-        ..Default::default()
-    });
-    let (mut c, _task) = common::connect(server);
-    let ws = tempfile::tempdir().unwrap();
-    c.initialize(
-        ws.path(),
-        json!({"dataDir": data_dir, "durability": "none", "limits": {"maxResultChars": 1000}}),
-    )
-    .await;
+    let (_server, mut c, _ws) = replica(&db, &data_dir, None).await;
     for session in ["a", "b"] {
         let messages = conversation(&ids(&[&format!("{session}-1")]));
         let reply = c

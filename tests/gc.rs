@@ -59,6 +59,25 @@ async fn make_session(c: &mut MemClient, id: &str, results: &[(&str, String)]) -
         .collect()
 }
 
+/// A server and a client of it in workspace `dir`, saving results over
+/// 100 chars with 20-char previews.
+async fn small_limits(
+    dir: &Path,
+) -> (
+    Arc<toolwire::server::Server>,
+    MemClient,
+    tokio::task::JoinHandle<toolwire::server::ConnectionEnd>,
+) {
+    let server = new_server();
+    let (mut c, task) = connect(server.clone());
+    c.initialize(
+        dir,
+        json!({"limits": {"maxResultChars": 100, "previewChars": 20}}),
+    )
+    .await;
+    (server, c, task)
+}
+
 fn results_msg(items: &[(&str, &str)]) -> Value {
     results(items)
 }
@@ -87,13 +106,7 @@ async fn gc_removes_by_the_rules_and_a_dry_run_lists_exactly_that() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let server = new_server();
-    let (mut c, _task) = connect(server.clone());
-    c.initialize(
-        dir.path(),
-        json!({"limits": {"maxResultChars": 100, "previewChars": 20}}),
-    )
-    .await;
+    let (server, mut c, _task) = small_limits(dir.path()).await;
     let big = |tag: &str| format!("{tag} ").repeat(100);
     make_session(&mut c, "expired", &[("toolu_e1", big("e1"))]).await;
     let live = make_session(&mut c, "live", &[("toolu_l1", big("l1"))]).await;
@@ -510,13 +523,7 @@ async fn link_previews_keep_their_outputs_and_nothing_more() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let server = new_server();
-    let (mut c, _task) = connect(server.clone());
-    c.initialize(
-        dir.path(),
-        json!({"limits": {"maxResultChars": 100, "previewChars": 20}}),
-    )
-    .await;
+    let (server, mut c, _task) = small_limits(dir.path()).await;
     let big = |tag: &str| format!("{tag} ").repeat(100);
     // Sessions of tenant alice as the proxy keeps them, linking the ids
     // alice knows.
