@@ -49,6 +49,8 @@ pub mod codex;
 pub mod gemini_cli;
 pub mod messages;
 pub mod openclaw;
+pub mod reread;
+pub mod streamed;
 
 use std::fmt;
 use std::io::{self, Write};
@@ -380,6 +382,27 @@ pub fn convert(agent: Agent, input: &[u8]) -> Result<Conversion, ImportError> {
     }
 }
 
+/// `agent`'s JSON Lines session (its bytes) converted by the two passes a
+/// file is streamed with ([`streamed::plan`], [`streamed::Plan::emit`]).
+fn converted(agent: Agent, input: &[u8]) -> Conversion {
+    let file = reread::SessionFile { bytes: &input };
+    let mut messages = Vec::new();
+    // Bytes in memory neither fail to read nor change between passes.
+    let report = streamed::plan(agent, file)
+        .and_then(|plan| {
+            plan.emit(file, &mut |message| {
+                messages.push(message);
+                Ok(())
+            })
+        })
+        .unwrap_or_default();
+    Conversion {
+        format: agent.format(),
+        messages,
+        report,
+    }
+}
+
 /// Convert the file at `path`, which must be a session file of `agent`.
 /// Another agent's file, or a toolwire transcript, is an error saying what
 /// the file is instead.
@@ -388,18 +411,29 @@ pub fn convert_file(agent: Agent, path: &Path) -> Result<Conversion, ImportError
         path: path.display().to_string(),
         source,
     })?;
-    let found = detect(&bytes).map_err(|source| ImportError::Detect {
-        path: path.display().to_string(),
-        source,
-    })?;
-    if found != Content::Agent(agent) {
-        return Err(ImportError::WrongAgent {
+    agent_of(agent, path, detect(&bytes))?;
+    convert(agent, &bytes)
+}
+
+/// That the file at `path`, which [`detect`] found to hold `found`, is a
+/// session file of `agent`: an error saying what it is otherwise.
+pub fn agent_of(
+    agent: Agent,
+    path: &Path,
+    found: Result<Content, DetectError>,
+) -> Result<(), ImportError> {
+    match found {
+        Ok(found) if found == Content::Agent(agent) => Ok(()),
+        Ok(found) => Err(ImportError::WrongAgent {
             path: path.display().to_string(),
             found,
             expected: agent.title(),
-        });
+        }),
+        Err(source) => Err(ImportError::Detect {
+            path: path.display().to_string(),
+            source,
+        }),
     }
-    convert(agent, &bytes)
 }
 
 /// A file of bare provider messages (one JSON object a line, no transcript
