@@ -131,6 +131,15 @@ impl<'a> Source<'a> {
                 source,
             })?,
             None => {
+                // A legacy Gemini CLI record, streamed a message at a time.
+                let file = import::reread::SessionFile { bytes: logical };
+                let legacy = import::streamed::legacy_plan(file)
+                    .map_err(|err| Error::storage(path, &err))?;
+                if let Some(plan) = legacy {
+                    source.agent = Some(plan);
+                    source.content = Some(Content::Agent(import::Agent::GeminiCli));
+                    return Ok(source);
+                }
                 // Only the whole file tells what it is: read it whole.
                 let mut bytes = Vec::new();
                 std::io::Read::read_to_end(&mut source.reader()?, &mut bytes)

@@ -45,6 +45,8 @@ use std::io;
 
 use serde_json::{Map, Value, json};
 
+pub mod legacy;
+
 use super::reread::{Key, SessionFile, Sink, key_of};
 use super::{Conversion, Format, ImportError, Report, raw_lines, str_of};
 
@@ -214,32 +216,46 @@ impl Plan {
 }
 
 fn contents(records: impl Iterator<Item = Value>, out: &mut Sink) -> io::Result<()> {
-    // Calls already answered from their call record.
-    let mut answered: HashSet<Key> = HashSet::new();
+    let mut contents = Contents::default();
     for record in records {
+        contents.record(record, out)?;
+    }
+    Ok(())
+}
+
+/// Records turned into contents, one at a time.
+#[derive(Default)]
+struct Contents {
+    /// Calls already answered from their call record.
+    answered: HashSet<Key>,
+}
+
+impl Contents {
+    fn record(&mut self, record: Value, out: &mut Sink) -> io::Result<()> {
         let Value::Object(record) = record else {
-            continue;
+            return Ok(());
         };
         match str_of(&record, "type") {
             Some("user") => {
                 let mut parts = part_list(record.get("content"));
                 if is_ignored_user_content(&parts) {
                     out.report.skipped += 1;
-                    continue;
+                    return Ok(());
                 }
+                let answered = &self.answered;
                 parts
                     .retain(|part| response_id(part).is_none_or(|id| !answered.contains(&key(id))));
                 if parts.is_empty() {
                     out.report.skipped += 1;
-                    continue;
+                    return Ok(());
                 }
                 out.push(json!({"role": "user", "parts": parts}))?;
             }
-            Some("gemini") => model_turn(&record, &mut answered, out)?,
+            Some("gemini") => model_turn(&record, &mut self.answered, out)?,
             _ => out.report.skipped += 1,
         }
+        Ok(())
     }
-    Ok(())
 }
 
 fn key(id: &str) -> Key {

@@ -56,7 +56,7 @@ impl ReadAt for &[u8] {
 }
 
 /// A [`ReadAt`] read in order from an offset.
-struct From<'a> {
+pub struct From<'a> {
     bytes: &'a dyn ReadAt,
     at: u64,
 }
@@ -76,7 +76,8 @@ pub struct SessionFile<'a> {
 }
 
 impl<'a> SessionFile<'a> {
-    fn reader_from(&self, at: u64) -> BufReader<From<'a>> {
+    /// A reader of the file from offset `at` on.
+    pub fn reader_from(&self, at: u64) -> BufReader<From<'a>> {
         BufReader::with_capacity(
             1 << 16,
             From {

@@ -2,9 +2,10 @@
 //! pass of each agent's module, and `import --from <agent>` writing the
 //! transcript as the second pass reads.
 //!
-//! A Gemini CLI session in the legacy single-JSON form is not streamed:
-//! only the whole document tells it apart (its first line, `{`, is no JSON
-//! line), and callers convert it whole ([`super::convert_file`]).
+//! A Gemini CLI session in the legacy single-JSON form is one document,
+//! not lines: it is streamed a message at a time by
+//! [`super::gemini_cli::legacy`], or converted whole when that module
+//! leaves it to the whole-file conversion (a document it does not take).
 
 use std::fs::File;
 use std::io::{self, BufReader, Write};
@@ -21,11 +22,13 @@ pub enum Plan {
     ClaudeCode(super::claude_code::Plan),
     Codex(super::codex::Plan),
     GeminiCli(super::gemini_cli::Plan),
+    GeminiLegacy(super::gemini_cli::legacy::Plan),
     OpenClaw(super::openclaw::Plan),
 }
 
 /// The first pass over `agent`'s session file (a JSON Lines file: for
-/// Gemini CLI, its log, not the legacy single JSON record).
+/// Gemini CLI, its log, not the legacy single JSON record: see
+/// [`legacy_plan`]).
 pub fn plan(agent: Agent, file: SessionFile) -> io::Result<Plan> {
     Ok(match agent {
         Agent::ClaudeCode => Plan::ClaudeCode(super::claude_code::plan(file)?),
@@ -33,6 +36,16 @@ pub fn plan(agent: Agent, file: SessionFile) -> io::Result<Plan> {
         Agent::GeminiCli => Plan::GeminiCli(super::gemini_cli::plan(file)?),
         Agent::OpenClaw => Plan::OpenClaw(super::openclaw::plan(file)?),
     })
+}
+
+/// The first pass over a file whose first line is no JSON: a legacy Gemini
+/// CLI record this module streams, or `None` for the whole-file
+/// conversion to judge.
+pub fn legacy_plan(file: SessionFile) -> io::Result<Option<Plan>> {
+    if !super::gemini_cli::legacy::is_legacy(file)? {
+        return Ok(None);
+    }
+    Ok(super::gemini_cli::legacy::plan(file)?.map(Plan::GeminiLegacy))
 }
 
 impl Plan {
@@ -47,6 +60,7 @@ impl Plan {
             Plan::ClaudeCode(plan) => plan.report(),
             Plan::Codex(plan) => plan.report(),
             Plan::GeminiCli(plan) => plan.report(),
+            Plan::GeminiLegacy(plan) => plan.report(),
             Plan::OpenClaw(plan) => plan.report(),
         };
         let mut sink = Sink::new(report, emit);
@@ -54,6 +68,7 @@ impl Plan {
             Plan::ClaudeCode(plan) => plan.emit(file, &mut sink)?,
             Plan::Codex(plan) => plan.emit(file, &mut sink)?,
             Plan::GeminiCli(plan) => plan.emit(file, &mut sink)?,
+            Plan::GeminiLegacy(plan) => plan.emit(file, &mut sink)?,
             Plan::OpenClaw(plan) => plan.emit(file, &mut sink)?,
         }
         sink.finish()
@@ -88,11 +103,21 @@ pub fn open(agent: Agent, path: &Path) -> Result<Opened, ImportError> {
         source,
     };
     let file = File::open(path).map_err(io)?;
-    let Some(found) = super::detect_stream(BufReader::new(&file)).map_err(io)? else {
-        return super::convert_file(agent, path).map(Opened::Whole);
+    let plan = match super::detect_stream(BufReader::new(&file)).map_err(io)? {
+        Some(found) => {
+            super::agent_of(agent, path, found)?;
+            plan(agent, SessionFile { bytes: &file }).map_err(io)?
+        }
+        // Only the whole file tells what it is: a legacy Gemini CLI record
+        // streamed, anything else converted whole.
+        None => match agent {
+            Agent::GeminiCli => match legacy_plan(SessionFile { bytes: &file }).map_err(io)? {
+                Some(plan) => plan,
+                None => return super::convert_file(agent, path).map(Opened::Whole),
+            },
+            _ => return super::convert_file(agent, path).map(Opened::Whole),
+        },
     };
-    super::agent_of(agent, path, found)?;
-    let plan = plan(agent, SessionFile { bytes: &file }).map_err(io)?;
     Ok(Opened::Stream(AgentFile {
         path: path.to_owned(),
         file,
