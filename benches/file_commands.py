@@ -10,7 +10,9 @@ unanswered (`broken.jsonl`), a ~48 MB file of bare messages, one a line
 (`messages.jsonl`), and a session of each agent `import` reads (about 55 MB
 each, one call in 1,000 unanswered, a compaction after
 the first turns; the shapes of tests/data/import and tests/file_memory.rs):
-`claude-code.jsonl`, `codex.jsonl`, `gemini-cli.jsonl`, `openclaw.jsonl`. `measure` runs each command as its own process and
+`claude-code.jsonl`, `codex.jsonl`, `gemini-cli.jsonl`, `openclaw.jsonl`, and
+the older single-JSON Gemini CLI record of the same turns,
+`gemini-cli-legacy.json`. `measure` runs each command as its own process and
 reads its peak resident set from wait4's rusage (ru_maxrss, the kernel's
 VmHWM of that child), printing peak / (64 MB + the file's largest line).
 """
@@ -205,6 +207,24 @@ def openclaw(turns):
             yield entry
 
 
+def gemini_cli_legacy(path, turns):
+    """The records the Gemini CLI log ends with (no checkpoint), as the
+    older single JSON document, one record a line."""
+    with open(path, "w") as f:
+        f.write('{\n  "sessionId": "0c4f7b21-9e3a-4d5b-8f60-7a1b2c3d4e5f",\n  "projectHash": "b3f1c9d27a4e",\n'
+                '  "startTime": "2025-09-02T08:00:00.000Z",\n  "lastUpdated": "2025-09-02T08:01:10.000Z",\n'
+                '  "messages": [')
+        records = {}
+        for line in gemini_cli(turns):
+            if "id" in line:
+                records[line["id"]] = line
+        records.pop("c-01", None)
+        for n, record in enumerate(records.values()):
+            f.write(",\n    " if n else "\n    ")
+            f.write(json.dumps(record, separators=(",", ":")))
+        f.write("\n  ]\n}\n")
+
+
 AGENTS = {"claude-code": claude_code, "codex": codex, "gemini-cli": gemini_cli, "openclaw": openclaw}
 
 
@@ -215,7 +235,8 @@ def generate(out):
     write_jsonl(os.path.join(out, "messages.jsonl"), messages())
     for agent, lines in AGENTS.items():
         write_jsonl(os.path.join(out, f"{agent}.jsonl"), lines(TURNS[agent]))
-    for name in ["pairs.jsonl", "broken.jsonl", "messages.jsonl"] + [f"{a}.jsonl" for a in AGENTS]:
+    gemini_cli_legacy(os.path.join(out, "gemini-cli-legacy.json"), TURNS["gemini-cli"])
+    for name in ["pairs.jsonl", "broken.jsonl", "messages.jsonl", "gemini-cli-legacy.json"] + [f"{a}.jsonl" for a in AGENTS]:
         size = os.path.getsize(os.path.join(out, name))
         print(f"{name}: {size / 1e6:.1f} MB")
 
@@ -257,8 +278,7 @@ def measure(binary, d):
          [binary, "import", "--from", "messages", os.path.join(d, "messages.jsonl"),
           "-o", os.path.join(scratch, "imported.jsonl")]),
     ]
-    for agent in AGENTS:
-        src = f"{agent}.jsonl"
+    for agent, src in [(a, f"{a}.jsonl") for a in AGENTS] + [("gemini-cli", "gemini-cli-legacy.json")]:
         cases += [
             (f"import --from {agent} {src}", src,
              [binary, "import", "--from", agent, os.path.join(d, src), "-o", os.path.join(scratch, "imported.jsonl")]),
