@@ -620,13 +620,15 @@ pub fn session_line(format: Format) -> io::Result<Option<Vec<u8>>> {
 
 /// [`detect`] of a whole file, read as a stream: its first
 /// [`DETECT_LINES`] non-blank lines are all `detect` reads, unless its
-/// first line is not JSON (a legacy Gemini CLI record is judged by the
-/// whole file): then `None`, and the caller reads it whole.
+/// first line is not JSON and those lines start like a legacy Gemini CLI
+/// record (which is judged by the whole file): then `None`, and the
+/// caller reads it whole.
 pub fn detect_stream(
     mut input: impl io::BufRead,
 ) -> io::Result<Option<Result<Content, DetectError>>> {
     let mut head = Vec::new();
     let mut line = Vec::new();
+    let mut first_is_json = true;
     let mut n = 0;
     while n < DETECT_LINES {
         line.clear();
@@ -636,12 +638,16 @@ pub fn detect_stream(
         let Some(body) = raw_line(&line) else {
             continue;
         };
-        if n == 0 && crate::json::from_slice::<Value>(body).is_err() {
-            return Ok(None);
+        if n == 0 {
+            first_is_json = crate::json::from_slice::<Value>(body).is_ok();
         }
         head.extend_from_slice(body);
         head.push(b'\n');
         n += 1;
+    }
+    // The legacy record is told by its first lines, which `head` holds.
+    if !first_is_json && gemini_cli::looks_like_legacy_record(&head) {
+        return Ok(None);
     }
     Ok(detect_in(&head, true))
 }
