@@ -42,10 +42,11 @@ pub fn run(args: Args) -> ExitCode {
     }
 }
 
-/// What `import` writes from: an agent's session converted whole, or a
-/// file of bare messages converted as it is read.
+/// What `import` writes from: a file converted whole, or an agent's
+/// session or a file of bare messages converted as it is read.
 enum Source {
     Whole(Conversion),
+    Agent(import::streamed::AgentFile),
     Messages(import::messages::MessagesFile),
 }
 
@@ -53,6 +54,7 @@ impl Source {
     fn write_transcript(&mut self, out: &mut dyn Write) -> std::io::Result<()> {
         match self {
             Source::Whole(conversion) => conversion.write_transcript(out),
+            Source::Agent(file) => file.write_transcript(out),
             Source::Messages(file) => file.write_transcript(out),
         }
     }
@@ -61,6 +63,7 @@ impl Source {
     fn summary(&self) -> (usize, import::Format, &import::Report) {
         match self {
             Source::Whole(c) => (c.messages.len(), c.format, &c.report),
+            Source::Agent(f) => (f.messages, f.format, &f.report),
             Source::Messages(f) => (f.messages, f.format, &f.report),
         }
     }
@@ -82,8 +85,11 @@ fn import(args: &Args) -> Result<(), String> {
         }
         let agent =
             Agent::from_name(&args.from).ok_or_else(|| format!("unknown agent {}", args.from))?;
-        let conversion = import::convert_file(agent, &args.file).map_err(|e| e.to_string())?;
-        (Source::Whole(conversion), agent.title())
+        let source = match import::streamed::open(agent, &args.file).map_err(|e| e.to_string())? {
+            import::streamed::Opened::Stream(file) => Source::Agent(file),
+            import::streamed::Opened::Whole(conversion) => Source::Whole(conversion),
+        };
+        (source, agent.title())
     };
     match &args.output {
         Some(out) => {

@@ -94,22 +94,27 @@ pub(crate) struct Source<'a> {
     logical: &'a Logical,
     /// What the file holds (`None` when it is empty).
     pub content: Option<Content>,
-    /// An agent's session, converted whole (its conversion needs the
-    /// whole file).
+    /// A file only the whole of which tells what it is (a legacy Gemini
+    /// CLI record), converted whole.
     converted: Option<Vec<u8>>,
+    /// An agent's session: its first pass, for the second to convert it as
+    /// it is read ([`import::streamed`]).
+    agent: Option<import::streamed::Plan>,
 }
 
 impl<'a> Source<'a> {
     /// Tell what the file holds: a toolwire transcript, read as it is; a
     /// list of bare messages, wrapped as it is read; another agent's
-    /// session, converted ([`import::as_transcript`]). A file in none of the
-    /// known formats is an error naming its first line's type.
+    /// session, converted as it is read (its first pass made here). A file
+    /// in none of the known formats is an error naming its first line's
+    /// type.
     pub fn open(path: &'a Path, logical: &'a Logical) -> Result<Source<'a>> {
         let mut source = Source {
             path,
             logical,
             content: None,
             converted: None,
+            agent: None,
         };
         let mut head = source.reader()?;
         if head
@@ -126,6 +131,15 @@ impl<'a> Source<'a> {
                 source,
             })?,
             None => {
+                // A legacy Gemini CLI record, streamed a message at a time.
+                let file = import::reread::SessionFile { bytes: logical };
+                let legacy = import::streamed::legacy_plan(file)
+                    .map_err(|err| Error::storage(path, &err))?;
+                if let Some(plan) = legacy {
+                    source.agent = Some(plan);
+                    source.content = Some(Content::Agent(import::Agent::GeminiCli));
+                    return Ok(source);
+                }
                 // Only the whole file tells what it is: read it whole.
                 let mut bytes = Vec::new();
                 std::io::Read::read_to_end(&mut source.reader()?, &mut bytes)
@@ -135,11 +149,11 @@ impl<'a> Source<'a> {
                 content
             }
         };
-        if let (Content::Agent(_), None) = (content, &source.converted) {
-            let mut bytes = Vec::new();
-            std::io::Read::read_to_end(&mut source.reader()?, &mut bytes)
-                .map_err(|err| Error::storage(path, &err))?;
-            source.converted = Some(import::as_transcript(path, bytes)?.1);
+        if let (Content::Agent(agent), None) = (content, &source.converted) {
+            let file = import::reread::SessionFile { bytes: logical };
+            source.agent = Some(
+                import::streamed::plan(agent, file).map_err(|err| Error::storage(path, &err))?,
+            );
         }
         source.content = Some(content);
         Ok(source)
@@ -175,6 +189,9 @@ impl<'a> Source<'a> {
             return Ok(());
         };
         let storage = |err: io::Error| Error::storage(self.path, &err);
+        if let Some(plan) = &self.agent {
+            return self.each_converted(plan, content.format(), each);
+        }
         let mut reader = self.reader()?;
         let mut line = Vec::new();
         let messages = match content {
@@ -211,6 +228,40 @@ impl<'a> Source<'a> {
             wrapped.push_message(&message);
             let bytes = &wrapped.bytes;
             each(&bytes[..bytes.len() - 1], true)?;
+        }
+    }
+
+    /// [`Source::each_line`] of an agent's session: the lines of the
+    /// transcript it converts to, as [`import::Conversion::write_transcript`]
+    /// writes them, a message at a time.
+    fn each_converted(
+        &self,
+        plan: &import::streamed::Plan,
+        format: crate::format::Format,
+        mut each: impl FnMut(&[u8], bool) -> Result<()>,
+    ) -> Result<()> {
+        let storage = |err: io::Error| Error::storage(self.path, &err);
+        if let Some(session) = import::session_line(format).map_err(storage)? {
+            each(&session[..session.len() - 1], true)?;
+        }
+        let mut wrapped = super::Lines::default();
+        // `each`'s own error, kept while the conversion stops.
+        let mut failed = None;
+        let file = import::reread::SessionFile {
+            bytes: self.logical,
+        };
+        let read = plan.emit(file, &mut |message| {
+            wrapped.bytes.clear();
+            wrapped.push_message(&message);
+            let bytes = &wrapped.bytes;
+            each(&bytes[..bytes.len() - 1], true).map_err(|err| {
+                failed = Some(err);
+                io::Error::other("stopped")
+            })
+        });
+        match (failed, read) {
+            (Some(err), _) => Err(err),
+            (None, read) => read.map(drop).map_err(storage),
         }
     }
 

@@ -35,24 +35,107 @@
 //! The `message` object is kept verbatim otherwise.
 
 use std::collections::{HashMap, HashSet};
+use std::io;
 
 use serde_json::{Map, Value};
 
-use super::{Conversion, Format, append_content, json_lines, str_of};
+use super::reread::{Key, SessionFile, Sink, key_of};
+use super::{Conversion, Report, append_content, str_of};
 
+/// The whole-file conversion (replays, tests): [`plan`] and [`Plan::emit`]
+/// over bytes in memory.
 pub fn convert(input: &[u8]) -> Conversion {
-    let mut out = Conversion::new(Format::Anthropic);
-    let lines = json_lines(input, &mut out.report);
+    super::converted(super::Agent::ClaudeCode, input)
+}
 
-    let mut by_uuid: HashMap<&str, usize> = HashMap::new();
-    for (i, line) in lines.iter().enumerate() {
-        if let Some(uuid) = str_of(line, "uuid") {
-            by_uuid.insert(uuid, i);
+/// What the first pass keeps of a line: where it is, its parent, the
+/// response it belongs to, and what it is.
+struct Line {
+    at: u64,
+    parent: Option<Key>,
+    /// `message.id` of an assistant message line.
+    response: Option<Key>,
+    flags: u8,
+}
+
+const MESSAGE: u8 = 1;
+const SIDE_CHAIN: u8 = 2;
+const API_ERROR: u8 = 4;
+const USER: u8 = 8;
+const ASSISTANT: u8 = 16;
+const HAS_UUID: u8 = 32;
+
+/// How a line of the main line goes into the output.
+#[derive(Clone, Copy)]
+enum How {
+    /// It opens a message.
+    Opens,
+    /// A later line of the response it joins.
+    Joins,
+    /// A user line merged into the user message before it.
+    Merges,
+}
+
+/// The main line's messages, worked out from the first pass: for each
+/// output message in order, the lines that make it.
+pub struct Plan {
+    /// (output message, line offset, how), sorted by output message (the
+    /// lines of one message in the order of the main line).
+    parts: Vec<(usize, u64, How)>,
+    report: Report,
+}
+
+/// The first pass: the tree of lines by `parentUuid`, the main line from
+/// its leaf, and which of its lines open, join or merge into which message.
+pub fn plan(file: SessionFile) -> io::Result<Plan> {
+    let mut report = Report::default();
+    let mut lines: Vec<Line> = Vec::new();
+    let mut by_uuid: HashMap<Key, usize> = HashMap::new();
+    file.each_object(&mut report, |at, line, report| {
+        if let Some(uuid) = key_of(&line, "uuid") {
+            by_uuid.insert(uuid, lines.len());
         }
-    }
+        let message = line.get("message").filter(|_| is_message(&line));
+        let role = message.and_then(|m| m.get("role")).and_then(Value::as_str);
+        let mut flags = 0;
+        for (set, flag) in [
+            (message.is_some(), MESSAGE),
+            (is_side_chain(&line), SIDE_CHAIN),
+            (
+                line.get("isApiErrorMessage") == Some(&Value::Bool(true)),
+                API_ERROR,
+            ),
+            (role == Some("user"), USER),
+            (role == Some("assistant"), ASSISTANT),
+            (line.contains_key("uuid"), HAS_UUID),
+        ] {
+            if set {
+                flags |= flag;
+            }
+        }
+        if flags & SIDE_CHAIN != 0 {
+            report.side_chain += 1;
+        }
+        if str_of(&line, "type") == Some("system")
+            && str_of(&line, "subtype") == Some("compact_boundary")
+        {
+            report.compactions += 1;
+        }
+        let response = match message {
+            Some(Value::Object(m)) if role == Some("assistant") => key_of(m, "id"),
+            _ => None,
+        };
+        lines.push(Line {
+            at,
+            parent: key_of(&line, "parentUuid"),
+            response,
+            flags,
+        });
+    })?;
+    let has = |line: &Line, flag: u8| line.flags & flag != 0;
     let leaf = lines
         .iter()
-        .rposition(|line| is_message(line) && !is_side_chain(line) && line.contains_key("uuid"));
+        .rposition(|line| has(line, MESSAGE) && !has(line, SIDE_CHAIN) && has(line, HAS_UUID));
 
     // The main line, leaf first.
     let mut path: Vec<usize> = Vec::new();
@@ -63,66 +146,88 @@ pub fn convert(input: &[u8]) -> Conversion {
             break; // a cycle: a corrupt file; what was walked stands
         }
         path.push(i);
-        at = str_of(&lines[i], "parentUuid").and_then(|p| by_uuid.get(p).copied());
+        at = lines[i].parent.and_then(|p| by_uuid.get(&p).copied());
     }
+    drop(by_uuid);
     path.reverse();
 
-    for line in &lines {
-        if is_side_chain(line) {
-            out.report.side_chain += 1;
-        }
-        if str_of(line, "type") == Some("system")
-            && str_of(line, "subtype") == Some("compact_boundary")
-        {
-            out.report.compactions += 1;
-        }
-    }
-    let on_path: HashSet<usize> = path.iter().copied().collect();
     for (i, line) in lines.iter().enumerate() {
-        if on_path.contains(&i) || is_side_chain(line) {
+        if seen.contains(&i) || has(line, SIDE_CHAIN) {
             continue;
         }
-        if is_message(line) {
-            out.report.left_out += 1;
+        if has(line, MESSAGE) {
+            report.left_out += 1;
         } else {
-            out.report.skipped += 1;
+            report.skipped += 1;
         }
     }
+    drop(seen);
 
-    // Where each response (`message.id`) went in the output.
-    let mut response_at: HashMap<String, usize> = HashMap::new();
+    // Where each response (`message.id`) went in the output, and whether
+    // the last message opened is a user's.
+    let mut response_at: HashMap<Key, usize> = HashMap::new();
+    let mut parts = Vec::new();
+    let mut opened = 0;
+    let mut last_is_user = false;
     for i in path {
         let line = &lines[i];
-        let Some(message) = line.get("message").filter(|_| is_message(line)) else {
-            out.report.skipped += 1;
-            continue;
-        };
-        if line.get("isApiErrorMessage") == Some(&Value::Bool(true)) {
-            out.report.skipped += 1;
+        if !has(line, MESSAGE) || has(line, API_ERROR) {
+            report.skipped += 1;
             continue;
         }
-        let message = message.clone();
-        let role = message.get("role").and_then(Value::as_str).unwrap_or("");
-        if role == "assistant"
-            && let Some(id) = message.get("id").and_then(Value::as_str)
+        if has(line, ASSISTANT)
+            && let Some(id) = line.response
         {
-            if let Some(&k) = response_at.get(id) {
-                join_response(&mut out.messages[k], message);
-                out.report.joined += 1;
+            if let Some(&k) = response_at.get(&id) {
+                parts.push((k, line.at, How::Joins));
+                report.joined += 1;
                 continue;
             }
-            response_at.insert(id.to_owned(), out.messages.len());
+            response_at.insert(id, opened);
         }
-        if role == "user"
-            && let Some(last) = out.messages.last_mut()
-            && last.get("role").and_then(Value::as_str) == Some("user")
-        {
-            append_content(last, message);
+        if has(line, USER) && last_is_user {
+            parts.push((opened - 1, line.at, How::Merges));
             continue;
         }
-        out.messages.push(message);
+        parts.push((opened, line.at, How::Opens));
+        opened += 1;
+        last_is_user = has(line, USER);
     }
-    out
+    parts.sort_by_key(|&(k, _, _)| k);
+    Ok(Plan { parts, report })
+}
+
+impl Plan {
+    pub fn report(&self) -> Report {
+        self.report.clone()
+    }
+
+    /// The second pass: each message of the main line, made from its
+    /// lines, in order.
+    pub fn emit(&self, file: SessionFile, out: &mut Sink) -> io::Result<()> {
+        let mut lines = file.lines();
+        let mut message: Option<Value> = None;
+        for &(_, at, into) in &self.parts {
+            let line = lines.object_at(at)?;
+            let Some(next) = line.get("message").cloned() else {
+                return Err(lines.changed(at));
+            };
+            match (into, &mut message) {
+                (How::Opens, _) => {
+                    if let Some(whole) = message.replace(next) {
+                        out.push(whole)?;
+                    }
+                }
+                (How::Joins, Some(message)) => join_response(message, next),
+                (How::Merges, Some(message)) => append_content(message, next),
+                (_, None) => return Err(lines.changed(at)),
+            }
+        }
+        if let Some(whole) = message {
+            out.push(whole)?;
+        }
+        Ok(())
+    }
 }
 
 fn is_message(line: &Map<String, Value>) -> bool {

@@ -24,30 +24,70 @@
 //!   turns; every other event, `session_meta` and `turn_context` carry no
 //!   model input.
 
+use std::io;
+
 use serde_json::{Map, Value, json};
 
-use super::{Conversion, Format, json_lines, str_of};
+use super::reread::{SessionFile, Sink};
+use super::{Conversion, Report, str_of};
 
+/// The whole-file conversion (replays, tests): [`plan`] and [`Plan::emit`]
+/// over bytes in memory.
 pub fn convert(input: &[u8]) -> Conversion {
-    let mut out = Conversion::new(Format::OpenaiResponses);
-    let lines = json_lines(input, &mut out.report);
-    let mut items: Vec<Value> = Vec::new();
-    for line in lines {
+    super::converted(super::Agent::Codex, input)
+}
+
+/// An input item of the rebuilt history, as the first pass keeps it: where
+/// it is, and whether a user turn starts there (what compactions and
+/// rollbacks go by).
+#[derive(Clone, Copy)]
+struct Item {
+    /// The offset of the line that holds it.
+    at: u64,
+    what: What,
+    user_turn: bool,
+}
+
+#[derive(Clone, Copy)]
+enum What {
+    /// A `response_item` line's payload.
+    Payload,
+    /// Item `n` of a `compacted` line's `replacement_history`.
+    History(usize),
+    /// The summary message an older `compacted` line's `message` makes.
+    Summary,
+}
+
+/// The history the rollout ends with, as items of its lines.
+pub struct Plan {
+    items: Vec<Item>,
+    report: Report,
+}
+
+/// The first pass: the history replayed with items kept as offsets.
+pub fn plan(file: SessionFile) -> io::Result<Plan> {
+    let mut report = Report::default();
+    let mut items: Vec<Item> = Vec::new();
+    file.each_object(&mut report, |at, line, report| {
         let payload = line.get("payload");
         match (str_of(&line, "type"), payload) {
             (Some("response_item"), Some(item @ Value::Object(_))) => {
                 if item.get("type").and_then(Value::as_str) == Some("ghost_snapshot") {
-                    out.report.skipped += 1;
+                    report.skipped += 1;
                 } else {
-                    items.push(item.clone());
+                    items.push(Item {
+                        at,
+                        what: What::Payload,
+                        user_turn: is_user_turn_start(item),
+                    });
                 }
             }
             (Some("compacted"), Some(Value::Object(compacted))) => {
-                out.report.compactions += 1;
+                report.compactions += 1;
                 let before = items.len();
                 let kept;
-                (items, kept) = compacted_history(compacted, std::mem::take(&mut items));
-                out.report.left_out += before - kept;
+                (items, kept) = compacted_history(at, compacted, std::mem::take(&mut items));
+                report.left_out += before - kept;
             }
             (Some("event_msg"), Some(Value::Object(event)))
                 if str_of(event, "type") == Some("thread_rolled_back") =>
@@ -55,35 +95,80 @@ pub fn convert(input: &[u8]) -> Conversion {
                 let turns = event.get("num_turns").and_then(Value::as_u64).unwrap_or(0);
                 let before = items.len();
                 roll_back(&mut items, turns);
-                out.report.left_out += before - items.len();
+                report.left_out += before - items.len();
             }
-            _ => out.report.skipped += 1,
+            _ => report.skipped += 1,
         }
-    }
-    out.messages = items;
-    out
+    })?;
+    Ok(Plan { items, report })
 }
 
-/// The history after a compaction, and how many of the items before it
-/// it kept.
-fn compacted_history(compacted: &Map<String, Value>, items: Vec<Value>) -> (Vec<Value>, usize) {
+impl Plan {
+    pub fn report(&self) -> Report {
+        self.report.clone()
+    }
+
+    /// The second pass: each item of the history, in order.
+    pub fn emit(&self, file: SessionFile, out: &mut Sink) -> io::Result<()> {
+        let mut lines = file.lines();
+        for item in &self.items {
+            let line = lines.object_at(item.at)?;
+            let payload = line.get("payload");
+            let value = match item.what {
+                What::Payload => payload.cloned(),
+                What::History(n) => payload
+                    .and_then(|p| p.get("replacement_history"))
+                    .and_then(|h| h.get(n))
+                    .cloned(),
+                What::Summary => payload.and_then(Value::as_object).map(summary),
+            };
+            match value {
+                Some(value) => out.push(value)?,
+                None => return Err(lines.changed(item.at)),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The history after the compaction on the line at `at`, and how many of
+/// the items before it it kept.
+fn compacted_history(
+    at: u64,
+    compacted: &Map<String, Value>,
+    items: Vec<Item>,
+) -> (Vec<Item>, usize) {
     if let Some(Value::Array(history)) = compacted.get("replacement_history") {
         let history = history
             .iter()
-            .filter(|item| item.get("type").and_then(Value::as_str) != Some("ghost_snapshot"))
-            .cloned()
+            .enumerate()
+            .filter(|(_, item)| item.get("type").and_then(Value::as_str) != Some("ghost_snapshot"))
+            .map(|(n, item)| Item {
+                at,
+                what: What::History(n),
+                user_turn: is_user_turn_start(item),
+            })
             .collect();
         return (history, 0);
     }
-    let mut kept: Vec<Value> = items.into_iter().filter(is_user_turn_start).collect();
+    let mut kept: Vec<Item> = items.into_iter().filter(|item| item.user_turn).collect();
     let count = kept.len();
+    kept.push(Item {
+        at,
+        what: What::Summary,
+        user_turn: is_user_turn_start(&summary(compacted)),
+    });
+    (kept, count)
+}
+
+/// The user message an older compaction leaves its summary in.
+fn summary(compacted: &Map<String, Value>) -> Value {
     let summary = str_of(compacted, "message").unwrap_or_default();
-    kept.push(json!({
+    json!({
         "type": "message",
         "role": "user",
         "content": [{"type": "input_text", "text": summary}],
-    }));
-    (kept, count)
+    })
 }
 
 /// A message the user typed (not the context Codex injects as user
@@ -112,11 +197,11 @@ fn is_user_turn_start(item: &Value) -> bool {
 
 /// Drop the last `turns` user turns (each from a message the user typed to
 /// the item before the next one).
-fn roll_back(items: &mut Vec<Value>, turns: u64) {
+fn roll_back(items: &mut Vec<Item>, turns: u64) {
     let mut left = turns;
     let mut cut = items.len();
     while left > 0 {
-        match items[..cut].iter().rposition(is_user_turn_start) {
+        match items[..cut].iter().rposition(|item| item.user_turn) {
             Some(start) => {
                 cut = start;
                 left -= 1;

@@ -40,11 +40,15 @@
 //! `tokens`, `model`, tool-call UI fields) have no place in a `gemini`
 //! content and are not carried.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::io;
 
 use serde_json::{Map, Value, json};
 
-use super::{Conversion, Format, ImportError, json_lines, raw_lines, str_of};
+pub mod legacy;
+
+use super::reread::{Key, SessionFile, Sink, key_of};
+use super::{Conversion, Format, ImportError, Report, raw_lines, str_of};
 
 /// True when `input` starts like the legacy pretty-printed JSON record
 /// (`{` alone on the first line, then `"sessionId"` and `"projectHash"`
@@ -59,99 +63,210 @@ pub(super) fn looks_like_legacy_record(input: &[u8]) -> bool {
     has(b"\"sessionId\":") && has(b"\"projectHash\":")
 }
 
+/// The whole-file conversion: the legacy JSON record read whole, a JSONL
+/// log through [`plan`] and [`Plan::emit`] over bytes in memory.
 pub fn convert(input: &[u8]) -> Result<Conversion, ImportError> {
+    if !looks_like_legacy_record(input) {
+        return Ok(super::converted(super::Agent::GeminiCli, input));
+    }
     let mut out = Conversion::new(Format::Gemini);
-    let records = if looks_like_legacy_record(input) {
-        legacy_records(input, &mut out)?
-    } else {
-        log_records(input, &mut out)
+    let mut messages = Vec::new();
+    let mut emit = |message| {
+        messages.push(message);
+        Ok(())
     };
-    contents(records, &mut out);
+    let mut sink = Sink::new(Report::default(), &mut emit);
+    let records = legacy_records(input, &mut sink.report)?;
+    let report = contents(records.into_iter(), &mut sink)
+        .and_then(|()| sink.finish())
+        .map_err(|e| ImportError::Invalid(e.to_string()))?;
+    out.messages = messages;
+    out.report = report;
     Ok(out)
 }
 
-fn legacy_records(input: &[u8], out: &mut Conversion) -> Result<Vec<Value>, ImportError> {
+fn legacy_records(input: &[u8], report: &mut Report) -> Result<Vec<Value>, ImportError> {
     let record: Value = crate::json::from_slice(input)
         .map_err(|e| ImportError::Invalid(format!("Gemini CLI session (JSON): {e}")))?;
     let messages = match record.get("messages") {
         Some(Value::Array(messages)) => messages.clone(),
         _ => Vec::new(),
     };
-    out.report.lines = messages.len() + 1;
-    out.report.skipped = 1;
+    report.lines = messages.len() + 1;
+    report.skipped = 1;
     Ok(messages)
 }
 
-/// Replay the JSONL log into the list of message records it ends with.
-fn log_records(input: &[u8], out: &mut Conversion) -> Vec<Value> {
-    let mut records: Vec<Value> = Vec::new();
-    let position = |records: &[Value], id: &str| {
-        records
-            .iter()
-            .position(|r| r.get("id").and_then(Value::as_str) == Some(id))
-    };
-    for line in json_lines(input, &mut out.report) {
-        if let Some(to) = str_of(&line, "$rewindTo") {
-            let cut = position(&records, to).unwrap_or(0);
-            out.report.left_out += records.len() - cut;
+/// A message record of the replayed log, as the first pass keeps it: the
+/// offset of the line that holds it (and its place in that line's
+/// `messages` when a checkpoint wrote it), and the key of its id.
+#[derive(Clone, Copy)]
+struct Record {
+    at: u64,
+    in_messages: Option<usize>,
+    id: Key,
+}
+
+/// The message records the log ends with, as offsets.
+pub struct Plan {
+    records: Vec<Record>,
+    report: Report,
+}
+
+/// The first pass: the JSONL log replayed as `loadConversationRecord`
+/// replays it, with records kept as offsets.
+pub fn plan(file: SessionFile) -> io::Result<Plan> {
+    let mut report = Report::default();
+    let mut records: Vec<Record> = Vec::new();
+    // The first record with each id (where an update lands).
+    let mut first: HashMap<Key, usize> = HashMap::new();
+    file.each_object(&mut report, |at, line, report| {
+        if let Some(to) = key_of(&line, "$rewindTo") {
+            let cut = first.get(&to).copied().unwrap_or(0);
+            report.left_out += records.len() - cut;
+            for (n, record) in records.iter().enumerate().skip(cut) {
+                if first.get(&record.id) == Some(&n) {
+                    first.remove(&record.id);
+                }
+            }
             records.truncate(cut);
-        } else if let Some(id) = str_of(&line, "id") {
-            match position(&records, id) {
+        } else if let Some(id) = key_of(&line, "id") {
+            let record = Record {
+                at,
+                in_messages: None,
+                id,
+            };
+            match first.get(&id) {
                 // An update keeps the record's place, as a JS Map does.
-                Some(at) => records[at] = Value::Object(line),
-                None => records.push(Value::Object(line)),
+                Some(&n) => records[n] = record,
+                None => {
+                    first.insert(id, records.len());
+                    records.push(record);
+                }
             }
         } else {
             let update = line.get("$set").and_then(Value::as_object);
-            let messages = update
-                .and_then(|set| set.get("messages"))
-                .or_else(|| line.get("messages"))
-                .and_then(Value::as_array);
-            match messages {
+            match checkpoint(&line) {
                 Some(messages) => {
-                    out.report.compactions += usize::from(update.is_some());
-                    out.report.left_out += records.len();
-                    records = messages
-                        .iter()
-                        .filter(|m| m.get("id").and_then(Value::as_str).is_some())
-                        .cloned()
-                        .collect();
+                    report.compactions += usize::from(update.is_some());
+                    report.left_out += records.len();
+                    records.clear();
+                    first.clear();
+                    for (n, message) in messages.iter().enumerate() {
+                        let Some(id) = message.as_object().and_then(|m| key_of(m, "id")) else {
+                            continue;
+                        };
+                        first.entry(id).or_insert(records.len());
+                        records.push(Record {
+                            at,
+                            in_messages: Some(n),
+                            id,
+                        });
+                    }
                 }
-                None => out.report.skipped += 1,
+                None => report.skipped += 1,
             }
         }
-    }
-    records
+    })?;
+    Ok(Plan { records, report })
 }
 
-fn contents(records: Vec<Value>, out: &mut Conversion) {
-    // Calls already answered from their call record.
-    let mut answered: HashSet<String> = HashSet::new();
+/// The records a line without an id replaces every record with: its
+/// `$set`'s `messages` (how `/compress` and history rewrites are stored),
+/// or its own.
+fn checkpoint(line: &Map<String, Value>) -> Option<&Vec<Value>> {
+    line.get("$set")
+        .and_then(Value::as_object)
+        .and_then(|set| set.get("messages"))
+        .or_else(|| line.get("messages"))
+        .and_then(Value::as_array)
+}
+
+impl Plan {
+    pub fn report(&self) -> Report {
+        self.report.clone()
+    }
+
+    /// The second pass: each record read again and turned into contents.
+    pub fn emit(&self, file: SessionFile, out: &mut Sink) -> io::Result<()> {
+        let mut lines = file.lines();
+        let mut failed = None;
+        let records = self.records.iter().map_while(|record| {
+            let read = match lines.object_at(record.at) {
+                Ok(line) => match record.in_messages {
+                    None => Some(Value::Object(line.clone())),
+                    Some(n) => checkpoint(line).and_then(|m| m.get(n)).cloned(),
+                },
+                Err(err) => {
+                    failed = Some(err);
+                    return None;
+                }
+            };
+            if read.is_none() {
+                failed = Some(lines.changed(record.at));
+            }
+            read
+        });
+        contents(records, out)?;
+        match failed {
+            Some(err) => Err(err),
+            None => Ok(()),
+        }
+    }
+}
+
+fn contents(records: impl Iterator<Item = Value>, out: &mut Sink) -> io::Result<()> {
+    let mut contents = Contents::default();
     for record in records {
+        contents.record(record, out)?;
+    }
+    Ok(())
+}
+
+/// Records turned into contents, one at a time.
+#[derive(Default)]
+struct Contents {
+    /// Calls already answered from their call record.
+    answered: HashSet<Key>,
+}
+
+impl Contents {
+    fn record(&mut self, record: Value, out: &mut Sink) -> io::Result<()> {
         let Value::Object(record) = record else {
-            continue;
+            return Ok(());
         };
         match str_of(&record, "type") {
             Some("user") => {
                 let mut parts = part_list(record.get("content"));
                 if is_ignored_user_content(&parts) {
                     out.report.skipped += 1;
-                    continue;
+                    return Ok(());
                 }
-                parts.retain(|part| response_id(part).is_none_or(|id| !answered.contains(id)));
+                let answered = &self.answered;
+                parts
+                    .retain(|part| response_id(part).is_none_or(|id| !answered.contains(&key(id))));
                 if parts.is_empty() {
                     out.report.skipped += 1;
-                    continue;
+                    return Ok(());
                 }
-                out.messages.push(json!({"role": "user", "parts": parts}));
+                out.push(json!({"role": "user", "parts": parts}))?;
             }
-            Some("gemini") => model_turn(&record, &mut answered, out),
+            Some("gemini") => model_turn(&record, &mut self.answered, out)?,
             _ => out.report.skipped += 1,
         }
+        Ok(())
     }
 }
 
-fn model_turn(record: &Map<String, Value>, answered: &mut HashSet<String>, out: &mut Conversion) {
+fn key(id: &str) -> Key {
+    crate::format::ids::id_key(id)
+}
+
+fn model_turn(
+    record: &Map<String, Value>,
+    answered: &mut HashSet<Key>,
+    out: &mut Sink,
+) -> io::Result<()> {
     let content = part_list(record.get("content"));
     let calls: &[Value] = match record.get("toolCalls") {
         Some(Value::Array(calls)) => calls,
@@ -189,9 +304,9 @@ fn model_turn(record: &Map<String, Value>, answered: &mut HashSet<String>, out: 
     }
     if parts.is_empty() {
         out.report.skipped += 1;
-        return;
+        return Ok(());
     }
-    out.messages.push(json!({"role": "model", "parts": parts}));
+    out.push(json!({"role": "model", "parts": parts}))?;
 
     let mut responses = Vec::new();
     for call in calls {
@@ -211,13 +326,13 @@ fn model_turn(record: &Map<String, Value>, answered: &mut HashSet<String>, out: 
     }
     for part in &responses {
         if let Some(id) = response_id(part) {
-            answered.insert(id.to_owned());
+            answered.insert(key(id));
         }
     }
     if !responses.is_empty() {
-        out.messages
-            .push(json!({"role": "user", "parts": responses}));
+        out.push(json!({"role": "user", "parts": responses}))?;
     }
+    Ok(())
 }
 
 fn response_id(part: &Value) -> Option<&str> {

@@ -22,9 +22,9 @@ pub struct MessagesFile {
     pub report: Report,
 }
 
-/// What [`open`] found: a file to convert as a stream, or, when its first
-/// line is not JSON and only the whole file tells what it is, the file
-/// converted whole.
+/// What [`open`] found: a file to convert as a stream, or, when only the
+/// whole file tells what it is (its first lines start like a legacy Gemini
+/// CLI record), the file converted whole.
 pub enum Opened {
     Stream(MessagesFile),
     Whole(Conversion),

@@ -49,6 +49,8 @@ pub mod codex;
 pub mod gemini_cli;
 pub mod messages;
 pub mod openclaw;
+pub mod reread;
+pub mod streamed;
 
 use std::fmt;
 use std::io::{self, Write};
@@ -380,6 +382,27 @@ pub fn convert(agent: Agent, input: &[u8]) -> Result<Conversion, ImportError> {
     }
 }
 
+/// `agent`'s JSON Lines session (its bytes) converted by the two passes a
+/// file is streamed with ([`streamed::plan`], [`streamed::Plan::emit`]).
+fn converted(agent: Agent, input: &[u8]) -> Conversion {
+    let file = reread::SessionFile { bytes: &input };
+    let mut messages = Vec::new();
+    // Bytes in memory neither fail to read nor change between passes.
+    let report = streamed::plan(agent, file)
+        .and_then(|plan| {
+            plan.emit(file, &mut |message| {
+                messages.push(message);
+                Ok(())
+            })
+        })
+        .unwrap_or_default();
+    Conversion {
+        format: agent.format(),
+        messages,
+        report,
+    }
+}
+
 /// Convert the file at `path`, which must be a session file of `agent`.
 /// Another agent's file, or a toolwire transcript, is an error saying what
 /// the file is instead.
@@ -388,18 +411,29 @@ pub fn convert_file(agent: Agent, path: &Path) -> Result<Conversion, ImportError
         path: path.display().to_string(),
         source,
     })?;
-    let found = detect(&bytes).map_err(|source| ImportError::Detect {
-        path: path.display().to_string(),
-        source,
-    })?;
-    if found != Content::Agent(agent) {
-        return Err(ImportError::WrongAgent {
+    agent_of(agent, path, detect(&bytes))?;
+    convert(agent, &bytes)
+}
+
+/// That the file at `path`, which [`detect`] found to hold `found`, is a
+/// session file of `agent`: an error saying what it is otherwise.
+pub fn agent_of(
+    agent: Agent,
+    path: &Path,
+    found: Result<Content, DetectError>,
+) -> Result<(), ImportError> {
+    match found {
+        Ok(found) if found == Content::Agent(agent) => Ok(()),
+        Ok(found) => Err(ImportError::WrongAgent {
             path: path.display().to_string(),
             found,
             expected: agent.title(),
-        });
+        }),
+        Err(source) => Err(ImportError::Detect {
+            path: path.display().to_string(),
+            source,
+        }),
     }
-    convert(agent, &bytes)
 }
 
 /// A file of bare provider messages (one JSON object a line, no transcript
@@ -586,13 +620,15 @@ pub fn session_line(format: Format) -> io::Result<Option<Vec<u8>>> {
 
 /// [`detect`] of a whole file, read as a stream: its first
 /// [`DETECT_LINES`] non-blank lines are all `detect` reads, unless its
-/// first line is not JSON (a legacy Gemini CLI record is judged by the
-/// whole file): then `None`, and the caller reads it whole.
+/// first line is not JSON and those lines start like a legacy Gemini CLI
+/// record (which is judged by the whole file): then `None`, and the
+/// caller reads it whole.
 pub fn detect_stream(
     mut input: impl io::BufRead,
 ) -> io::Result<Option<Result<Content, DetectError>>> {
     let mut head = Vec::new();
     let mut line = Vec::new();
+    let mut first_is_json = true;
     let mut n = 0;
     while n < DETECT_LINES {
         line.clear();
@@ -602,12 +638,16 @@ pub fn detect_stream(
         let Some(body) = raw_line(&line) else {
             continue;
         };
-        if n == 0 && crate::json::from_slice::<Value>(body).is_err() {
-            return Ok(None);
+        if n == 0 {
+            first_is_json = crate::json::from_slice::<Value>(body).is_ok();
         }
         head.extend_from_slice(body);
         head.push(b'\n');
         n += 1;
+    }
+    // The legacy record is told by its first lines, which `head` holds.
+    if !first_is_json && gemini_cli::looks_like_legacy_record(&head) {
+        return Ok(None);
     }
     Ok(detect_in(&head, true))
 }

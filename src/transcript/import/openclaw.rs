@@ -39,10 +39,12 @@
 //! nothing is invented for a call left without result.
 
 use std::collections::{HashMap, HashSet};
+use std::io;
 
 use serde_json::{Map, Value, json};
 
-use super::{Conversion, Format, json_lines, str_of};
+use super::reread::{Key, SessionFile, Sink, key_of};
+use super::{Conversion, Report, str_of};
 
 const COMPACTION_SUMMARY_PREFIX: &str = "The conversation history before this point was compacted into the following summary:\n\n<summary>\n";
 const COMPACTION_SUMMARY_SUFFIX: &str = "\n</summary>";
@@ -50,87 +52,152 @@ const BRANCH_SUMMARY_PREFIX: &str =
     "The following is a summary of a branch that this conversation came back from:\n\n<summary>\n";
 const BRANCH_SUMMARY_SUFFIX: &str = "</summary>";
 
+/// The whole-file conversion (replays, tests): [`plan`] and [`Plan::emit`]
+/// over bytes in memory.
 pub fn convert(input: &[u8]) -> Conversion {
-    let mut out = Conversion::new(Format::Anthropic);
-    let mut entries = json_lines(input, &mut out.report);
-    if entries
-        .first()
-        .is_some_and(|e| str_of(e, "type") == Some("session"))
-    {
-        entries.remove(0);
-        out.report.skipped += 1;
-    }
+    super::converted(super::Agent::OpenClaw, input)
+}
+
+/// What the first pass keeps of an entry.
+struct Entry {
+    at: u64,
+    id: Option<Key>,
+    /// It has an `id` (of any type): it can be the leaf.
+    has_id: bool,
+    parent: Option<Key>,
+    compaction: bool,
+    carries_message: bool,
+    /// A compaction's `firstKeptEntryId`.
+    first_kept: Option<Key>,
+}
+
+/// The context pi builds, as the offsets of the entries that make it.
+pub struct Plan {
+    /// The compaction whose summary opens the context.
+    summary: Option<u64>,
+    /// The entries whose messages follow, in order.
+    entries: Vec<u64>,
+    report: Report,
+}
+
+/// The first pass: the path from the leaf to the root by `parentId`, and
+/// the part of it the last compaction on it leaves.
+pub fn plan(file: SessionFile) -> io::Result<Plan> {
+    let mut report = Report::default();
+    let mut entries: Vec<Entry> = Vec::new();
+    let mut first = true;
+    file.each_object(&mut report, |at, entry, report| {
+        if std::mem::take(&mut first) && str_of(&entry, "type") == Some("session") {
+            report.skipped += 1;
+            return;
+        }
+        entries.push(Entry {
+            at,
+            id: key_of(&entry, "id"),
+            has_id: entry.contains_key("id"),
+            parent: key_of(&entry, "parentId"),
+            compaction: str_of(&entry, "type") == Some("compaction"),
+            carries_message: carries_message(&entry),
+            first_kept: key_of(&entry, "firstKeptEntryId"),
+        });
+    })?;
     let path = current_path(&entries);
     let on_path: HashSet<usize> = path.iter().copied().collect();
     for (i, entry) in entries.iter().enumerate() {
         if !on_path.contains(&i) {
-            if carries_message(entry) {
-                out.report.left_out += 1;
+            if entry.carries_message {
+                report.left_out += 1;
             } else {
-                out.report.skipped += 1;
+                report.skipped += 1;
             }
         }
     }
+    drop(on_path);
 
-    let compaction = path
-        .iter()
-        .rposition(|&i| str_of(&entries[i], "type") == Some("compaction"));
-    let mut context: Vec<Value> = Vec::new();
-    match compaction {
+    let compaction = path.iter().rposition(|&i| entries[i].compaction);
+    let offsets = |part: &[usize]| part.iter().map(|&i| entries[i].at).collect::<Vec<u64>>();
+    let plan = match compaction {
         Some(at) => {
-            out.report.compactions += 1;
+            report.compactions += 1;
             let entry = &entries[path[at]];
+            let first_kept = entry.first_kept;
+            let kept_from = path[..at]
+                .iter()
+                .position(|&i| first_kept.is_some() && entries[i].id == first_kept)
+                .unwrap_or(at);
+            for &i in &path[..kept_from] {
+                if entries[i].carries_message {
+                    report.left_out += 1;
+                } else {
+                    report.skipped += 1;
+                }
+            }
+            let mut kept = offsets(&path[kept_from..at]);
+            kept.extend(offsets(&path[at + 1..]));
+            Plan {
+                summary: Some(entry.at),
+                entries: kept,
+                report,
+            }
+        }
+        None => Plan {
+            summary: None,
+            entries: offsets(&path),
+            report,
+        },
+    };
+    Ok(plan)
+}
+
+impl Plan {
+    pub fn report(&self) -> Report {
+        self.report.clone()
+    }
+
+    /// The second pass: the compaction's summary, then each entry's
+    /// message, as Anthropic messages in order.
+    pub fn emit(&self, file: SessionFile, out: &mut Sink) -> io::Result<()> {
+        let mut lines = file.lines();
+        let mut context: Vec<Value> = Vec::new();
+        if let Some(at) = self.summary {
+            let entry = lines.object_at(at)?;
             let summary = str_of(entry, "summary").unwrap_or_default();
             context.push(user_text(format!(
                 "{COMPACTION_SUMMARY_PREFIX}{summary}{COMPACTION_SUMMARY_SUFFIX}"
             )));
-            let first_kept = str_of(entry, "firstKeptEntryId");
-            let kept_from = path[..at]
-                .iter()
-                .position(|&i| first_kept.is_some() && str_of(&entries[i], "id") == first_kept)
-                .unwrap_or(at);
-            for &i in &path[..kept_from] {
-                if carries_message(&entries[i]) {
-                    out.report.left_out += 1;
-                } else {
-                    out.report.skipped += 1;
-                }
-            }
-            for &i in path[kept_from..at].iter().chain(&path[at + 1..]) {
-                agent_message(&entries[i], &mut context, &mut out);
-            }
         }
-        None => {
-            for &i in &path {
-                agent_message(&entries[i], &mut context, &mut out);
+        for &at in &self.entries {
+            for message in context.drain(..) {
+                llm_message(message, out)?;
             }
+            agent_message(lines.object_at(at)?, &mut context, &mut out.report);
         }
+        for message in context {
+            llm_message(message, out)?;
+        }
+        Ok(())
     }
-    for message in context {
-        llm_message(message, &mut out);
-    }
-    out
 }
 
 /// Indices of the entries from the root to the leaf.
-fn current_path(entries: &[Map<String, Value>]) -> Vec<usize> {
-    let by_id: HashMap<&str, usize> = entries
+fn current_path(entries: &[Entry]) -> Vec<usize> {
+    let by_id: HashMap<Key, usize> = entries
         .iter()
         .enumerate()
-        .filter_map(|(i, e)| Some((str_of(e, "id")?, i)))
+        .filter_map(|(i, e)| Some((e.id?, i)))
         .collect();
     if by_id.is_empty() {
         return (0..entries.len()).collect(); // version 1: a plain list
     }
     let mut path = Vec::new();
     let mut seen = HashSet::new();
-    let mut at = entries.iter().rposition(|e| e.contains_key("id"));
+    let mut at = entries.iter().rposition(|e| e.has_id);
     while let Some(i) = at {
         if !seen.insert(i) {
             break;
         }
         path.push(i);
-        at = str_of(&entries[i], "parentId").and_then(|p| by_id.get(p).copied());
+        at = entries[i].parent.and_then(|p| by_id.get(&p).copied());
     }
     path.reverse();
     path
@@ -149,17 +216,17 @@ fn user_text(text: String) -> Value {
 
 /// The agent message an entry contributes to the context, already in
 /// pi's LLM shape for the kinds `convertToLlm` rewrites.
-fn agent_message(entry: &Map<String, Value>, context: &mut Vec<Value>, out: &mut Conversion) {
+fn agent_message(entry: &Map<String, Value>, context: &mut Vec<Value>, report: &mut Report) {
     match str_of(entry, "type") {
         Some("message") => match entry.get("message") {
             Some(Value::Object(message)) => {
                 if let Some(m) = to_llm(message) {
                     context.push(m);
                 } else {
-                    out.report.skipped += 1;
+                    report.skipped += 1;
                 }
             }
-            _ => out.report.skipped += 1,
+            _ => report.skipped += 1,
         },
         Some("custom_message") => {
             let custom = json!({
@@ -174,7 +241,7 @@ fn agent_message(entry: &Map<String, Value>, context: &mut Vec<Value>, out: &mut
                 "{BRANCH_SUMMARY_PREFIX}{summary}{BRANCH_SUMMARY_SUFFIX}"
             )));
         }
-        _ => out.report.skipped += 1,
+        _ => report.skipped += 1,
     }
 }
 
@@ -223,9 +290,9 @@ fn bash_execution_text(m: &Map<String, Value>) -> String {
 }
 
 /// One LLM message as an Anthropic message, appended to `out`.
-fn llm_message(message: Value, out: &mut Conversion) {
+fn llm_message(message: Value, out: &mut Sink) -> io::Result<()> {
     let Value::Object(mut m) = message else {
-        return;
+        return Ok(());
     };
     match str_of(&m, "role") {
         Some("user") => {
@@ -238,23 +305,23 @@ fn llm_message(message: Value, out: &mut Conversion) {
                         .collect();
                     if blocks.is_empty() {
                         out.report.skipped += 1;
-                        return;
+                        return Ok(());
                     }
                     Value::Array(blocks)
                 }
                 Some(Value::String(s)) if !s.trim().is_empty() => Value::String(s),
                 _ => {
                     out.report.skipped += 1;
-                    return;
+                    return Ok(());
                 }
             };
             m.insert("content".to_owned(), content);
-            out.messages.push(Value::Object(m));
+            out.push(Value::Object(m))?;
         }
         Some("assistant") => {
             if matches!(str_of(&m, "stopReason"), Some("error" | "aborted")) {
                 out.report.skipped += 1;
-                return;
+                return Ok(());
             }
             let blocks: Vec<Value> = match m.get_mut("content").map(Value::take) {
                 Some(Value::Array(blocks)) => {
@@ -264,26 +331,26 @@ fn llm_message(message: Value, out: &mut Conversion) {
             };
             if blocks.is_empty() {
                 out.report.skipped += 1;
-                return;
+                return Ok(());
             }
             m.insert("content".to_owned(), Value::Array(blocks));
-            out.messages.push(Value::Object(m));
+            out.push(Value::Object(m))?;
         }
         Some("toolResult") => {
             let block = tool_result_block(m);
             // A run of results is one user message, as pi-ai sends it.
-            if let Some(last) = out.messages.last_mut()
+            if let Some(last) = out.last_mut()
                 && is_tool_result_message(last)
                 && let Some(Value::Array(blocks)) = last.get_mut("content")
             {
                 blocks.push(block);
-                return;
+                return Ok(());
             }
-            out.messages
-                .push(json!({"role": "user", "content": [block]}));
+            out.push(json!({"role": "user", "content": [block]}))?;
         }
         _ => out.report.skipped += 1,
     }
+    Ok(())
 }
 
 fn is_tool_result_message(message: &Value) -> bool {
