@@ -1,6 +1,6 @@
 //! The file commands read their file as a stream (issue 52): `check`,
 //! `repair --dry-run` and `import --from messages` of a generated 30 MB
-//! file, and `import --from <agent>` and `check` of a generated 24 MB
+//! file, and `import --from <agent>` and `check` of a generated 16 MB
 //! session of each agent (Gemini CLI's log and its older single-JSON
 //! record both), each peak under 64 MB plus the file's largest line, the
 //! goal docs/benchmarks.md measures on 56 MB files. An agent's import must
@@ -195,7 +195,7 @@ impl Generated {
 type Generator = fn(&Path) -> (usize, Vec<String>);
 
 /// How large each agent's session is made: turns are added until it is.
-const SESSION_BYTES: usize = 24 << 20;
+const SESSION_BYTES: usize = 16 << 20;
 /// The turn after which each session compacts (what came before is left
 /// out), and how often a call is left unanswered (for `check` to report).
 const COMPACT_AFTER: usize = 10;
@@ -547,7 +547,7 @@ fn output_of(args: &[&std::ffi::OsStr], home: &Path) -> (Option<i32>, Vec<u8>, V
 }
 
 #[test]
-fn import_and_check_of_24_mb_agent_sessions_peak_under_64_mb_plus_their_largest_line() {
+fn import_and_check_of_16_mb_agent_sessions_peak_under_64_mb_plus_their_largest_line() {
     let dir = tempfile::tempdir().unwrap();
     let agents: [(&str, &str, Generator); 5] = [
         ("claude-code", "claude-code", claude_code),
