@@ -56,12 +56,12 @@ impl ReadAt for &[u8] {
 }
 
 /// A [`ReadAt`] read in order from an offset.
-pub struct From<'a> {
+pub struct ReadingFrom<'a> {
     bytes: &'a dyn ReadAt,
     at: u64,
 }
 
-impl Read for From<'_> {
+impl Read for ReadingFrom<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.bytes.read_at(buf, self.at)?;
         self.at += n as u64;
@@ -77,10 +77,10 @@ pub struct SessionFile<'a> {
 
 impl<'a> SessionFile<'a> {
     /// A reader of the file from offset `at` on.
-    pub fn reader_from(&self, at: u64) -> BufReader<From<'a>> {
+    pub fn reader_from(&self, at: u64) -> BufReader<ReadingFrom<'a>> {
         BufReader::with_capacity(
             1 << 16,
-            From {
+            ReadingFrom {
                 bytes: self.bytes,
                 at,
             },
@@ -129,7 +129,7 @@ impl<'a> SessionFile<'a> {
 pub struct Lines<'a> {
     file: SessionFile<'a>,
     /// The reader and the offset it is at.
-    reader: Option<(BufReader<From<'a>>, u64)>,
+    reader: Option<(BufReader<ReadingFrom<'a>>, u64)>,
     line: Vec<u8>,
     parsed: Option<(u64, Map<String, Value>)>,
 }
