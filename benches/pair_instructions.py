@@ -10,9 +10,13 @@ that acknowledges a pair sends that session's next), once with 50 pairs
 per session and once with 250, and prints the difference in instructions
 (every thread of the server) divided by the difference in pairs: what
 one more pair costs, without the start, `initialize` and each session's
-first pair. Callgrind's counts repeat within a fraction of a percent
-whatever else the machine does, so two builds compare on a loaded
-machine where the bench's CPU-time figures move by more than a change.
+first pair. Callgrind's counts repeat within about 1% (how replies
+batch into writes moves a little) whatever else the machine does, so two
+builds compare on a loaded machine where the bench's CPU-time figures
+move by more than a change. Needs valgrind.
+
+    KEEP=/tmp/pairs.cg python3 benches/pair_instructions.py BIN
+    callgrind_annotate --inclusive=yes /tmp/pairs.cg    # where they go
 """
 import json
 import os
@@ -131,6 +135,8 @@ def run(binary, durability, pairs, work):
 
 
 def main():
+    if len(sys.argv) < 2:
+        sys.exit("usage: benches/pair_instructions.py path/to/toolwire [durability]")
     binary = os.path.realpath(sys.argv[1])
     durability = sys.argv[2] if len(sys.argv) > 2 else "none"
     keep = os.environ.get("KEEP")
