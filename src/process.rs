@@ -18,7 +18,8 @@ pub const THREAD_STACK: usize = 32 << 20;
 /// 36.7–38.9 MB where 34.2–34.3 MB remain with half a second, since the
 /// release a second after the client's pause (`server`) then finds those
 /// threads ended. A burst of blocking work more than half a second after
-/// the last starts its threads anew (tens of microseconds each). The
+/// the last starts its threads anew (a thread start each, its stack only
+/// reserved; not measured as a cost here). The
 /// release after a burst of evictions waits for the burst's threads to
 /// end too (see `session`).
 pub const BLOCKING_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_millis(500);
