@@ -132,9 +132,13 @@ struct Connection {
     /// Why the last `initialize` was refused, repeated to the requests
     /// that follow it (they are otherwise told to send `initialize`).
     initialize_failed: Option<String>,
-    inflight: Arc<Mutex<HashMap<RequestKey, CancellationToken>>>,
+    inflight: Arc<Mutex<Inflight>>,
     end: ConnectionEnd,
 }
+
+/// The requests of a connection in flight, each with its cancellation.
+/// Every request is inserted and removed once: XXH3 rather than SipHash.
+type Inflight = HashMap<RequestKey, CancellationToken, crate::state::IdHash>;
 
 /// A request id as the in-flight map keys it: an integer id (what nearly
 /// every client sends) as itself, with no string formatted per request;
@@ -176,7 +180,7 @@ where
         }),
         phase: Phase::Uninitialized,
         initialize_failed: None,
-        inflight: Arc::new(Mutex::new(HashMap::new())),
+        inflight: Arc::new(Mutex::new(Inflight::default())),
         end: ConnectionEnd {
             exit: false,
             shutdown: false,
@@ -402,27 +406,16 @@ impl Connection {
     /// escaped method name, a large body) is not matched, and goes the
     /// ordinary way, which answers it as it always has.
     fn on_plain_request(&mut self, body: &[u8]) -> bool {
-        /// The envelope of such a request; its params are kept as text.
-        #[derive(serde::Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Plain<'a> {
-            jsonrpc: &'a str,
-            id: Value,
-            method: &'a str,
-            #[serde(borrow)]
-            params: &'a RawValue,
-        }
         let Phase::Running(config) = &self.phase else {
             return false;
         };
         if body.len() >= crate::json::lifted::LARGE {
             return false;
         }
-        let Ok(request) = serde_json::from_slice::<Plain>(body) else {
+        let Some(request) = transport::envelope::read(body) else {
             return false;
         };
-        if request.jsonrpc != "2.0"
-            || !matches!(request.id, Value::Number(_) | Value::String(_))
+        if !matches!(request.id, Value::Number(_) | Value::String(_))
             || !request.params.get().starts_with('{')
         {
             return false;

@@ -5,6 +5,7 @@
 //! waiting on any handler) and one writer task draining an [`Outbox`].
 
 pub mod codec;
+pub mod envelope;
 pub mod lines;
 pub mod stdio;
 
