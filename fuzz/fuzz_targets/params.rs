@@ -1,7 +1,8 @@
 //! A message body as the server reads it: parsed at any depth (or refused,
 //! with the id still found), parsed again with its long strings lifted (to
 //! the same answer), classified, and its params decoded as every method's
-//! params type in turn. Nothing may panic.
+//! params type in turn; a request the server reads by its bytes reads the
+//! same as parsed. Nothing may panic.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -20,6 +21,20 @@ impl MethodVisitor for DecodeAll {
 }
 
 fuzz_target!(|data: &[u8]| {
+    // A request read by its bytes (the server's shortcut for the usual
+    // spelling) is JSON with exactly the envelope the shortcut read.
+    if let Some(plain) = toolwire::transport::envelope::plain_request(data) {
+        let value: Value = toolwire::json::from_slice(data)
+            .unwrap_or_else(|e| panic!("read by its bytes, yet no JSON: {e}"));
+        let members = value.as_object().expect("an object");
+        assert_eq!(members.len(), 4);
+        assert_eq!(members["jsonrpc"], "2.0");
+        assert_eq!(members["id"], plain.id);
+        assert_eq!(members["method"], plain.method);
+        let params: Value = toolwire::json::from_slice(plain.params.get().as_bytes())
+            .unwrap_or_else(|e| panic!("params read by their bytes, yet no JSON: {e}"));
+        assert_eq!(members["params"], params);
+    }
     // Long strings lifted out of serde_json's way or not, the same answer.
     let lifted = toolwire::json::lifted::from_slice(data);
     let value: Value = match toolwire::json::from_slice(data) {

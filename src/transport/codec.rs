@@ -219,21 +219,11 @@ impl Encoder<Bytes> for LspCodec {
     type Error = std::io::Error;
 
     fn encode(&mut self, body: Bytes, dst: &mut BytesMut) -> Result<(), Self::Error> {
-        // The length's digits are put together on the stack, last first: a
-        // frame is often a small reply, and a string per frame was an
-        // allocation per reply (and `write!` cost more than the copy).
-        let mut digits = [0u8; 20];
-        let mut at = digits.len();
-        let mut n = body.len();
-        loop {
-            at -= 1;
-            digits[at] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        let digits = &digits[at..];
+        // The length's digits are written on the stack: a frame is often a
+        // small reply, and a string per frame was an allocation per reply
+        // (and `write!` cost more than the copy).
+        let mut digits = itoa::Buffer::new();
+        let digits = digits.format(body.len()).as_bytes();
         const START: &[u8] = b"Content-Length: ";
         const END: &[u8] = b"\r\n\r\n";
         dst.reserve(START.len() + digits.len() + END.len() + body.len());

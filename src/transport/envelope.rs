@@ -79,6 +79,10 @@ pub fn plain_request(body: &[u8]) -> Option<PlainRequest<'_>> {
     let rest = rest.strip_prefix(br#","method":""#)?;
     let end = memchr::memchr2(b'"', b'\\', rest)?;
     let (method, rest) = rest.split_at(end);
+    // A control character is no JSON inside a string: serde refuses it.
+    if method.iter().any(|&b| b < 0x20) {
+        return None;
+    }
     let method = std::str::from_utf8(method).ok()?;
     let rest = rest.strip_prefix(br#"","params":"#)?;
     let params = rest.strip_suffix(b"}")?;
@@ -128,6 +132,7 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":1e2,"method":"m","params":{}}"#,
             r#"{"jsonrpc":"2.0","id":184467440737095516150,"method":"m","params":{}}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"p\u0061ir/append","params":{}}"#,
+            "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\n\",\"params\":{}}",
             // No params, or more members after them.
             r#"{"jsonrpc":"2.0","id":1,"method":"m"}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{},"id":2}"#,
