@@ -13,15 +13,14 @@ pub const THREAD_STACK: usize = 32 << 20;
 /// How long an idle blocking thread waits for work before it ends. Each
 /// thread keeps small freed blocks in a cache of its own (glibc's tcache)
 /// until it ends, and they pin the pages of the work it did (an artifact
-/// written, a checkpoint brought up to date) against any trim: with
-/// tokio's 10 s, the server built a 100k-id session by `budget/apply` to
-/// 36.7–38.9 MB where 34.2–34.3 MB remain with half a second, since the
-/// release a second after the client's pause (`server`) then finds those
-/// threads ended. A burst of blocking work more than half a second after
-/// the last starts its threads anew (a thread start each, its stack only
-/// reserved; not measured as a cost here). The
-/// release after a burst of evictions waits for the burst's threads to
-/// end too (see `session`).
+/// written, a checkpoint brought up to date) against any trim. With
+/// tokio's 10 s, a 100k-id session built by `budget/apply` left the server
+/// at 36.7-38.9 MB; with half a second, 34.2-34.3 MB, since the release a
+/// second after the client's pause (`server`) then finds those threads
+/// ended. The release after a burst of evictions waits for the burst's
+/// threads to end too (see `session`). The price: blocking work that comes
+/// more than half a second after the last starts its threads anew (a
+/// thread start each, the stack only reserved; not measured).
 pub const BLOCKING_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The multi-threaded runtime the server runs on.
