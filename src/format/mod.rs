@@ -224,8 +224,10 @@ pub fn field<'a>(obj: &'a serde_json::Map<String, Value>, key: &str) -> Option<&
 /// makes of its value: no whitespace between tokens, every escape the one
 /// serde_json writes (`\"`, `\\`, `\n`, `\r`, `\t`, `\b`, `\f`, else
 /// `\u00xx` in lowercase, only for control characters), no key twice in an
-/// object. Numbers are kept as spelled (`arbitrary_precision`) and keys in
-/// order (`preserve_order`), so they need no check.
+/// object, an exponent as `e` with its sign. Numbers are otherwise kept
+/// as spelled (`arbitrary_precision`) and keys in order (`preserve_order`),
+/// so they need no check; but serde_json reads `1E5` and `1e5` as `1e+5`
+/// and writes them so.
 ///
 /// `raw` must be one valid JSON value (as a parser handed it over). Tool
 /// output is mostly one string: then only two escapes need a look, since
@@ -291,6 +293,11 @@ pub fn is_compact_json(raw: &[u8]) -> bool {
                 i += 1;
             }
             b' ' | b'\t' | b'\n' | b'\r' => return false,
+            // Outside strings an `E` is an exponent's, and an `e` before a
+            // digit one without its sign (in `true` and `false` it ends the
+            // word): serde_json writes either as `e+`.
+            b'E' => return false,
+            b'e' if raw.get(i + 1).is_some_and(u8::is_ascii_digit) => return false,
             _ => i += 1,
         }
     }
@@ -1178,6 +1185,10 @@ mod tests {
 
     #[test]
     fn other_spellings_are_not_compact() {
+        // What serde_json writes of the value it reads from `raw`.
+        let compact = |raw: &str| {
+            serde_json::to_string(&serde_json::from_str::<Value>(raw).unwrap()).unwrap()
+        };
         for raw in [
             r#""a\/b""#,
             r#""\u00e9""#,
@@ -1188,16 +1199,23 @@ mod tests {
             r#"{"a":1,"a":2}"#,
             r#"[1, 2]"#,
             "[\n1]",
+            "-1.50e3",
+            "1E5",
+            "[2E+5]",
+            r#"{"a":1E-5}"#,
         ] {
             assert!(!is_compact_json(raw.as_bytes()), "{raw}");
+            assert_ne!(compact(raw), raw, "serde_json writes {raw} as it is");
         }
         for raw in [
             r#""\u001f\n\"\\""#,
             r#""\\u00e9\\/\\\\u""#,
             r#"{"a":{"a":1},"b":[{"a":2}]}"#,
-            "-1.50e3",
+            "-1.50e+3",
+            "[1e-5,true,false]",
         ] {
             assert!(is_compact_json(raw.as_bytes()), "{raw}");
+            assert_eq!(compact(raw), raw);
         }
     }
 
