@@ -797,6 +797,7 @@ async fn a_turn_that_clears_old_results_resends_the_whole_conversation_once() {
 async fn codex_over_http_and_over_the_socket_gets_the_same_previews() {
     let call_id = regex::Regex::new(r"call_\d+").unwrap();
     let chunk_id = regex::Regex::new(r"Chunk ID: \w+").unwrap();
+    let wall_time = regex::Regex::new(r"Wall time: [0-9.]+ seconds").unwrap();
     let mut previews = Vec::new();
     for http in [true, false] {
         let upstream = FakeUpstream::scripted(codex_script).await;
@@ -844,10 +845,13 @@ async fn codex_over_http_and_over_the_socket_gets_the_same_previews() {
                     o.replace(s["sessionId"].as_str().unwrap(), "<session>")
                 });
                 // What Codex itself sends differently per run: its call
-                // ids (the socket's warm-up response takes resp_1) and a
-                // random chunk id in the command's output.
+                // ids (the socket's warm-up response takes resp_1), and a
+                // random chunk id and the command's wall time in its output.
                 let o = call_id.replace_all(&o, "call_N");
-                chunk_id.replace_all(&o, "Chunk ID: X").into_owned()
+                let o = chunk_id.replace_all(&o, "Chunk ID: X");
+                wall_time
+                    .replace_all(&o, "Wall time: T seconds")
+                    .into_owned()
             })
             .collect();
         assert!(!found.is_empty(), "no preview went up (http: {http})");
