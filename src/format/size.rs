@@ -21,7 +21,7 @@ impl SizeUnit {
     /// Length of `text` in this unit.
     pub fn len(self, text: &str) -> u64 {
         match self {
-            SizeUnit::Chars => text.chars().count() as u64,
+            SizeUnit::Chars => char_count(text),
             SizeUnit::Utf16 => text.encode_utf16().count() as u64,
             SizeUnit::Bytes => text.len() as u64,
         }
@@ -35,6 +35,13 @@ impl SizeUnit {
             SizeUnit::Bytes => ch.len_utf8() as u64,
         }
     }
+}
+
+/// The Unicode scalar values of `text`: what `text.chars().count()` gives,
+/// counted many bytes at a time (the bytes that do not continue a
+/// character).
+pub fn char_count(text: &str) -> u64 {
+    bytecount::num_chars(text.as_bytes()) as u64
 }
 
 /// `512 bytes`, `83.6KB`, `2KB`, `1.5MB`: 1024-based, one decimal rounded
@@ -86,5 +93,20 @@ mod tests {
         assert_eq!(SizeUnit::Chars.len(s), 3);
         assert_eq!(SizeUnit::Utf16.len(s), 4);
         assert_eq!(SizeUnit::Bytes.len(s), 7);
+    }
+
+    #[test]
+    fn chars_are_counted_as_chars_count_does() {
+        let long = "a\u{e9}\u{1F600}\u{800}".repeat(37) + "tail\u{10FFFF}";
+        for text in [
+            "",
+            "a",
+            "\u{e9}",
+            long.as_str(),
+            &long[1..],
+            &long[..long.len() - 4],
+        ] {
+            assert_eq!(char_count(text), text.chars().count() as u64, "{text:?}");
+        }
     }
 }

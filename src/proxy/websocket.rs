@@ -389,7 +389,7 @@ impl Relay {
         self.end_pending(false);
         let mut record = Record {
             format: Route::OpenAiResponses.format().name().to_owned(),
-            chars_received: text.chars().count() as u64,
+            chars_received: crate::format::size::char_count(text),
             ..Record::default()
         };
         record.chars_sent = record.chars_received;
@@ -490,7 +490,7 @@ impl Relay {
             }
         };
         if let Some(out) = &out {
-            record.chars_sent = out.chars().count() as u64;
+            record.chars_sent = crate::format::size::char_count(out);
         }
         self.pending = Some(Pending {
             record,
