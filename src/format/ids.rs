@@ -27,7 +27,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
-use super::{Dialect, Fault, ItemKind, Side, pair};
+use super::{Dialect, Fault, ItemKind, Pairing, Side, pair};
 
 /// Whether `id` matches `^[a-zA-Z0-9_-]+$`.
 pub fn is_valid(id: &str) -> bool {
@@ -86,8 +86,7 @@ struct Call {
 
 /// The calls of every assistant turn, in order, each with the results the
 /// next user turn gives it (see the module documentation).
-fn calls_with_results(dialect: &dyn Dialect, messages: &[&Value]) -> Vec<Call> {
-    let pairing = pair(dialect, messages.iter().copied());
+fn calls_with_results(pairing: &Pairing, messages: &[&Value]) -> Vec<Call> {
     let mut turn_of = vec![usize::MAX; messages.len()];
     for (t, turn) in pairing.turns.iter().enumerate() {
         for &m in &turn.messages {
@@ -186,6 +185,11 @@ pub fn plan(dialect: &dyn Dialect, messages: &[&Value]) -> IdPlan {
     Planner::default().plan(dialect, messages)
 }
 
+/// [`plan`], given the pairing of `messages` (which the caller needs too).
+pub fn plan_paired(dialect: &dyn Dialect, messages: &[&Value], pairing: &Pairing) -> IdPlan {
+    Planner::default().plan_paired(dialect, messages, pairing)
+}
+
 /// [`plan`] of a conversation read a run of whole turns at a time (a
 /// transcript file read as a stream; the pairing carries nothing across
 /// the runs, see `transcript::stream`): what the mapping learns of one run
@@ -241,11 +245,25 @@ impl Planner {
 
     /// The plan of `messages` (positions in them), after the runs before.
     pub fn plan(&mut self, dialect: &dyn Dialect, messages: &[&Value]) -> IdPlan {
+        if !dialect.checks_ids() {
+            return IdPlan::default();
+        }
+        let pairing = pair(dialect, messages.iter().copied());
+        self.plan_paired(dialect, messages, &pairing)
+    }
+
+    /// [`Planner::plan`], given the pairing of `messages`.
+    pub fn plan_paired(
+        &mut self,
+        dialect: &dyn Dialect,
+        messages: &[&Value],
+        pairing: &Pairing,
+    ) -> IdPlan {
         let mut plan = IdPlan::default();
         if !dialect.checks_ids() {
             return plan;
         }
-        let calls = calls_with_results(dialect, messages);
+        let calls = calls_with_results(pairing, messages);
         for id in ids_before_cut(dialect, messages) {
             self.holder.insert(id_key(&id), Holder::BeforeCut);
         }

@@ -137,8 +137,14 @@ fn repair_lines(
     lines: &mut Vec<Line>,
     report: &mut TranscriptRepairResult,
 ) -> bool {
-    let mut changed = ids_round(dialect, lines, report);
-    let (step, rounds) = pairing_rounds(dialect, lines);
+    // First the call ids the provider would refuse (PROTOCOL.md 11.2, see
+    // [`format::ids`]): renamed, exact repetitions of a pair dropped.
+    // Paired once for them and, when they change nothing, for the first
+    // round of the pairing rules too.
+    let pairing = format::pair(dialect, messages_of(lines));
+    let plan = format::ids::plan_paired(dialect, &messages_of(lines).collect::<Vec<_>>(), &pairing);
+    let mut changed = apply_ids(dialect, lines, plan, report);
+    let (step, rounds) = pairing_rounds_from(dialect, lines, (!changed).then_some(pairing));
     changed |= step;
     for round in rounds {
         report.append(round);
@@ -153,6 +159,15 @@ fn pairing_rounds(
     dialect: &dyn Dialect,
     lines: &mut Vec<Line>,
 ) -> (bool, Vec<TranscriptRepairResult>) {
+    pairing_rounds_from(dialect, lines, None)
+}
+
+/// [`pairing_rounds`], given the pairing of `lines` as they are, if known.
+fn pairing_rounds_from(
+    dialect: &dyn Dialect,
+    lines: &mut Vec<Line>,
+    mut pairing: Option<format::Pairing>,
+) -> (bool, Vec<TranscriptRepairResult>) {
     let mut changed = false;
     let mut rounds = Vec::new();
     // Dropping a message can join the turns around it, which can fault a
@@ -160,7 +175,7 @@ fn pairing_rounds(
     // only removes or reorders, so it ends).
     for _ in 0..16 {
         let mut report = TranscriptRepairResult::default();
-        let step = repair_round(dialect, lines, &mut report);
+        let step = repair_round(dialect, lines, pairing.take(), &mut report);
         changed |= step;
         if !step {
             break;
@@ -178,17 +193,6 @@ impl TranscriptRepairResult {
         self.moved_tool_results.extend(later.moved_tool_results);
         self.renamed_tool_uses.extend(later.renamed_tool_uses);
     }
-}
-
-/// Map call ids the provider would refuse (PROTOCOL.md 11.2, see
-/// [`format::ids`]): rename them, drop exact repetitions of a pair.
-fn ids_round(
-    dialect: &dyn Dialect,
-    lines: &mut Vec<Line>,
-    report: &mut TranscriptRepairResult,
-) -> bool {
-    let plan = format::ids::plan(dialect, &messages_of(lines).collect::<Vec<_>>());
-    apply_ids(dialect, lines, plan, report)
 }
 
 /// Carry out an id plan of `lines`' messages. Returns whether anything
@@ -233,11 +237,12 @@ fn apply_ids(
 fn repair_round(
     dialect: &dyn Dialect,
     lines: &mut Vec<Line>,
+    pairing: Option<format::Pairing>,
     report: &mut TranscriptRepairResult,
 ) -> bool {
     // Message number → line index.
     let at = message_lines(lines);
-    let pairing = format::pair(dialect, messages_of(lines));
+    let pairing = pairing.unwrap_or_else(|| format::pair(dialect, messages_of(lines)));
     if pairing.is_valid() {
         return false;
     }
