@@ -213,6 +213,25 @@ pub fn plan(messages: &[Value], state: &ReplacementState, cx: &ClearContext) -> 
     plan_memo(messages, state, cx, &mut Memo::default())
 }
 
+/// [`plan`], given digests of results already taken: per message, `(block,
+/// digest)` of results as they stand in `messages` (`budget/apply` has
+/// them from deciding fresh results, and each is as long to take again as
+/// the result is). One of another kind than the id's decisions use is
+/// taken again.
+pub fn plan_known(
+    messages: &[Value],
+    state: &ReplacementState,
+    cx: &ClearContext,
+    known: &[Vec<(usize, Digest)>],
+) -> Plan {
+    let mut memo = Memo::default();
+    for (m, digests) in known.iter().enumerate() {
+        memo.known
+            .extend(digests.iter().map(|&(block, digest)| ((m, block), digest)));
+    }
+    plan_memo(messages, state, cx, &mut memo)
+}
+
 /// What [`plan_memo`] keeps between calls over the same, growing,
 /// messages (a simulation), so each result and message is measured once.
 #[derive(Default)]
@@ -221,6 +240,8 @@ pub struct Memo {
     results: HashMap<(usize, usize), (u64, Digest)>,
     /// Each message's weight (see [`weight`]), by index.
     weights: Vec<Option<u64>>,
+    /// Digests of results taken before planning, by (message, block).
+    known: HashMap<(usize, usize), Digest>,
 }
 
 impl Memo {
@@ -234,7 +255,11 @@ impl Memo {
         id: &str,
     ) -> (u64, Digest) {
         *self.results.entry(at).or_insert_with(|| {
-            let digest = super::original_digest(dialect, message, block, state.digest_kind(id));
+            let kind = state.digest_kind(id);
+            let digest = match self.known.get(&at) {
+                Some(&digest) if digest.kind() == Some(kind) => digest,
+                _ => super::original_digest(dialect, message, block, kind),
+            };
             (dialect.result_content(message, block).size(unit), digest)
         })
     }

@@ -261,6 +261,8 @@ async fn apply_tracked(
     let mut hold = None;
     // Per message, `(block, digest)` of its eligible results, for rendering.
     let mut digests: Vec<Vec<(usize, Digest)>> = vec![Vec::new(); messages.len()];
+    // Messages whose results were saved (and replaced) in this request.
+    let mut rewritten = vec![false; messages.len()];
     for unit_messages in &units {
         let refs: Vec<&Value> = unit_messages.iter().map(|&i| &messages[i]).collect();
         let mut plan = budget::plan_message(&refs, &state, &pcx);
@@ -279,6 +281,9 @@ async fn apply_tracked(
             hold = Some(Hold::take(session, on_disk, &artifact_dir).await?);
         }
         drop(refs);
+        if !plan.chosen.is_empty() {
+            unit_messages.iter().for_each(|&i| rewritten[i] = true);
+        }
         let outcomes = persist_all(
             dialect,
             &store,
@@ -351,7 +356,13 @@ async fn apply_tracked(
     let clearing::Plan {
         chosen: to_clear,
         report: mut clearing_report,
-    } = clearing::plan(&messages, &state, &ccx);
+    } = {
+        // The digests taken above, of results still as they were then.
+        let known: Vec<Vec<(usize, Digest)>> = (digests.iter().zip(&rewritten))
+            .map(|(d, &rewritten)| if rewritten { Vec::new() } else { d.clone() })
+            .collect();
+        clearing::plan_known(&messages, &state, &ccx, &known)
+    };
     let mut cleared = Vec::new();
     if !to_clear.is_empty() {
         if hold.is_none() {
