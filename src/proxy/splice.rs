@@ -134,7 +134,13 @@ type Edits = Vec<(Range<usize>, String)>;
 
 fn apply(text: &str, mut edits: Edits) -> String {
     edits.sort_by_key(|(r, _)| r.start);
-    let mut out = String::with_capacity(text.len());
+    // Its exact size: budgeting mostly shrinks a body, and a buffer of the
+    // body's size would be one the allocator maps afresh (and the kernel
+    // zeroes page by page) for every large request.
+    let size = edits.iter().fold(text.len(), |size, (range, new)| {
+        size - range.len() + new.len()
+    });
+    let mut out = String::with_capacity(size);
     let mut at = 0;
     for (range, new) in edits {
         out.push_str(&text[at..range.start]);
