@@ -923,15 +923,12 @@ impl Session {
 mod tests {
     use super::*;
 
+    /// Which job ran, and the name of the thread it ran on.
+    type Seen = Arc<Mutex<Vec<(usize, Option<String>)>>>;
+
     /// Queue a job that records which thread it ran on (and then does
     /// `then` to the session) and wait for it.
-    async fn record(
-        slot: &Slot,
-        runs: Runs,
-        seen: &Arc<Mutex<Vec<(usize, Option<String>)>>>,
-        order: usize,
-        then: fn(&mut Session),
-    ) {
+    async fn record(slot: &Slot, runs: Runs, seen: &Seen, order: usize, then: fn(&mut Session)) {
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let seen = seen.clone();
         slot.enqueue_to_run(
@@ -956,7 +953,7 @@ mod tests {
         let registry = Registry::new(Storage::default(), Duration::from_secs(600));
         let id = SessionId::try_from("s".to_owned()).unwrap();
         let slot = registry.slot(dir.path(), &id);
-        let seen = Arc::new(Mutex::new(Vec::new()));
+        let seen = Seen::default();
         // Queued at once, without waiting: they run in this order.
         let queued = [Runs::OnWorker, Runs::OwnThread, Runs::OnWorker];
         let jobs = queued
@@ -987,7 +984,7 @@ mod tests {
             })
             .await;
         assert_eq!(loaded.ok(), Some(true));
-        let seen = Arc::new(Mutex::new(Vec::new()));
+        let seen = Seen::default();
         record(&slot, Runs::OwnThread, &seen, 0, |_| panic!("a bug")).await;
         // The worker goes on: the next job runs, on a session unloaded.
         let unloaded = slot
