@@ -80,9 +80,11 @@ impl SessionMethod for BudgetApply {
 }
 
 /// How many JSON values a request's messages hold, at least, for its
-/// budgeting to run on a thread of its own. Starting and ending a thread
-/// costs about as much as budgeting a few hundred values; a request this
-/// large frees thousands of small blocks.
+/// budgeting to run on a thread of its own. Starting and joining a thread
+/// with the runtime's stack took 75-130 µs (load 3.5-5); the memory
+/// bench's requests, about 10,000 values each, take about 19 ms of the
+/// server's CPU: about 2 µs a value, so a thread costs 1-2% of a request
+/// of this size, which frees thousands of small blocks.
 const OWN_THREAD_VALUES: usize = 4096;
 
 /// Whether `messages` hold at least `least` JSON values (arrays, objects
