@@ -65,7 +65,7 @@ pub type Job = Box<dyn for<'a> FnOnce(&'a mut Session) -> BoxFuture<'a, ()> + Se
 pub enum Runs {
     /// On the session's worker task, a thread of the runtime.
     OnWorker,
-    /// On a thread started for it, which ends with it ([`on_own_thread`]).
+    /// On a thread started for it, which ends with it (see `on_own_thread`).
     OwnThread,
 }
 
