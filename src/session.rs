@@ -60,6 +60,21 @@ pub async fn open_workspace(dir: &std::path::Path) -> Result<Storage> {
 
 pub type Job = Box<dyn for<'a> FnOnce(&'a mut Session) -> BoxFuture<'a, ()> + Send>;
 
+/// Where a queued job runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runs {
+    /// On the session's worker task, a thread of the runtime.
+    OnWorker,
+    /// On a thread started for it, which ends with it (see `on_own_thread`).
+    OwnThread,
+}
+
+/// A job as its session's queue holds it.
+struct Queued {
+    job: Job,
+    runs: Runs,
+}
+
 /// What readers may see of a session without queueing.
 #[derive(Clone, Default)]
 pub struct Published {
@@ -72,7 +87,7 @@ type PublishedCell = Arc<RwLock<Option<Arc<Published>>>>;
 pub struct Slot {
     pub key: SessionKey,
     /// `None` once the worker has retired (the session was evicted).
-    queue: Mutex<Option<mpsc::UnboundedSender<Job>>>,
+    queue: Mutex<Option<mpsc::UnboundedSender<Queued>>>,
     published: PublishedCell,
     registry: Weak<Slots>,
 }
@@ -88,7 +103,13 @@ impl Slot {
     /// and its lock included). Either way it runs after every job sent
     /// before it.
     pub fn enqueue(&self, job: Job) -> Result<()> {
-        let job = match self.send(job) {
+        self.enqueue_to_run(job, Runs::OnWorker)
+    }
+
+    /// [`Slot::enqueue`], the job to run as `runs` says. Where it runs
+    /// changes nothing of its order: the worker waits for it either way.
+    pub fn enqueue_to_run(&self, job: Job, runs: Runs) -> Result<()> {
+        let job = match self.send(Queued { job, runs }) {
             Ok(()) => return Ok(()),
             Err(job) => job,
         };
@@ -96,11 +117,13 @@ impl Slot {
             .registry
             .upgrade()
             .ok_or_else(|| Error::Internal(format!("session {} has stopped", self.key.id)))?;
-        registry.slot(&self.key.data_dir, &self.key.id).enqueue(job)
+        registry
+            .slot(&self.key.data_dir, &self.key.id)
+            .enqueue_to_run(job.job, job.runs)
     }
 
     /// Queue a job on this worker only; the job back if it has retired.
-    fn send(&self, job: Job) -> std::result::Result<(), Job> {
+    fn send(&self, job: Queued) -> std::result::Result<(), Queued> {
         let queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         match queue.as_ref() {
             Some(tx) => tx.send(job).map_err(|err| err.0),
@@ -195,7 +218,7 @@ impl Slots {
     /// waiting in it (`queue`, the worker's end). Lock order: the map, then
     /// the slot's queue, as [`Slot::enqueue`] never holds the queue lock
     /// while it takes the map's.
-    fn retire(&self, slot: &Arc<Slot>, queue: &mpsc::UnboundedReceiver<Job>) -> bool {
+    fn retire(&self, slot: &Arc<Slot>, queue: &mpsc::UnboundedReceiver<Queued>) -> bool {
         let mut map = self.lock();
         let mut sender = slot.queue.lock().unwrap_or_else(|p| p.into_inner());
         if !queue.is_empty() {
@@ -448,7 +471,11 @@ impl Registry {
     }
 }
 
-async fn run_worker(mut session: Session, mut queue: mpsc::UnboundedReceiver<Job>, idle: Duration) {
+async fn run_worker(
+    mut session: Session,
+    mut queue: mpsc::UnboundedReceiver<Queued>,
+    idle: Duration,
+) {
     loop {
         // A job already queued is taken without arming the idle timer:
         // under load most are, and a timer armed and cancelled per job is
@@ -463,7 +490,7 @@ async fn run_worker(mut session: Session, mut queue: mpsc::UnboundedReceiver<Job
             Err(mpsc::error::TryRecvError::Disconnected) => Ok(None),
             Err(mpsc::error::TryRecvError::Empty) => tokio::time::timeout(idle, queue.recv()).await,
         };
-        let job = match next {
+        let Queued { job, runs } = match next {
             Ok(Some(job)) => job,
             Ok(None) => break,
             Err(_) => {
@@ -474,8 +501,15 @@ async fn run_worker(mut session: Session, mut queue: mpsc::UnboundedReceiver<Job
                 continue;
             }
         };
-        let outcome = AssertUnwindSafe(job(&mut session)).catch_unwind().await;
-        if outcome.is_err() {
+        let panicked = match runs {
+            Runs::OnWorker => here(&mut session, job).await,
+            Runs::OwnThread => {
+                let panicked;
+                (session, panicked) = on_own_thread(session, job).await;
+                panicked
+            }
+        };
+        if panicked {
             // A bug, not bad input. Forget what is in memory; the next job
             // reloads the session from disk, which holds only whole commits.
             tracing::error!(session = %session.key.id, "session job panicked; reloading from disk");
@@ -487,6 +521,81 @@ async fn run_worker(mut session: Session, mut queue: mpsc::UnboundedReceiver<Job
         session.stale = true;
     }
     session.unload();
+}
+
+/// Run `job` on `session` on this task; whether it panicked.
+async fn here(session: &mut Session, job: Job) -> bool {
+    AssertUnwindSafe(job(session)).catch_unwind().await.is_err()
+}
+
+/// How many jobs run on threads of their own at once ([`on_own_thread`]):
+/// more than a machine's cores would only take turns on them.
+const OWN_THREADS: usize = 8;
+
+/// Run `job` on `session` on a thread started for it, and give the
+/// session back with whether the job panicked; the worker's task waits
+/// meanwhile without holding its thread.
+///
+/// Why: glibc's malloc keeps each thread's last freed small blocks (up to
+/// 7 of each size to 1,032 bytes) in a cache of the thread's own, and
+/// counts them as in use: `malloc_trim` keeps every page one of them lies
+/// on. A large request's last frees (its messages, its reply) are spread
+/// over all the pages it used, and a runtime worker, whose thread never
+/// ends, would keep them in its cache for good. A thread that ends frees
+/// its cache, so the release after the request (`server`) finds those
+/// pages free. The price, a thread started per job (its stack reserved,
+/// not touched), is for jobs that allocate far more than that.
+///
+/// At most [`OWN_THREADS`] such jobs run at once (of all sessions); the
+/// others wait for one to end, as they would for a runtime worker. Such a
+/// job must not wait for another session's own-thread job.
+///
+/// Only on a multi-threaded runtime: there the runtime's own threads
+/// drive I/O and timers while this thread waits in `block_on`. Elsewhere,
+/// or when no thread can be started, the job runs on the worker.
+async fn on_own_thread(mut session: Session, job: Job) -> (Session, bool) {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    static RUNNING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(OWN_THREADS);
+    let handle = match Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => handle,
+        _ => {
+            let panicked = here(&mut session, job).await;
+            return (session, panicked);
+        }
+    };
+    // What the worker gets back should the thread end without answering
+    // (it cannot: the job's panic is caught), so the session is never
+    // lost: the same session, nothing loaded, read again from disk.
+    let spare = session.unloaded();
+    // Held here as well, so a thread that cannot be started gives the
+    // session and the job back.
+    let work = Arc::new(Mutex::new(Some((session, job))));
+    let taken = work.clone();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    // The semaphore is never closed: a permit always comes.
+    let permit = RUNNING.acquire().await.ok();
+    let started = std::thread::Builder::new()
+        .name("toolwire-job".into())
+        .stack_size(crate::process::THREAD_STACK)
+        .spawn(move || {
+            let Some((mut session, job)) = taken.lock().unwrap_or_else(|p| p.into_inner()).take()
+            else {
+                return;
+            };
+            let panicked =
+                std::panic::catch_unwind(AssertUnwindSafe(|| handle.block_on(job(&mut session))))
+                    .is_err();
+            let _ = tx.send((session, panicked));
+            drop(permit);
+        });
+    if started.is_err() {
+        let held = work.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some((mut session, job)) = held {
+            let panicked = here(&mut session, job).await;
+            return (session, panicked);
+        }
+    }
+    rx.await.unwrap_or((spare, true))
 }
 
 /// A session as its worker holds it.
@@ -506,6 +615,21 @@ pub struct Session {
 }
 
 impl Session {
+    /// The same session with nothing loaded (its next job reads it from
+    /// disk).
+    fn unloaded(&self) -> Session {
+        Session {
+            key: self.key.clone(),
+            published: self.published.clone(),
+            storage: self.storage.clone(),
+            loaded: None,
+            open: self.open.clone(),
+            slot: self.slot.clone(),
+            evicting: self.evicting,
+            stale: true,
+        }
+    }
+
     pub fn key(&self) -> &SessionKey {
         &self.key
     }
@@ -669,7 +793,7 @@ impl Session {
     }
 
     /// End this worker's queue and leave the registry, if no job is waiting.
-    fn retire(&self, queue: &mpsc::UnboundedReceiver<Job>) -> bool {
+    fn retire(&self, queue: &mpsc::UnboundedReceiver<Queued>) -> bool {
         let Some(slot) = self.slot.upgrade() else {
             return false;
         };
@@ -792,5 +916,80 @@ impl Session {
     pub fn set_loaded(&mut self, loaded: Loaded) {
         self.loaded = Some(loaded);
         self.publish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Which job ran, and the name of the thread it ran on.
+    type Seen = Arc<Mutex<Vec<(usize, Option<String>)>>>;
+
+    /// Queue a job that records which thread it ran on (and then does
+    /// `then` to the session) and wait for it.
+    async fn record(slot: &Slot, runs: Runs, seen: &Seen, order: usize, then: fn(&mut Session)) {
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let seen = seen.clone();
+        slot.enqueue_to_run(
+            Box::new(move |session| {
+                Box::pin(async move {
+                    let name = std::thread::current().name().map(str::to_owned);
+                    seen.lock().unwrap().push((order, name));
+                    let _answer_on_drop = tx;
+                    then(session);
+                })
+            }),
+            runs,
+        )
+        .unwrap();
+        // The sender is dropped when the job ends, panicking or not.
+        let _ = rx.await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_job_on_its_own_thread_keeps_its_place_in_the_queue() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = Registry::new(Storage::default(), Duration::from_secs(600));
+        let id = SessionId::try_from("s".to_owned()).unwrap();
+        let slot = registry.slot(dir.path(), &id);
+        let seen = Seen::default();
+        // Queued at once, without waiting: they run in this order.
+        let queued = [Runs::OnWorker, Runs::OwnThread, Runs::OnWorker];
+        let jobs = queued
+            .iter()
+            .enumerate()
+            .map(|(order, &runs)| record(&slot, runs, &seen, order, |_| {}));
+        futures_util::future::join_all(jobs).await;
+        let seen = std::mem::take(&mut *seen.lock().unwrap());
+        let order: Vec<usize> = seen.iter().map(|(order, _)| *order).collect();
+        assert_eq!(order, [0, 1, 2]);
+        let names: Vec<Option<&str>> = seen.iter().map(|(_, name)| name.as_deref()).collect();
+        assert_eq!(names[1], Some("toolwire-job"));
+        assert!(names[0] != Some("toolwire-job") && names[2] != Some("toolwire-job"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_job_that_panics_on_its_own_thread_leaves_the_session_to_be_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = Registry::new(Storage::default(), Duration::from_secs(600));
+        let id = SessionId::try_from("s".to_owned()).unwrap();
+        let slot = registry.slot(dir.path(), &id);
+        let loaded = slot
+            .run(|session| {
+                Box::pin(async move {
+                    session.load().await?;
+                    Ok(session.loaded_mut().is_some())
+                })
+            })
+            .await;
+        assert_eq!(loaded.ok(), Some(true));
+        let seen = Seen::default();
+        record(&slot, Runs::OwnThread, &seen, 0, |_| panic!("a bug")).await;
+        // The worker goes on: the next job runs, on a session unloaded.
+        let unloaded = slot
+            .run(|session| Box::pin(async move { Ok(session.loaded_mut().is_none()) }))
+            .await;
+        assert_eq!(unloaded.ok(), Some(true));
     }
 }

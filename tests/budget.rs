@@ -759,3 +759,92 @@ async fn an_apply_that_decides_nothing_new_writes_nothing() {
         "an apply of nothing new wrote"
     );
 }
+
+/// A conversation of 1,200 calls and results, every tenth result over the
+/// limit of 3,000 chars: thousands of values, budgeted on a thread of its
+/// own on a multi-threaded runtime.
+fn many_results() -> Value {
+    let ids: Vec<String> = (0..1200).map(|i| format!("toolu_{i:05}")).collect();
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let bodies: Vec<String> = (0..ids.len())
+        .map(|i| {
+            if i % 10 == 0 {
+                (0..400)
+                    .map(|line| format!("result {i} line {line}\n"))
+                    .collect()
+            } else {
+                "ok".to_owned()
+            }
+        })
+        .collect();
+    let pairs: Vec<(&str, &str)> = ids
+        .iter()
+        .copied()
+        .zip(bodies.iter().map(String::as_str))
+        .collect();
+    json!([assistant_calls(&ids), results(&pairs)])
+}
+
+/// A large conversation runs on a thread started for it (it frees
+/// thousands of small blocks, which a runtime worker's allocator cache
+/// would keep); its answer is the one the session's worker gives, and the
+/// session's queue keeps its order around it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_conversation_on_its_own_thread_answers_as_the_worker_does_in_order() {
+    let options = json!({"limits": {"maxResultChars": 3000}});
+    let (dir, mut c) = setup(options.clone()).await;
+    let messages = many_results();
+    let first_large = messages[1]["content"][0].clone();
+    // Queued at once: the second request (small, on the session's worker)
+    // repeats the first request's first large result, and must find it
+    // decided by the first.
+    let large = c
+        .start(
+            "budget/apply",
+            json!({"sessionId": "s", "messages": messages}),
+        )
+        .await;
+    let small = c
+        .start(
+            "budget/apply",
+            json!({"sessionId": "s", "messages": [
+                assistant_calls(&["toolu_00000"]),
+                user(vec![first_large]),
+            ]}),
+        )
+        .await;
+    let large = c.response(large).await["result"].take();
+    let small = c.response(small).await["result"].take();
+    assert_eq!(large["records"].as_array().map(Vec::len), Some(120));
+    assert_eq!(small["records"], json!([]));
+    assert_eq!(
+        content_of(&small, 1, 0),
+        content_of(&large, 1, 0),
+        "the second request saw the first one's decision"
+    );
+
+    // The same request on a runtime of one thread, where every job runs
+    // on the session's worker: the same answer, but for the directory.
+    let other = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let (dir, mut c) = setup(options).await;
+            let r = c
+                .call(
+                    "budget/apply",
+                    json!({"sessionId": "s", "messages": many_results()}),
+                )
+                .await;
+            (dir, r)
+        })
+    });
+    let (other_dir, on_worker) = other.join().unwrap();
+    let here = serde_json::to_string(&large).unwrap().replace(
+        &*dir.path().to_string_lossy(),
+        &other_dir.path().to_string_lossy(),
+    );
+    assert_eq!(here, serde_json::to_string(&on_worker).unwrap());
+}

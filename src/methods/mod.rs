@@ -35,7 +35,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Effective;
 use crate::error::{Error, Result};
 use crate::protocol::{self, Method, ProgressToken, SessionId};
-use crate::session::{Registry, Session, Slot};
+use crate::session::{Registry, Runs, Session, Slot};
 use crate::transport::Outbox;
 
 /// What a handler knows about the request it serves.
@@ -105,6 +105,12 @@ pub trait SessionMethod: Method {
     /// rather than by the reader, which then reads only their `sessionId`
     /// (see [`text_session`]).
     const DECODED_BY_SESSION: bool = false;
+    /// Where the handler runs (see [`Runs`]): on the session's worker
+    /// unless these params make work whose small blocks are worth a
+    /// thread of their own.
+    fn runs(_params: &Self::Params) -> Runs {
+        Runs::OnWorker
+    }
     fn run<'a>(
         session: &'a mut Session,
         cx: &'a RequestCx,
@@ -312,11 +318,13 @@ fn via_value(route: Route, cx: RequestCx, text: &RawValue, respond: Respond) {
 
 fn queue_session<M: SessionMethod + 'static>(cx: RequestCx, params: M::Params, respond: Respond) {
     let slot = cx.slot(M::session_id(&params));
+    let runs = M::runs(&params);
     // Should the session be gone, the job is dropped with `respond` in it,
     // which answers; nothing more to say here.
-    let _ = slot.enqueue(Box::new(move |session| {
-        Box::pin(answer::<M>(session, cx, params, respond))
-    }));
+    let _ = slot.enqueue_to_run(
+        Box::new(move |session| Box::pin(answer::<M>(session, cx, params, respond))),
+        runs,
+    );
 }
 
 /// Run a session method's handler on its session and answer.
