@@ -271,7 +271,10 @@ impl Connection {
         // it carries, not with an anonymous parse error.
         let value: Value = match crate::json::request_or_refusal(body) {
             Ok(value) => value,
-            Err((id, err)) => return direct.reply(&id, Err(err)),
+            Err(refusal) => {
+                let (id, err) = *refusal;
+                return direct.reply(&id, Err(err));
+            }
         };
         match value {
             Value::Array(items) if items.is_empty() => {

@@ -93,14 +93,15 @@ pub fn request_from_slice(bytes: &[u8]) -> Result<Value, ParseError> {
 /// that is none is answered: valid JSON too deep to hold is refused as
 /// an invalid request with the id it carries, anything else that is no
 /// JSON is a parse error answered with id `null`.
-pub fn request_or_refusal(bytes: &[u8]) -> Result<Value, (Value, crate::error::Error)> {
+pub fn request_or_refusal(bytes: &[u8]) -> Result<Value, Box<(Value, crate::error::Error)>> {
     use crate::error::Error;
     match request_from_slice(bytes) {
         Ok(value) => Ok(value),
-        Err(err @ ParseError::TooDeep { .. }) => {
-            Err((request_id(bytes), Error::InvalidRequest(err.to_string())))
-        }
-        Err(err) => Err((Value::Null, Error::Parse(err.to_string()))),
+        Err(err @ ParseError::TooDeep { .. }) => Err(Box::new((
+            request_id(bytes),
+            Error::InvalidRequest(err.to_string()),
+        ))),
+        Err(err) => Err(Box::new((Value::Null, Error::Parse(err.to_string())))),
     }
 }
 

@@ -282,30 +282,37 @@ impl ParamsText {
 /// reader reads such a body (the serde reading of the whole body refuses
 /// it too, params that fail at the top failing nested). The error's id,
 /// when it is not the request's, goes with it.
-fn decode_text<M: SessionMethod>(
-    text: &ParamsText,
-) -> std::result::Result<M::Params, (Option<Value>, Error)> {
+fn decode_text<M: SessionMethod>(text: &ParamsText) -> std::result::Result<M::Params, Refusal> {
+    let refused = |id, err| Box::new((id, err));
     if let Some(params) = M::params_from_text(text.bytes()) {
         return Ok(params);
     }
     if let ParamsText::Unchecked(body) = text
         && serde_json::from_slice::<&RawValue>(text.bytes()).is_err()
     {
-        let value = crate::json::request_or_refusal(&body.body).map_err(|(id, e)| (Some(id), e))?;
-        return match crate::transport::Incoming::classify(value) {
-            Incoming::Request { params, .. } => M::params(params).map_err(|err| (None, err)),
-            Incoming::Invalid { id, error } => Err((Some(id), error)),
+        let value = crate::json::request_or_refusal(&body.body).map_err(|refusal| {
+            let (id, err) = *refusal;
+            refused(Some(id), err)
+        })?;
+        return match Incoming::classify(value) {
+            Incoming::Request { params, .. } => M::params(params).map_err(|e| refused(None, e)),
+            Incoming::Invalid { id, error } => Err(refused(Some(id), error)),
             // Not with this envelope, which has an id and a method.
-            Incoming::Notification { .. } | Incoming::Response => {
-                Err((None, Error::Internal("a request read as no request".into())))
-            }
+            Incoming::Notification { .. } | Incoming::Response => Err(refused(
+                None,
+                Error::Internal("a request read as no request".into()),
+            )),
         };
     }
     crate::json::from_slice::<Value>(text.bytes())
         .map_err(|err| Error::Parse(err.to_string()))
         .and_then(M::params)
-        .map_err(|err| (None, err))
+        .map_err(|e| refused(None, e))
 }
+
+/// Why params queued as text were refused, and the id to answer with
+/// when it is not the request's.
+type Refusal = Box<(Option<Value>, Error)>;
 
 /// The `sessionId` member of params given as text, read without decoding
 /// the rest; `None` when it is not a plain valid session id.
@@ -372,8 +379,10 @@ fn queue_text<M: SessionMethod + 'static>(
                 Ok(_) => respond.send(Err(Error::Internal(
                     "the params named two session ids".into(),
                 ))),
-                Err((Some(id), err)) => respond.send_as(id, Err(err)),
-                Err((None, err)) => respond.send(Err(err)),
+                Err(refusal) => match *refusal {
+                    (Some(id), err) => respond.send_as(id, Err(err)),
+                    (None, err) => respond.send(Err(err)),
+                },
             }
         })
     }));
