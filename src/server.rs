@@ -22,7 +22,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, Effective};
 use crate::error::{Error, Result};
-use crate::json::ParseError;
 use crate::methods::{self, ConnShared, RequestCx};
 use crate::protocol::{
     Experimental, InitializeParams, InitializeResult, NameVersion, ServerCapabilities,
@@ -268,18 +267,13 @@ impl Connection {
             return;
         }
         let direct = ReplySink::Direct(self.shared.outbox.clone());
-        let value: Value = match crate::json::request_from_slice(body) {
+        // Valid JSON the server will not hold is answered as the request
+        // it carries, not with an anonymous parse error.
+        let value: Value = match crate::json::request_or_refusal(body) {
             Ok(value) => value,
-            Err(err @ ParseError::TooDeep { .. }) => {
-                // Valid JSON the server will not hold: answer the request
-                // it carries, not an anonymous parse error.
-                let id = crate::json::request_id(body);
-                direct.reply(&id, Err(Error::InvalidRequest(err.to_string())));
-                return;
-            }
-            Err(err) => {
-                direct.reply(&Value::Null, Err(Error::Parse(err.to_string())));
-                return;
+            Err(refusal) => {
+                let (id, err) = *refusal;
+                return direct.reply(&id, Err(err));
             }
         };
         match value {
@@ -412,6 +406,20 @@ impl Connection {
         if body.len() >= crate::json::lifted::LARGE {
             return false;
         }
+        if let Some(envelope) = transport::envelope::plain_envelope(body)
+            && let Some((route, session)) =
+                methods::dispatch_unchecked(envelope.method, &body[envelope.params.clone()])
+        {
+            let config = config.clone();
+            let sink = ReplySink::Direct(self.shared.outbox.clone());
+            let (cx, respond) = self.begin(config, Value::from(envelope.id), &sink);
+            let body = methods::UncheckedBody {
+                body: body.into(),
+                params: envelope.params,
+            };
+            route(cx, session, body, respond);
+            return true;
+        }
         let Some(request) = transport::envelope::read(body) else {
             return false;
         };
@@ -452,12 +460,12 @@ impl Connection {
         };
         let inflight = self.inflight.clone();
         let sink = sink.clone();
-        let respond = methods::Respond::new(move |result| {
+        let respond = methods::Respond::new(move |answer_id, result| {
             inflight
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(&key);
-            sink.reply_encoded(&id, result);
+            sink.reply_encoded(answer_id.as_ref().unwrap_or(&id), result);
         });
         (cx, respond)
     }

@@ -2,13 +2,14 @@
 //! with the id still found), parsed again with its long strings lifted (to
 //! the same answer), classified, and its params decoded as every method's
 //! params type in turn; a request the server reads by its bytes reads the
-//! same as parsed. Nothing may panic.
+//! same as parsed, and `pair/append`'s params decoded unchecked are JSON;
+//! a value is written as serde_json writes it. Nothing may panic.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
-use toolwire::methods::{Exec, MethodVisitor, visit_all};
-use toolwire::protocol::Method;
+use toolwire::methods::{Exec, MethodVisitor, SessionMethod, visit_all};
+use toolwire::protocol::{Method, PairAppend};
 use toolwire::transport::Incoming;
 
 /// Decodes the params it holds as each method's params.
@@ -35,6 +36,16 @@ fuzz_target!(|data: &[u8]| {
             .unwrap_or_else(|e| panic!("params read by their bytes, yet no JSON: {e}"));
         assert_eq!(members["params"], params);
     }
+    // Params the reader leaves unchecked (`pair/append`'s) and the
+    // session's task decodes are JSON: the body is then a plain request.
+    if let Some(envelope) = toolwire::transport::envelope::plain_envelope(data)
+        && PairAppend::params_from_text(&data[envelope.params]).is_some()
+    {
+        assert!(
+            toolwire::transport::envelope::plain_request(data).is_some(),
+            "params decoded unchecked, yet no plain request"
+        );
+    }
     // Long strings lifted out of serde_json's way or not, the same answer.
     let lifted = toolwire::json::lifted::from_slice(data);
     let value: Value = match toolwire::json::from_slice(data) {
@@ -51,6 +62,13 @@ fuzz_target!(|data: &[u8]| {
             return;
         }
     };
+    let mut written = Vec::new();
+    toolwire::json::write::write_value(&mut written, &value);
+    assert_eq!(
+        written,
+        serde_json::to_vec(&value).expect("a value serializes"),
+        "written otherwise than serde_json writes it"
+    );
     let params = value.get("params").cloned().unwrap_or(Value::Null);
     let _ = Incoming::classify(value.clone());
     visit_all(&mut DecodeAll(params));

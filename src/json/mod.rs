@@ -20,12 +20,14 @@
 //! their size).
 //!
 //! Beside it: `strings`, JSON strings scanned (and unescaped) 64 bytes
-//! at a time, and [`lifted`], a large request parsed with its long strings
-//! kept away from serde_json, to the same value or the same error.
+//! at a time, [`lifted`], a large request parsed with its long strings
+//! kept away from serde_json, to the same value or the same error, and
+//! [`write`], a value written as serde_json writes it, without serde.
 
 pub mod by_name;
 pub mod lifted;
 pub(crate) mod strings;
+pub mod write;
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -84,6 +86,22 @@ pub fn request_from_slice(bytes: &[u8]) -> Result<Value, ParseError> {
         lifted::from_slice(bytes)
     } else {
         from_slice(bytes)
+    }
+}
+
+/// A request's body as a value ([`request_from_slice`]), or how a body
+/// that is none is answered: valid JSON too deep to hold is refused as
+/// an invalid request with the id it carries, anything else that is no
+/// JSON is a parse error answered with id `null`.
+pub fn request_or_refusal(bytes: &[u8]) -> Result<Value, Box<(Value, crate::error::Error)>> {
+    use crate::error::Error;
+    match request_from_slice(bytes) {
+        Ok(value) => Ok(value),
+        Err(err @ ParseError::TooDeep { .. }) => Err(Box::new((
+            request_id(bytes),
+            Error::InvalidRequest(err.to_string()),
+        ))),
+        Err(err) => Err(Box::new((Value::Null, Error::Parse(err.to_string())))),
     }
 }
 

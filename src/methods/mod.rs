@@ -36,7 +36,7 @@ use crate::config::Effective;
 use crate::error::{Error, Result};
 use crate::protocol::{self, Method, ProgressToken, SessionId};
 use crate::session::{Registry, Runs, Session, Slot};
-use crate::transport::Outbox;
+use crate::transport::{Incoming, Outbox};
 
 /// What a handler knows about the request it serves.
 #[derive(Clone)]
@@ -97,13 +97,15 @@ pub trait SessionMethod: Method {
     /// Decode the params straight from their JSON text, skipping the
     /// parsed value, when that is quicker and gives the same params; `None`
     /// sends them through [`SessionMethod::params`] (which also words any
-    /// error).
-    fn params_from_text(_text: &RawValue) -> Option<Self::Params> {
+    /// error). `Some` only for text that is one JSON value: text the reader
+    /// has not checked ([`dispatch_unchecked`]) is checked by this parse.
+    fn params_from_text(_text: &[u8]) -> Option<Self::Params> {
         None
     }
     /// Whether params given as text are decoded on the session's task
     /// rather than by the reader, which then reads only their `sessionId`
-    /// (see [`text_session`]).
+    /// (see [`text_session`]), and leaves checking that they are JSON to
+    /// that decoding (see [`dispatch_unchecked`]).
     const DECODED_BY_SESSION: bool = false;
     /// Where the handler runs (see [`Runs`]): on the session's worker
     /// unless these params make work whose small blocks are worth a
@@ -135,6 +137,9 @@ pub type Pending = BoxFuture<'static, Result<Box<RawValue>>>;
 type Route = fn(RequestCx, Value, Respond);
 /// A route taking the params as their JSON text (see [`dispatch_text`]).
 type TextRoute = fn(RequestCx, &RawValue, Respond);
+/// A route taking the params as text not yet checked to be JSON, with the
+/// session they name (see [`dispatch_unchecked`]).
+pub type UncheckedRoute = fn(RequestCx, SessionId, UncheckedBody, Respond);
 
 /// Where a request's answer goes, used once. It travels with the request's
 /// work, so a session method answers from its session's task as soon as
@@ -145,17 +150,31 @@ type TextRoute = fn(RequestCx, &RawValue, Respond);
 /// every request still gets exactly one answer.
 pub struct Respond(Option<Answer>);
 
-/// What a [`Respond`] does with the answer.
-type Answer = Box<dyn FnOnce(Result<Box<RawValue>>) + Send>;
+/// What a [`Respond`] does with the answer: the id to answer with, when
+/// another than the request's ([`Respond::send_as`]), and the answer.
+type Answer = Box<dyn FnOnce(Option<Value>, Result<Box<RawValue>>) + Send>;
 
 impl Respond {
-    pub fn new(answer: impl FnOnce(Result<Box<RawValue>>) + Send + 'static) -> Respond {
+    pub fn new(
+        answer: impl FnOnce(Option<Value>, Result<Box<RawValue>>) + Send + 'static,
+    ) -> Respond {
         Respond(Some(Box::new(answer)))
     }
 
-    pub fn send(mut self, result: Result<Box<RawValue>>) {
+    pub fn send(self, result: Result<Box<RawValue>>) {
+        self.answer(None, result);
+    }
+
+    /// Answer with `id` in place of the request's: a body the reader took
+    /// for a request, unchecked, that turned out to be no JSON is answered
+    /// as the reader answers such a body (with id `null`).
+    pub fn send_as(self, id: Value, result: Result<Box<RawValue>>) {
+        self.answer(Some(id), result);
+    }
+
+    fn answer(mut self, id: Option<Value>, result: Result<Box<RawValue>>) {
         if let Some(answer) = self.0.take() {
-            answer(result);
+            answer(id, result);
         }
     }
 
@@ -168,7 +187,7 @@ impl Respond {
 impl Drop for Respond {
     fn drop(&mut self) {
         if let Some(answer) = self.0.take() {
-            answer(Err(Error::Internal("session job was dropped".into())));
+            answer(None, Err(Error::Internal("session job was dropped".into())));
         }
     }
 }
@@ -219,13 +238,87 @@ fn text_session<M: SessionMethod + 'static>(cx: RequestCx, text: &RawValue, resp
     if M::DECODED_BY_SESSION
         && let Some(id) = session_of_text(text)
     {
-        return queue_text::<M>(cx, id, text.to_owned(), respond);
+        return queue_text::<M>(cx, id, ParamsText::Checked(text.to_owned()), respond);
     }
-    match M::params_from_text(text) {
+    match M::params_from_text(text.get().as_bytes()) {
         Some(params) => queue_session::<M>(cx, params, respond),
         None => via_value(route_session::<M>, cx, text, respond),
     }
 }
+
+/// A session method's params not checked by the reader: the session's
+/// task checks them as it decodes them ([`decode_text`]).
+fn unchecked_session<M: SessionMethod + 'static>(
+    cx: RequestCx,
+    id: SessionId,
+    body: UncheckedBody,
+    respond: Respond,
+) {
+    queue_text::<M>(cx, id, ParamsText::Unchecked(body), respond);
+}
+
+/// The body of a request spelled as `transport::envelope::plain_envelope`
+/// reads it, whose params the reader has not checked are JSON.
+pub struct UncheckedBody {
+    pub body: Box<[u8]>,
+    /// Where the params stand in `body`.
+    pub params: std::ops::Range<usize>,
+}
+
+/// Params queued as text with the session they name.
+enum ParamsText {
+    /// Checked by the reader to be one JSON value.
+    Checked(Box<RawValue>),
+    /// Not checked ([`dispatch_unchecked`]).
+    Unchecked(UncheckedBody),
+}
+
+impl ParamsText {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            ParamsText::Checked(text) => text.get().as_bytes(),
+            ParamsText::Unchecked(body) => body.body.get(body.params.clone()).unwrap_or_default(),
+        }
+    }
+}
+
+/// Decode params queued as text as the reader would have: through the
+/// value when the quick decoding declines (which words any error), and,
+/// for params the reader did not check that are no JSON value, as the
+/// reader reads such a body (the serde reading of the whole body refuses
+/// it too, params that fail at the top failing nested). The error's id,
+/// when it is not the request's, goes with it.
+fn decode_text<M: SessionMethod>(text: &ParamsText) -> std::result::Result<M::Params, Refusal> {
+    let refused = |id, err| Box::new((id, err));
+    if let Some(params) = M::params_from_text(text.bytes()) {
+        return Ok(params);
+    }
+    if let ParamsText::Unchecked(body) = text
+        && serde_json::from_slice::<&RawValue>(text.bytes()).is_err()
+    {
+        let value = crate::json::request_or_refusal(&body.body).map_err(|refusal| {
+            let (id, err) = *refusal;
+            refused(Some(id), err)
+        })?;
+        return match Incoming::classify(value) {
+            Incoming::Request { params, .. } => M::params(params).map_err(|e| refused(None, e)),
+            Incoming::Invalid { id, error } => Err(refused(Some(id), error)),
+            // Not with this envelope, which has an id and a method.
+            Incoming::Notification { .. } | Incoming::Response => Err(refused(
+                None,
+                Error::Internal("a request read as no request".into()),
+            )),
+        };
+    }
+    crate::json::from_slice::<Value>(text.bytes())
+        .map_err(|err| Error::Parse(err.to_string()))
+        .and_then(M::params)
+        .map_err(|e| refused(None, e))
+}
+
+/// Why params queued as text were refused, and the id to answer with
+/// when it is not the request's.
+type Refusal = Box<(Option<Value>, Error)>;
 
 /// The `sessionId` member of params given as text, read without decoding
 /// the rest; `None` when it is not a plain valid session id.
@@ -235,7 +328,7 @@ fn session_of_text(text: &RawValue) -> Option<SessionId> {
         #[serde(rename = "sessionId", borrow)]
         session_id: &'a str,
     }
-    let id = match leading_session_id(text.get()) {
+    let id = match leading_session_id(text.get().as_bytes()) {
         Some(id) => id,
         None => serde_json::from_str::<Target>(text.get()).ok()?.session_id,
     };
@@ -248,14 +341,14 @@ fn session_of_text(text: &RawValue) -> Option<SessionId> {
 /// pair over stdio). Only where nothing after it can be another
 /// `sessionId` member, which would take its place as the last one: the
 /// name appears nowhere else, and no `\u` escape could spell it. Anything
-/// else is left to the parse. The text is valid JSON already (a
-/// [`RawValue`] is checked when made), so the string ends where its
-/// first unescaped quote is.
-fn leading_session_id(text: &str) -> Option<&str> {
-    let rest = text.strip_prefix(r#"{"sessionId":""#)?;
-    let end = memchr::memchr2(b'"', b'\\', rest.as_bytes())?;
+/// else is left to the parse. In JSON the string ends where its first
+/// unescaped quote is; in text that is no JSON, the id found only queues
+/// the request on a session whose task then finds the text is none.
+fn leading_session_id(text: &[u8]) -> Option<&str> {
+    let rest = text.strip_prefix(br#"{"sessionId":""#)?;
+    let end = memchr::memchr2(b'"', b'\\', rest)?;
     let (id, after) = rest.split_at(end);
-    let after = after.strip_prefix('"')?.as_bytes();
+    let after = after.strip_prefix(b"\"")?;
     // Built once: `memmem::find` builds its searcher on every call, which
     // was 1.5% of the server's instructions per small pair.
     static FINDERS: LazyLock<[memchr::memmem::Finder<'static>; 2]> = LazyLock::new(|| {
@@ -264,7 +357,10 @@ fn leading_session_id(text: &str) -> Option<&str> {
             memchr::memmem::Finder::new(b"\\u"),
         ]
     });
-    (!FINDERS.iter().any(|f| f.find(after).is_some())).then_some(id)
+    if FINDERS.iter().any(|f| f.find(after).is_some()) {
+        return None;
+    }
+    std::str::from_utf8(id).ok()
 }
 
 /// Queue params still as text on session `id`'s task, which decodes them
@@ -272,18 +368,13 @@ fn leading_session_id(text: &str) -> Option<&str> {
 fn queue_text<M: SessionMethod + 'static>(
     cx: RequestCx,
     id: SessionId,
-    text: Box<RawValue>,
+    text: ParamsText,
     respond: Respond,
 ) {
     let slot = cx.slot(&id);
     let _ = slot.enqueue(Box::new(move |session| {
         Box::pin(async move {
-            let params = match M::params_from_text(&text) {
-                Some(params) => Ok(params),
-                None => crate::json::from_slice::<Value>(text.get().as_bytes())
-                    .map_err(|err| Error::Parse(err.to_string()))
-                    .and_then(M::params),
-            };
+            let params = decode_text::<M>(&text);
             drop(text);
             match params {
                 // The same text read twice names the same session; checked
@@ -294,7 +385,10 @@ fn queue_text<M: SessionMethod + 'static>(
                 Ok(_) => respond.send(Err(Error::Internal(
                     "the params named two session ids".into(),
                 ))),
-                Err(err) => respond.send(Err(err)),
+                Err(refusal) => match *refusal {
+                    (Some(id), err) => respond.send_as(id, Err(err)),
+                    (None, err) => respond.send(Err(err)),
+                },
             }
         })
     }));
@@ -379,7 +473,7 @@ macro_rules! method_table {
         pub const CUSTOM_METHODS: &[&str] = &[$(<protocol::$ty as Method>::NAME),*];
 
         /// Looked up on every request: XXH3 rather than SipHash.
-        static ROUTES: LazyLock<HashMap<&'static str, (Route, TextRoute), crate::state::IdHash>> = LazyLock::new(|| {
+        static ROUTES: LazyLock<HashMap<&'static str, (Route, TextRoute, Option<UncheckedRoute>), crate::state::IdHash>> = LazyLock::new(|| {
             HashMap::from_iter([$((<protocol::$ty as Method>::NAME, method_table!(@route $exec $ty))),*])
         });
 
@@ -391,13 +485,18 @@ macro_rules! method_table {
         }
     };
     (@route session $ty:ident) => {
-        (route_session::<protocol::$ty> as Route, text_session::<protocol::$ty> as TextRoute)
+        (
+            route_session::<protocol::$ty> as Route,
+            text_session::<protocol::$ty> as TextRoute,
+            <protocol::$ty as SessionMethod>::DECODED_BY_SESSION
+                .then_some(unchecked_session::<protocol::$ty> as UncheckedRoute),
+        )
     };
     (@route concurrent $ty:ident) => {
-        (route_concurrent::<protocol::$ty> as Route, text_concurrent::<protocol::$ty> as TextRoute)
+        (route_concurrent::<protocol::$ty> as Route, text_concurrent::<protocol::$ty> as TextRoute, None)
     };
     (@route raw $ty:ident) => {
-        (route_raw::<protocol::$ty> as Route, text_raw::<protocol::$ty> as TextRoute)
+        (route_raw::<protocol::$ty> as Route, text_raw::<protocol::$ty> as TextRoute, None)
     };
     (@exec session) => { Exec::Session };
     (@exec concurrent) => { Exec::Concurrent };
@@ -422,7 +521,7 @@ method_table! {
 /// here are answered at once.
 pub fn dispatch(method: &str, cx: RequestCx, params: Value, respond: Respond) {
     match ROUTES.get(method) {
-        Some((route, _)) => route(cx, params, respond),
+        Some((route, _, _)) => route(cx, params, respond),
         None => respond.send(Err(Error::MethodNotFound(method.to_owned()))),
     }
 }
@@ -433,7 +532,22 @@ pub fn dispatch(method: &str, cx: RequestCx, params: Value, respond: Respond) {
 /// parse of its message rather than two (a value, then the params built
 /// again from it).
 pub fn dispatch_text(method: &str) -> Option<TextRoute> {
-    ROUTES.get(method).map(|(_, text)| *text)
+    ROUTES.get(method).map(|(_, text, _)| *text)
+}
+
+/// How to start `method` given its params as text the reader has not
+/// checked are JSON, with the session they name: for a method whose
+/// session's task decodes the params anyway (`pair/append`), which checks
+/// them in that one parse rather than the reader walking the same bytes
+/// first (about a tenth of a small pair's instructions). Params that turn
+/// out to be no JSON are answered there as the reader answers such a body
+/// ([`decode_text`]). `None` for any other method, or params whose session
+/// id the quick read cannot take: the reader checks them, and goes on as
+/// [`dispatch_text`] does.
+pub fn dispatch_unchecked(method: &str, params: &[u8]) -> Option<(UncheckedRoute, SessionId)> {
+    let route = ROUTES.get(method)?.2?;
+    let id = leading_session_id(params)?;
+    Some((route, SessionId::try_from(id.to_owned()).ok()?))
 }
 
 pub use budget_apply::Applied;

@@ -36,8 +36,12 @@ impl SessionMethod for PairAppend {
     /// Straight from the text: params that decode this way are the ones
     /// the value would give (the message is a value either way); any that
     /// do not (a duplicate member, an error to word) take the value's way.
-    fn params_from_text(text: &serde_json::value::RawValue) -> Option<PairAppendParams> {
-        serde_json::from_str(text.get()).ok()
+    ///
+    /// The text is checked to be UTF-8 at once, then parsed as a `str`:
+    /// parsed from bytes, serde_json checks each string on its own, which
+    /// cost three times as much for a small message's many short strings.
+    fn params_from_text(text: &[u8]) -> Option<PairAppendParams> {
+        serde_json::from_str(std::str::from_utf8(text).ok()?).ok()
     }
 
     /// The message's values are made and freed on the session's task.

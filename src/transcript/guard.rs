@@ -191,29 +191,36 @@ impl PairGuard {
                 format!("{path}[{m}]")
             }
         };
-        let calls: Vec<(String, String, bool)> = items
-            .iter()
-            .filter(|(_, i)| i.kind == ItemKind::Call && !i.misplaced)
-            .map(|(_, i)| (i.id.to_string(), i.name.to_string(), i.positional))
-            .collect();
+        let call_items = || {
+            items
+                .iter()
+                .map(|(_, i)| i)
+                .filter(|i| i.kind == ItemKind::Call && !i.misplaced)
+        };
         let results: Vec<&str> = items
             .iter()
             .filter(|(_, i)| i.kind == ItemKind::Result && !i.misplaced)
             .map(|(_, i)| &*i.id)
             .collect();
 
+        // A table of ids only when two calls could share one: a pair's
+        // message holds one call, and the table cost an allocation.
         let mut unique = HashSet::new();
-        if let Some((dup, _, _)) = calls
-            .iter()
-            .find(|(id, _, positional)| !positional && !unique.insert(id.as_str()))
+        if call_items().nth(1).is_some()
+            && let Some(dup) = call_items()
+                .filter(|i| !i.positional)
+                .find(|i| !unique.insert(&*i.id))
         {
             return Err(Error::invalid_params(
                 format!("{path}.content"),
-                format!("two tool calls share the id {dup:?}"),
+                format!("two tool calls share the id {:?}", &*dup.id),
             ));
         }
-        let calls: Vec<(String, String)> =
-            calls.into_iter().map(|(id, name, _)| (id, name)).collect();
+        // Built here, not narrowed from a wider list: collecting in place
+        // into smaller elements shrank the allocation (a `realloc`).
+        let calls: Vec<(String, String)> = call_items()
+            .map(|i| (i.id.to_string(), i.name.to_string()))
+            .collect();
 
         if !results.is_empty() {
             // Results come first in their turn: after other content the

@@ -128,6 +128,9 @@ pub const RECORD_KIND: &str = "tool-result";
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "camelCase")]
 enum LineRef<'a> {
+    /// What [`Lines::push_message`] writes (without serde); the tests hold
+    /// it to this.
+    #[cfg_attr(not(test), allow(dead_code))]
     Message {
         message: &'a Value,
     },
@@ -155,8 +158,17 @@ pub struct Lines {
 }
 
 impl Lines {
+    /// The line `{"type":"message","message":M}`, as serde writes
+    /// [`LineRef::Message`], written without serde (`json::write`).
     pub fn push_message(&mut self, message: &Value) {
-        self.push(&LineRef::Message { message });
+        if self.bytes.capacity() == 0 {
+            self.bytes.reserve(LINE_ROOM);
+        }
+        self.bytes
+            .extend_from_slice(br#"{"type":"message","message":"#);
+        crate::json::write::write_value(&mut self.bytes, message);
+        self.bytes.extend_from_slice(b"}\n");
+        self.count += 1;
     }
 
     pub fn push_record(&mut self, record: &ReplacementRecord) {
@@ -195,4 +207,27 @@ pub fn session_line(format: crate::format::Format) -> Option<Vec<u8>> {
         )
         .into_bytes()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_line_is_what_serde_writes_of_it() {
+        let message: Value = serde_json::from_str(
+            r#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"t\"1","content":"a\nb","n":1E5}]}"#,
+        )
+        .unwrap();
+        let mut lines = Lines::default();
+        lines.push_message(&message);
+        lines.push_message(&Value::Null);
+        let mut expected = Vec::new();
+        for message in [&message, &Value::Null] {
+            serde_json::to_writer(&mut expected, &LineRef::Message { message }).unwrap();
+            expected.push(b'\n');
+        }
+        assert_eq!(String::from_utf8(lines.bytes), String::from_utf8(expected));
+        assert_eq!(lines.count, 2);
+    }
 }

@@ -68,6 +68,30 @@ pub struct PlainRequest<'a> {
 /// params from this text or, failing that, from a value of it parsed
 /// without that limit, which is what the ordinary path does too.
 pub fn plain_request(body: &[u8]) -> Option<PlainRequest<'_>> {
+    let envelope = plain_envelope(body)?;
+    let params: &RawValue = serde_json::from_slice(&body[envelope.params]).ok()?;
+    Some(PlainRequest {
+        id: Value::from(envelope.id),
+        method: envelope.method,
+        params,
+    })
+}
+
+/// The envelope [`plain_request`] reads, with `P` not yet checked: the
+/// body is that request exactly when `P` is one JSON value. A reader that
+/// parses `P` anyway (`pair/append`'s session task decodes it into the
+/// message) checks it there, rather than walking the same bytes twice.
+#[derive(Debug)]
+pub struct PlainEnvelope<'a> {
+    pub id: u64,
+    pub method: &'a str,
+    /// Where `P` stands in the body.
+    pub params: std::ops::Range<usize>,
+}
+
+/// The envelope of [`plain_request`], `P` unchecked; `None` when the body
+/// is not spelled that way around it.
+pub fn plain_envelope(body: &[u8]) -> Option<PlainEnvelope<'_>> {
     let rest = body.strip_prefix(br#"{"jsonrpc":"2.0","id":"#)?;
     let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
     // No leading zero (not JSON), and few enough digits for a u64.
@@ -86,11 +110,11 @@ pub fn plain_request(body: &[u8]) -> Option<PlainRequest<'_>> {
     let method = std::str::from_utf8(method).ok()?;
     let rest = rest.strip_prefix(br#"","params":"#)?;
     let params = rest.strip_suffix(b"}")?;
-    let params: &RawValue = serde_json::from_slice(params).ok()?;
-    Some(PlainRequest {
-        id: Value::from(id),
+    let start = body.len() - rest.len();
+    Some(PlainEnvelope {
+        id,
         method,
-        params,
+        params: start..start + params.len(),
     })
 }
 
