@@ -43,9 +43,15 @@ pub const LARGE: usize = 64 * 1024;
 /// Strings at least this long are lifted.
 const LONG: usize = 256;
 
-/// After a text at least this long the scan's next buffer starts empty
-/// instead of as large: a huge string is not followed by a huge buffer.
+/// Texts at least this long are taken out of the scan's buffer instead of
+/// copied out of it.
 const HUGE: usize = 1 << 20;
+
+/// Texts in a buffer of at most this capacity are taken out of it too,
+/// and the scan goes on in a new buffer as large: half the size
+/// from which glibc maps a block on its own (`process::tune_allocator`),
+/// so the buffers come from the heap's reused memory.
+const TAKEN: usize = 64 << 10;
 
 /// How far into a body its long strings must already make up a quarter of
 /// it for lifting to go on.
@@ -142,19 +148,26 @@ fn lift(body: &[u8]) -> Option<(Vec<u8>, Vec<Lifted>)> {
         copy.extend_from_slice(b"\\u0000");
         // Written in place (a Vec never fails a write).
         let _ = write!(copy, "{}", strings.len());
-        // Taken rather than copied, and cut to its size: the string lives
-        // on in the value, and the buffer, grown by doubling, may be up to
-        // twice that. Shrinking moves nothing (glibc cuts a block in place,
-        // and a block of a string of hundreds of MB is mapped on its own),
-        // so no string is held twice. The next string is written into a
-        // buffer as large as this one was, grown again only by a longer one.
-        let capacity = if text.bytes.len() >= HUGE {
-            0
+        let bytes = if text.bytes.len() >= HUGE {
+            // Taken rather than copied, so a string of hundreds of MB is
+            // not held twice; cut to its size (a block this large is
+            // mapped on its own, and shrinking it moves nothing).
+            let mut bytes = std::mem::take(&mut text.bytes);
+            bytes.shrink_to_fit();
+            bytes
+        } else if text.bytes.capacity() <= TAKEN {
+            // Taken too, cut to its size in place (glibc splits the block),
+            // and the next string written into a buffer as large: no copy.
+            let capacity = text.bytes.capacity();
+            let mut bytes = std::mem::replace(&mut text.bytes, Vec::with_capacity(capacity));
+            bytes.shrink_to_fit();
+            bytes
         } else {
-            text.bytes.capacity()
+            // A copy of its own size: a new buffer this large for every
+            // string would be one the allocator maps (and the kernel
+            // faults in) afresh each time, which costs more than the copy.
+            text.bytes.clone()
         };
-        let mut bytes = std::mem::replace(&mut text.bytes, Vec::with_capacity(capacity));
-        bytes.shrink_to_fit();
         strings.push(Lifted {
             raw: open + 1..end,
             text: text.whole.then_some(bytes),
