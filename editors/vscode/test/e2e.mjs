@@ -56,7 +56,7 @@ const ws = join(tmp, "ws");
 const ud = join(tmp, "user-data");
 const extDir = join(tmp, "extensions");
 const run = join(tmp, "run");
-for (const d of [ws, join(ud, "User"), extDir, run, join(tmp, "xdg")]) mkdirSync(d, { recursive: true });
+for (const d of [ws, join(ud, "User"), extDir, run, join(tmp, "xdg"), join(tmp, "tmp")]) mkdirSync(d, { recursive: true });
 chmodSync(run, 0o700);
 const env = {
   ...process.env,
@@ -64,6 +64,10 @@ const env = {
   XDG_CONFIG_HOME: join(tmp, "xdg"),
   XDG_DATA_HOME: join(tmp, "xdg"),
   XDG_CACHE_HOME: join(tmp, "xdg"),
+  // What code-server and its extensions leave in the temporary directory
+  // (the TypeScript server's vscode-typescript<uid> folder, which it does
+  // not always remove as it ends) goes with the rest of this run's folder.
+  TMPDIR: join(tmp, "tmp"),
   TOOLWIRE_BIN: "",
   TOOLWIRE_E2E_BINARY: binary,
 };
