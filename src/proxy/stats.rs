@@ -45,16 +45,28 @@ pub struct Record {
 
 /// Append one record to the session's usage file.
 pub fn append(session_dir: &Path, record: &Record) -> std::io::Result<()> {
-    crate::private::create_dir_all(session_dir)?;
     let mut line = serde_json::to_vec(record).map_err(std::io::Error::other)?;
     line.push(b'\n');
+    let path = session_dir.join(USAGE_FILE);
+    let open = || {
+        crate::private::file_options()
+            .create(true)
+            .append(true)
+            .open(&path)
+    };
+    // The session's directory is made only when it is missing (a
+    // session's first request): every later request opens the file
+    // straight away, two system calls fewer on each proxied request.
+    let mut file = match open() {
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            crate::private::create_dir_all(session_dir)?;
+            open()?
+        }
+        opened => opened?,
+    };
     // One write of one short line with O_APPEND: concurrent requests of a
     // session never interleave within a line.
-    crate::private::file_options()
-        .create(true)
-        .append(true)
-        .open(session_dir.join(USAGE_FILE))?
-        .write_all(&line)
+    file.write_all(&line)
 }
 
 /// Totals over a session's requests.
@@ -130,4 +142,31 @@ pub fn collect(data_dir: &Path, only: Option<&str>) -> std::io::Result<Vec<Sessi
         out.push(stats);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_first_record_makes_the_session_directory_and_later_ones_append() {
+        let root = tempfile::tempdir().unwrap();
+        let data = root.path().join(".toolwire");
+        let dir = data.join("sessions").join("s1");
+        let record = |chars| Record {
+            format: "anthropic".into(),
+            chars_received: chars,
+            ..Record::default()
+        };
+        append(&dir, &record(10)).unwrap();
+        append(&dir, &record(20)).unwrap();
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        let text = std::fs::read_to_string(dir.join(USAGE_FILE)).unwrap();
+        assert_eq!(text.lines().count(), 2);
+        let stats = collect(&data, None).unwrap();
+        assert_eq!(stats.len(), 1);
+        assert_eq!((stats[0].requests, stats[0].chars_received), (2, 30));
+    }
 }
