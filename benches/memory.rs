@@ -252,7 +252,10 @@ fn after_path_and_get(server: &mut Served, path: &str, baseline: f64, rows: &mut
         Some(REPLACED)
     );
     drop(got);
-    std::thread::sleep(Duration::from_millis(300));
+    // As after the path: a reply this large is large work, whose freed
+    // memory goes back once the server has had none for a second
+    // (`heap::LargeWork`, begun by the connection's writer).
+    std::thread::sleep(Duration::from_millis(1500));
     let (rss, hwm) = server.memory();
     rows.push(Row {
         name: format!(

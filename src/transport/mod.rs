@@ -108,10 +108,19 @@ where
             tokio::task::yield_now().await;
             // Write everything queued, then flush once.
             let (mut large, mut release) = (false, false);
+            // A reply the size of a conversation or more (a `state/get` of
+            // a large session) is large work, as a request carrying one
+            // is: what encoding it freed goes back to the system once the
+            // process has had none for a moment (`heap::LargeWork`). A
+            // request's size alone would miss it.
+            let mut work = None;
             let mut next = Some(first);
             while let Some(out) = next.take().or_else(|| rx.try_recv().ok()) {
                 match out {
                     Out::Body(body) => {
+                        if body.len() > RELEASE_AFTER && work.is_none() {
+                            work = Some(crate::heap::LargeWork::begin());
+                        }
                         large |= body.len() > BUFFER_KEPT;
                         if framed.feed(body).await.is_err() {
                             return;
@@ -129,6 +138,7 @@ where
             if large || release {
                 *framed.write_buffer_mut() = bytes::BytesMut::new();
             }
+            drop(work);
         }
     });
     (Outbox(tx), task)
