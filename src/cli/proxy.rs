@@ -26,6 +26,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> ExitCode {
     let prepared = toolwire::process::prepare();
+    toolwire::process::tune_allocator_for_proxy();
     tracing::debug!(open_files = prepared.open_files, "process prepared");
     let outcome = runtime()
         .map_err(|err| format!("cannot start the runtime: {err}"))
