@@ -15,7 +15,9 @@
 //!
 //! Latency and throughput are measured under the configuration users run
 //! (no `durability` or `[clearing]` set: durable commits, `auto`
-//! clearing), and again with `durability = "none"` beside it. Every party
+//! clearing), and again with `durability = "none"` beside it, and then
+//! through a relay that only copies bytes (`start_relay`): what one more
+//! hop costs on this machine whatever it does. Every party
 //! is a process of its own, over real loopback TCP: the proxy is the
 //! release binary (`toolwire proxy`, as users run it), the provider is
 //! node's http server (benches/node/proxy_upstream.js) and the client
@@ -200,40 +202,99 @@ async fn outside(
     serde_json::from_slice(&output.stdout).expect("the node client's report")
 }
 
-/// Latency and throughput, proxy vs direct, for one configuration.
+/// The hop being measured: `toolwire proxy` under one configuration, or
+/// the byte relay beside it.
+enum Hop<'a> {
+    Toolwire(Option<&'a str>),
+    Relay,
+}
+
+/// A relay that copies bytes between the client and the provider and does
+/// nothing else (tokio's `copy_bidirectional_with_sizes`, on the runtime
+/// toolwire runs on, Nagle off both ways), in this process. Its figures
+/// are the floor of any proxy on this hop on this machine: one more
+/// loopback connection each way, the body read from one socket and
+/// written to another, and the processes of client, provider and hop
+/// sharing the cores. It forwards the conversation as it came, where
+/// toolwire sends the provider its cleared form (fewer bytes).
+async fn start_relay(upstream: &str) -> String {
+    let upstream = upstream.trim_start_matches("http://").to_owned();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let upstream = upstream.clone();
+            tokio::spawn(async move {
+                let _ = client.set_nodelay(true);
+                let Ok(mut provider) = tokio::net::TcpStream::connect(&upstream).await else {
+                    return;
+                };
+                let _ = provider.set_nodelay(true);
+                // Buffers that take a body in a few reads: with tokio's
+                // 8 KiB default, the relay made 0.52× direct, with these
+                // 0.81-0.89× (both measured on the 2-core VM).
+                let _ = tokio::io::copy_bidirectional_with_sizes(
+                    &mut client,
+                    &mut provider,
+                    256 << 10,
+                    64 << 10,
+                )
+                .await;
+            });
+        }
+    });
+    url
+}
+
+/// Latency and throughput through one hop vs direct.
 async fn measure(
     upstream: &NodeUpstream,
     dir: &Path,
     setting: &str,
-    durability: Option<&str>,
+    hop: Hop<'_>,
     parts: &support::Parts,
 ) {
     let (latency, rate) = (parts.want("latency"), parts.want("throughput"));
     if !latency && !rate {
         return;
     }
-    let proxy = start_proxy(
-        &upstream.url,
-        &dir.join(setting.replace(' ', "-")),
-        durability,
-    )
-    .await;
+    // Kept alive until the hop's figures are taken.
+    let (_proxy, url, goal) = match hop {
+        Hop::Toolwire(durability) => {
+            let proxy = start_proxy(
+                &upstream.url,
+                &dir.join(setting.replace(' ', "-")),
+                durability,
+            )
+            .await;
+            let url = proxy.url.clone();
+            (Some(proxy), url, true)
+        }
+        Hop::Relay => (None, start_relay(&upstream.url).await, false),
+    };
+    let (through, column) = if goal {
+        (format!("the proxy, {setting}"), "toolwire")
+    } else {
+        (setting.to_owned(), "the relay")
+    };
     let sizes = vec![9_800; 20];
     let body = body(&conversation(20, &sizes), true);
     let kb = body.len() / 1024;
     let body_file = dir.join("body.json");
     std::fs::write(&body_file, &body).unwrap();
-    let report = outside(&body_file, &upstream.url, &proxy.url, latency, rate).await;
-    println!(
-        "{setting}: the proxy said {} ; cleared {}; the provider got (bytes: requests) {}",
-        report["budget"], report["cleared"], report["received"]
-    );
+    let report = outside(&body_file, &upstream.url, &url, latency, rate).await;
+    if goal {
+        println!(
+            "{setting}: the proxy said {} ; cleared {}; the provider got (bytes: requests) {}",
+            report["budget"], report["cleared"], report["received"]
+        );
+    }
     if latency {
         let l = &report["latency"];
         println!(
             "streamed response, {kb} KB conversation, {setting}, {REQUESTS} requests each (alternating; node client and provider)"
         );
-        println!("| figure | through toolwire | direct (baseline) | added | ratio |");
+        println!("| figure | through {column} | direct (baseline) | added | ratio |");
         println!("|---|---|---|---|---|");
         for (name, key) in [("time to first byte", "first"), ("total time", "total")] {
             for p in [0.5, 0.99] {
@@ -255,7 +316,7 @@ async fn measure(
         support::record(support::Row {
             bench: "proxy",
             figure: format!(
-                "streamed response through the proxy, {setting}, {kb} KB conversation: first byte p50 / total p50"
+                "streamed response through {through}, {kb} KB conversation: first byte p50 / total p50"
             ),
             toolwire: format!(
                 "{:.3} / {:.3} ms",
@@ -272,8 +333,12 @@ async fn measure(
                 p50("proxy", "first") / p50("direct", "first"),
                 support::x(p50("proxy", "total") / p50("direct", "total"))
             ),
-            target: format!("< 0.5 ms added at first byte ({added:+.3} ms)"),
-            holds: Some(added < 0.5),
+            target: if goal {
+                format!("< 0.5 ms added at first byte ({added:+.3} ms)")
+            } else {
+                format!("floor: report ({added:+.3} ms added at first byte)")
+            },
+            holds: goal.then_some(added < 0.5),
         });
     }
     if rate {
@@ -284,7 +349,7 @@ async fn measure(
         println!(
             "throughput, {CONCURRENCY} concurrent clients, {THROUGHPUT_SECONDS} s each way, {kb} KB each, {setting}"
         );
-        println!("| through toolwire | direct (baseline) | ratio |");
+        println!("| through {column} | direct (baseline) | ratio |");
         println!("|---|---|---|");
         println!(
             "| {proxied:.0} req/s | {direct:.0} req/s | {:.2}× |\n",
@@ -298,8 +363,8 @@ async fn measure(
             toolwire: format!("{proxied:.0} req/s"),
             baseline: format!("{direct:.0} req/s: direct"),
             ratio: support::x(proxied / direct),
-            target: "≥ 0.8×".into(),
-            holds: Some(proxied / direct >= 0.8),
+            target: if goal { "≥ 0.8×" } else { "floor: report" }.into(),
+            holds: goal.then_some(proxied / direct >= 0.8),
         });
     }
 }
@@ -414,11 +479,15 @@ async fn main() {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     let upstream = start_upstream().await;
-    for (setting, durability) in [
-        ("defaults (durability fsync, clearing auto)", None),
-        ("durability none", Some("none")),
+    for (setting, hop) in [
+        (
+            "defaults (durability fsync, clearing auto)",
+            Hop::Toolwire(None),
+        ),
+        ("durability none", Hop::Toolwire(Some("none"))),
+        ("a byte relay doing nothing else (the floor)", Hop::Relay),
     ] {
-        measure(&upstream, dir.path(), setting, durability, &parts).await;
+        measure(&upstream, dir.path(), setting, hop, &parts).await;
     }
     if parts.want("cache") {
         cache_rate(dir.path()).await;
