@@ -329,26 +329,18 @@ impl Proxy {
             received: body.len() as u64,
             started: std::time::Instant::now(),
         };
-        let mut record = Record {
-            format: target.format().to_owned(),
-            ..Record::default()
+        let mut side = Beside {
+            record: Record {
+                format: target.format().to_owned(),
+                ..Record::default()
+            },
+            notes: HeaderMap::new(),
+            leftovers: Leftovers::default(),
         };
-        let mut notes = HeaderMap::new();
-        let mut leftovers = Leftovers::default();
         let (session, body) = match target {
             Target::Route(route) if parts.method == Method::POST => {
-                let prepared = self
-                    .prepare(
-                        route,
-                        &parts,
-                        &caller,
-                        body,
-                        &mut record,
-                        &mut notes,
-                        &mut leftovers,
-                    )
-                    .await;
-                leftovers.free();
+                let prepared = self.prepare(route, &parts, &caller, body, &mut side).await;
+                side.leftovers.free();
                 match prepared {
                     Ok(prepared) => prepared,
                     Err(response) => {
@@ -360,15 +352,18 @@ impl Proxy {
                 }
             }
             _ => {
-                notes.insert(
+                side.notes.insert(
                     BUDGET_HEADER,
                     HeaderValue::from_static("none; not a conversation"),
                 );
-                record.chars_received = body_chars(&body);
-                record.chars_sent = record.chars_received;
+                side.record.chars_received = body_chars(&body);
+                side.record.chars_sent = side.record.chars_received;
                 (None, body)
             }
         };
+        let Beside {
+            record, mut notes, ..
+        } = side;
         let session_dir = session.as_ref().map(|id| {
             crate::session::SessionKey {
                 data_dir: self.config.data_dir.clone(),
@@ -438,17 +433,19 @@ impl Proxy {
     /// Find the session, then repair and budget the conversation where the
     /// format allows. Returns the session and the body to forward; an
     /// `Err` is an answer to give the agent at once.
-    #[allow(clippy::too_many_arguments)]
     async fn prepare(
         &self,
         route: Route,
         parts: &http::request::Parts,
         caller: &Caller,
         body: Bytes,
-        record: &mut Record,
-        notes: &mut HeaderMap,
-        leftovers: &mut Leftovers,
+        side: &mut Beside,
     ) -> Result<(Option<SessionId>, Bytes), Response<ProxyBody>> {
+        let Beside {
+            record,
+            notes,
+            leftovers,
+        } = side;
         let provider = route.provider();
         let (path, headers) = (parts.uri.path(), &parts.headers);
         let named = match headers.get(SESSION_HEADER) {
@@ -656,6 +653,15 @@ impl Proxy {
             }
         }
     }
+}
+
+/// What preparing a request's body leaves beside it: the request's usage
+/// record so far, the headers that tell the agent what toolwire did, and
+/// what to free once the body has left.
+struct Beside {
+    record: Record,
+    notes: HeaderMap,
+    leftovers: Leftovers,
 }
 
 /// What a request's budgeting built and no longer needs once its body is
