@@ -312,6 +312,13 @@ pub const QUIET: std::time::Duration = std::time::Duration::from_secs(1);
 
 static LARGE: Quiet = Quiet::new();
 
+/// How many times large work has begun or ended in this process: a test
+/// sees its own work counted.
+#[cfg(test)]
+pub(crate) fn large_work_moves() -> usize {
+    LARGE.epoch.load(Ordering::Acquire)
+}
+
 impl LargeWork {
     /// Count large work as under way until the value is dropped.
     pub fn begin() -> LargeWork {

@@ -49,8 +49,9 @@ const HUGE: usize = 1 << 20;
 
 /// Texts in a buffer of at most this capacity are taken out of it too,
 /// and the scan goes on in a new buffer as large: half the size
-/// from which glibc maps a block on its own (`process::tune_allocator`),
-/// so the buffers come from the heap's reused memory.
+/// from which glibc maps a block on its own in `serve`
+/// (`process::tune_allocator`; the proxy maps only from 8 MiB), so the
+/// buffers come from the heap's reused memory.
 const TAKEN: usize = 64 << 10;
 
 /// How far into a body its long strings must already make up a quarter of

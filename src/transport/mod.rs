@@ -277,6 +277,20 @@ impl Incoming {
 mod tests {
     use super::*;
 
+    /// A reply of a conversation's size is large work, whose end schedules
+    /// the release of what encoding it freed (a state/get's request is
+    /// small: only the reply can tell).
+    #[tokio::test]
+    async fn a_large_reply_is_counted_as_large_work() {
+        let before = crate::heap::large_work_moves();
+        let (outbox, writer) = spawn_writer(tokio::io::sink());
+        outbox.send_raw(Bytes::from(vec![b' '; RELEASE_AFTER + 1]));
+        drop(outbox);
+        writer.await.unwrap();
+        // Begun and ended at least once (other tests may add their own).
+        assert!(crate::heap::large_work_moves() >= before + 2);
+    }
+
     #[test]
     fn a_reply_to_a_number_id_is_what_serde_json_writes() {
         #[derive(serde::Serialize)]
