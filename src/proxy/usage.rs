@@ -183,9 +183,18 @@ impl UsageReader {
 /// Whether an event's data can hold usage: every provider names it under
 /// a key starting `usage` (`usage`, `usageMetadata`), unless the key is
 /// spelled with a `\u` escape. Most events of a stream are text deltas:
-/// they are not parsed at all.
+/// they are not parsed at all. The searchers are built once:
+/// `memmem::find` builds one on every call, two per event of every
+/// streamed answer.
 fn may_hold_usage(data: &[u8]) -> bool {
-    memchr::memmem::find(data, b"usage").is_some() || memchr::memmem::find(data, b"\\u").is_some()
+    static FINDERS: std::sync::LazyLock<[memchr::memmem::Finder<'static>; 2]> =
+        std::sync::LazyLock::new(|| {
+            [
+                memchr::memmem::Finder::new(b"usage"),
+                memchr::memmem::Finder::new(b"\\u"),
+            ]
+        });
+    FINDERS.iter().any(|f| f.find(data).is_some())
 }
 
 impl Reading {
