@@ -312,16 +312,24 @@ pub const QUIET: std::time::Duration = std::time::Duration::from_secs(1);
 
 static LARGE: Quiet = Quiet::new();
 
-/// How many times large work has begun or ended in this process: a test
-/// sees its own work counted.
 #[cfg(test)]
-pub(crate) fn large_work_moves() -> usize {
-    LARGE.epoch.load(Ordering::Acquire)
+thread_local! {
+    /// Large work begun and ended on this thread: what a test's own work
+    /// moved, whatever other tests do meanwhile on theirs.
+    static MOVES_HERE: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
+}
+
+/// How many times large work has begun and ended on this thread.
+#[cfg(test)]
+pub(crate) fn large_work_moves_here() -> (usize, usize) {
+    MOVES_HERE.with(Cell::get)
 }
 
 impl LargeWork {
     /// Count large work as under way until the value is dropped.
     pub fn begin() -> LargeWork {
+        #[cfg(test)]
+        MOVES_HERE.with(|m| m.set((m.get().0 + 1, m.get().1)));
         LARGE.begin();
         LargeWork(())
     }
@@ -329,6 +337,8 @@ impl LargeWork {
 
 impl Drop for LargeWork {
     fn drop(&mut self) {
+        #[cfg(test)]
+        MOVES_HERE.with(|m| m.set((m.get().0, m.get().1 + 1)));
         LARGE.end(release_in_background);
     }
 }

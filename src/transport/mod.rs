@@ -279,16 +279,23 @@ mod tests {
 
     /// A reply of a conversation's size is large work, whose end schedules
     /// the release of what encoding it freed (a state/get's request is
-    /// small: only the reply can tell).
+    /// small: only the reply can tell); a small one is not.
     #[tokio::test]
     async fn a_large_reply_is_counted_as_large_work() {
-        let before = crate::heap::large_work_moves();
-        let (outbox, writer) = spawn_writer(tokio::io::sink());
-        outbox.send_raw(Bytes::from(vec![b' '; RELEASE_AFTER + 1]));
-        drop(outbox);
-        writer.await.unwrap();
-        // Begun and ended at least once (other tests may add their own).
-        assert!(crate::heap::large_work_moves() >= before + 2);
+        use crate::heap::large_work_moves_here;
+        // The test's runtime has one thread: the writer's task runs on it,
+        // so what it counts is this test's alone.
+        let write = |len: usize| async move {
+            let (outbox, writer) = spawn_writer(tokio::io::sink());
+            outbox.send_raw(Bytes::from(vec![b' '; len]));
+            drop(outbox);
+            writer.await.unwrap();
+        };
+        let before = large_work_moves_here();
+        write(RELEASE_AFTER).await;
+        assert_eq!(large_work_moves_here(), before);
+        write(RELEASE_AFTER + 1).await;
+        assert_eq!(large_work_moves_here(), (before.0 + 1, before.1 + 1));
     }
 
     #[test]
