@@ -926,9 +926,13 @@ fn stdio(root: &Path) {
         "≥ 3×",
         Some(headroom >= 3.0),
     );
-    // The CPU each pair costs both processes (all their threads), and
-    // whether the client is cheap enough that the server is what the
-    // figures above measure.
+    // The CPU each pair costs both processes (all their threads). Under
+    // the default configuration the row holds when the client is cheap
+    // enough that the server is what the durable figure above measures
+    // (issue 52: "a client whose own CPU is under a tenth of the
+    // server's"); with durability off, when the server's own CPU per pair
+    // is within its goal, read from the server's own clock whatever the
+    // client spends (its share is shown beside it).
     for (name, pick, goal) in [
         (
             "default configuration (`durability: fsync`)",
@@ -954,10 +958,13 @@ fn stdio(root: &Path) {
             baseline: format!("{client:.1} µs: the client process's own CPU per pair"),
             ratio: format!("client {}", support::x(share)),
             target: match goal {
-                Some(goal) => format!("≤ {goal:.0} µs, client < 0.1×"),
+                Some(goal) => format!("≤ {goal:.0} µs"),
                 None => "client < 0.1×".into(),
             },
-            holds: Some(cheap && goal.is_none_or(|goal| server <= goal)),
+            holds: Some(match goal {
+                Some(goal) => server <= goal,
+                None => cheap,
+            }),
         });
     }
 }

@@ -8,8 +8,6 @@ use toolwire::server::{self, Server};
 use toolwire::session::Storage;
 use toolwire::transport::stdio;
 
-use super::runtime;
-
 #[derive(clap::Args)]
 pub struct Args {
     /// Forward to the workspace's shared daemon (started if needed)
@@ -74,7 +72,7 @@ fn shared(workspace: Option<PathBuf>, idle_timeout: u64, daemon: bool) -> ExitCo
         let prepared = toolwire::process::prepare();
         tracing::info!(open_files = prepared.open_files, "daemon starting");
     }
-    let outcome = runtime().and_then(|rt| {
+    let outcome = toolwire::process::server_runtime().and_then(|rt| {
         // On a runtime worker, not this thread (see `serve`).
         let task = rt.spawn(async move {
             if daemon {
@@ -101,7 +99,7 @@ fn shared(workspace: Option<PathBuf>, idle_timeout: u64, daemon: bool) -> ExitCo
 fn serve() -> ExitCode {
     let prepared = toolwire::process::prepare();
     tracing::debug!(open_files = prepared.open_files, "process prepared");
-    let rt = match runtime() {
+    let rt = match toolwire::process::server_runtime() {
         Ok(rt) => rt,
         Err(err) => {
             eprintln!("toolwire: cannot start the runtime: {err}");
