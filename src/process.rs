@@ -23,8 +23,9 @@ pub const THREAD_STACK: usize = 32 << 20;
 /// thread start each, the stack only reserved; not measured).
 pub const BLOCKING_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// The multi-threaded runtime the long-running commands run on, with a
-/// worker for each core (the proxy, the MCP front).
+/// The multi-threaded runtime of every async command but the JSON-RPC
+/// server (the proxy, the MCP front, `gc`, ...), with a worker for each
+/// core.
 pub fn runtime() -> io::Result<tokio::runtime::Runtime> {
     builder().build()
 }
@@ -52,17 +53,18 @@ const WORKERS_ENV: &str = "TOKIO_WORKER_THREADS";
 /// task, the writer. With a worker for every core, an idle worker is woken
 /// to take some of those tasks over, and the hops cross threads (a wakeup
 /// through the kernel each). On two cores, with one worker instead of two,
-/// the server's CPU per small pair over stdio fell from 13.0 to 9.8 µs
-/// (`cargo bench --bench storage -- stdio`, durability `none`), while a
-/// session's `state/get` stayed as quick with another session persisting
-/// 100,000 results (p99 4.2 ms against 3.8 ms). Most of its long work
+/// the server's CPU per small pair over stdio fell from about 13 to about
+/// 10 µs (9.8-10.2 in five runs of `cargo bench --bench storage --
+/// stdio`, durability `none`), while a session's `state/get` stayed as
+/// quick with another session persisting 100,000 results (p99 4.2 ms
+/// against 3.8 ms). Most of its long work
 /// runs off the workers anyway: transcripts are loaded, reconstructed,
 /// checked and repaired and saved outputs written on the blocking pool,
 /// and the commit log syncs on threads of its own. The other half of the
 /// cores is left to those threads and to the agents on the same machine.
-/// What stays on a worker is a request's own parse and plan (33 ms for a
-/// 20 MB `budget/apply`), which another session's request may now wait
-/// behind on two cores. Measured on two cores only; docs/benchmarks.md
+/// What stays on a worker is a request's own parse and plan (20-35 ms
+/// for a 20 MB `budget/apply`), which another session's request may now
+/// wait behind on two cores. Measured on two cores only; docs/benchmarks.md
 /// has the figures.
 pub fn server_workers(cores: usize) -> usize {
     (cores / 2).max(1)
