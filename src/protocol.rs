@@ -260,9 +260,33 @@ impl JsonSchema for Message {
 
 /// `pair/append`'s message: one [`Message`], or (format `openai-responses`)
 /// an array of input items: one model response or one batch of outputs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct AppendMessage(pub Value);
+///
+/// Read from a value, it is that value. Read from a request's text
+/// (`PairAppend::params_from_text`), a message whose text is compact JSON
+/// is kept as that text: the handler reads what it needs of it without
+/// building its values, and the transcript gets the text as it came.
+#[derive(Debug, Clone)]
+pub enum AppendMessage {
+    Value(Value),
+    /// Compact JSON ([`crate::format::is_compact_json`]) that
+    /// `serde_json` reads as a value within its default nesting limit.
+    Text(Box<serde_json::value::RawValue>),
+}
+
+impl Serialize for AppendMessage {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match self {
+            AppendMessage::Value(value) => value.serialize(s),
+            AppendMessage::Text(text) => text.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for AppendMessage {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        Value::deserialize(d).map(AppendMessage::Value)
+    }
+}
 
 impl JsonSchema for AppendMessage {
     fn schema_name() -> Cow<'static, str> {

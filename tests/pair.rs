@@ -791,3 +791,72 @@ async fn idle_sessions_release_their_transcripts_and_reload_on_use() {
     .await;
     assert_paired(&transcript_messages(&sessions.join("busy.jsonl")));
 }
+
+/// `pair/append` with its params spelled as `spelling` says: compact (as
+/// serde_json writes them) or pretty-printed, under request id `id`.
+async fn append_spelled(c: &mut MemClient, id: i64, params: &Value, pretty: bool) -> Value {
+    let request = json!({"jsonrpc": "2.0", "id": id, "method": "pair/append", "params": params});
+    let body = match pretty {
+        true => serde_json::to_string_pretty(&request),
+        false => serde_json::to_string(&request),
+    }
+    .unwrap();
+    c.send_raw(format!("Content-Length: {}\r\n\r\n{body}", body.len()).as_bytes())
+        .await;
+    let mut reply = c.response(id).await;
+    reply.as_object_mut().unwrap().remove("id");
+    reply
+}
+
+/// A compact message is held and written as the text it came in, a
+/// spaced one as its value: the replies, the errors and the lines are the
+/// same either way, byte for byte, through commits, a pair answered in
+/// two messages, a refused message and a synthetic flush.
+#[tokio::test]
+async fn a_message_makes_the_same_lines_however_it_is_spelled() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, storage) = matrix_server();
+    let (mut c, _t) = connect(server);
+    c.initialize(dir.path(), json!({"abortMode": "synthetic"}))
+        .await;
+    let mut call = assistant_calls(&["t1", "t2"]);
+    call["content"].as_array_mut().unwrap().insert(
+        0,
+        json!({"type": "text", "text": "Two at once: \"é\" \u{1F600}\n"}),
+    );
+    call["content"][1]["input"] = json!({"n": 1.5e10, "list": [1, -2, true, null]});
+    let steps = [
+        user_text("fix the build"),
+        call,
+        results(&[("t1", "ok")]),
+        results(&[("t2", "exit status 0")]),
+        // Refused: a result in an assistant message.
+        json!({"role": "assistant", "content": [{"type": "tool_result", "tool_use_id": "t9", "content": "x"}]}),
+        json!({"role": "system", "content": "a reminder"}),
+        assistant_tool("t3", "Read"),
+        // Interrupts the pair: closed with a synthetic result.
+        user_text("stop, do something else"),
+    ];
+    let mut id = 100_000;
+    for step in &steps {
+        let mut replies = Vec::new();
+        for (session, pretty) in [("a", false), ("b", true)] {
+            id += 1;
+            let params = json!({"sessionId": session, "message": step});
+            replies.push(append_spelled(&mut c, id, &params, pretty).await);
+        }
+        assert_eq!(replies[0], replies[1], "{step}");
+    }
+    let a = Transcript::of(&storage, dir.path(), "a").lines().await;
+    let b = Transcript::of(&storage, dir.path(), "b").lines().await;
+    assert_eq!(a.len(), 8, "{a:?}");
+    assert_eq!(a, b);
+    if storage.shared.is_none() {
+        let file =
+            |s: &str| std::fs::read(dir.path().join(format!(".toolwire/sessions/{s}.jsonl")));
+        assert_eq!(
+            String::from_utf8(file("a").unwrap()),
+            String::from_utf8(file("b").unwrap())
+        );
+    }
+}

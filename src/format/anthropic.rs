@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::OPEN_TAG;
 use super::{
-    Dialect, Fault, Format, Item, ItemKind, Original, ResultContent, Side, Skim, SkimResult,
+    Dialect, Fault, Format, Item, ItemKind, Original, ResultContent, Side, Skim, SkimResult, View,
 };
 use super::{field, member};
 use crate::error::{Error, Result};
@@ -422,9 +422,348 @@ impl<'de: 'a, 'a> Deserialize<'de> for ContentHead<'a> {
     }
 }
 
+/// The [`View`] of a message read straight from its text, for a message
+/// `pair/append` takes (roles checked strictly); `None` unless the message
+/// is one [`Anthropic::validate`] accepts, read with borrowed strings and
+/// every other value skipped unparsed. `None` does not mean invalid: a
+/// shape this reader leaves alone (a key with an escape, a non-string
+/// where a string is read, nesting past serde_json's limit) is read as a
+/// value, which also words any error.
+pub fn text_view(text: &str) -> Option<View<'_>> {
+    let head: TextMessage<'_> = serde_json::from_str(text).ok()?;
+    let side = side_of(head.role.as_deref()?);
+    let role_known = side.is_some() || head.role.as_deref() == Some("system");
+    if !role_known {
+        return None;
+    }
+    let blocks = match head.content? {
+        TextContent::String => {
+            return Some(View {
+                side,
+                items: vec![other(0)],
+                compaction: None,
+            });
+        }
+        TextContent::Blocks(blocks) => blocks,
+    };
+    let mut items = Vec::with_capacity(blocks.len());
+    let mut compaction = None;
+    for (index, block) in blocks.into_iter().enumerate() {
+        let item = match &*block.kind? {
+            "tool_use" if side == Some(Side::Assistant) => Item {
+                kind: ItemKind::Call,
+                index,
+                id: block.id.filter(|id| !id.is_empty())?,
+                name: block.name.unwrap_or_default(),
+                misplaced: false,
+                positional: false,
+            },
+            "tool_result" if side == Some(Side::User) => Item {
+                kind: ItemKind::Result,
+                index,
+                id: block.tool_use_id.filter(|id| !id.is_empty())?,
+                name: Cow::Borrowed(""),
+                misplaced: false,
+                positional: false,
+            },
+            // In the wrong role: refused, in the words of `validate`.
+            "tool_use" | "tool_result" => return None,
+            "compaction" => {
+                compaction = Some(index);
+                other(index)
+            }
+            _ => other(index),
+        };
+        items.push(item);
+    }
+    Some(View {
+        side,
+        items,
+        compaction,
+    })
+}
+
+/// A message as [`text_view`] reads it: an object, its role and content.
+struct TextMessage<'a> {
+    role: Option<Cow<'a, str>>,
+    content: Option<TextContent<'a>>,
+}
+
+enum TextContent<'a> {
+    String,
+    Blocks(Vec<TextBlock<'a>>),
+}
+
+/// A block as [`text_view`] reads it: an object, with the strings the
+/// pairing rules look at.
+#[derive(Default)]
+struct TextBlock<'a> {
+    kind: Option<Cow<'a, str>>,
+    id: Option<Cow<'a, str>>,
+    tool_use_id: Option<Cow<'a, str>>,
+    name: Option<Cow<'a, str>>,
+}
+
+/// A string or null, borrowed unless it has escapes ([`text`]).
+struct Text<'a>(Option<Cow<'a, str>>);
+
+impl<'de> Deserialize<'de> for Text<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        text(d).map(Text)
+    }
+}
+
+/// Set a member read once; a second one (which serde_json's map would
+/// keep the last of) leaves the message to the value's reading.
+fn once<'a, E: serde::de::Error>(
+    slot: &mut Option<Option<Cow<'a, str>>>,
+    value: Option<Cow<'a, str>>,
+) -> std::result::Result<(), E> {
+    match slot.replace(value) {
+        None => Ok(()),
+        Some(_) => Err(E::custom("a member given twice")),
+    }
+}
+
+impl<'de> Deserialize<'de> for TextMessage<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = TextMessage<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a message object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Self::Value, A::Error> {
+                let mut role = None;
+                let mut content = None;
+                while let Some(key) = map.next_key::<&'de str>()? {
+                    match key {
+                        "role" => once(&mut role, map.next_value::<Text<'de>>()?.0)?,
+                        "content" => {
+                            if content
+                                .replace(map.next_value::<TextContent<'de>>()?)
+                                .is_some()
+                            {
+                                return Err(serde::de::Error::custom("a member given twice"));
+                            }
+                        }
+                        _ => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(TextMessage {
+                    role: role.flatten(),
+                    content,
+                })
+            }
+        }
+        d.deserialize_map(Visit)
+    }
+}
+
+impl<'de> Deserialize<'de> for TextContent<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = TextContent<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string or an array of blocks")
+            }
+            fn visit_str<E>(self, _: &str) -> std::result::Result<Self::Value, E> {
+                Ok(TextContent::String)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> std::result::Result<Self::Value, A::Error> {
+                let mut blocks = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
+                while let Some(block) = seq.next_element::<TextBlock<'de>>()? {
+                    blocks.push(block);
+                }
+                Ok(TextContent::Blocks(blocks))
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}
+
+impl<'de> Deserialize<'de> for TextBlock<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = TextBlock<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a content block object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Self::Value, A::Error> {
+                let (mut kind, mut id, mut tool_use_id, mut name) = (None, None, None, None);
+                while let Some(key) = map.next_key::<&'de str>()? {
+                    let slot = match key {
+                        "type" => &mut kind,
+                        "id" => &mut id,
+                        "tool_use_id" => &mut tool_use_id,
+                        "name" => &mut name,
+                        _ => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                            continue;
+                        }
+                    };
+                    once(slot, map.next_value::<Text<'de>>()?.0)?;
+                }
+                Ok(TextBlock {
+                    kind: kind.flatten(),
+                    id: id.flatten(),
+                    tool_use_id: tool_use_id.flatten(),
+                    name: name.flatten(),
+                })
+            }
+        }
+        d.deserialize_map(Visit)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// Values that stand where the reader expects a string, and others.
+    fn member() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(json!("a")),
+            Just(json!("")),
+            Just(json!("toolu_01")),
+            Just(json!("a\"b\u{e9}")),
+            Just(Value::Null),
+            Just(json!(5)),
+            Just(json!(["a"])),
+        ]
+    }
+
+    fn block() -> impl Strategy<Value = Value> {
+        let kind = prop_oneof![
+            Just(json!("text")),
+            Just(json!("tool_use")),
+            Just(json!("tool_result")),
+            Just(json!("compaction")),
+            Just(json!("server_tool_use")),
+            member(),
+        ];
+        let field = |name: &'static str| {
+            prop::option::of(member()).prop_map(move |v| v.map(|v| (name.to_owned(), v)))
+        };
+        let object = (
+            prop::option::of(kind),
+            field("id"),
+            field("tool_use_id"),
+            field("name"),
+            field("content"),
+            any::<bool>(),
+        )
+            .prop_map(|(kind, id, tool_use_id, name, content, input_first)| {
+                let mut block = serde_json::Map::new();
+                if input_first {
+                    block.insert("input".into(), json!({"command": "make", "n": [1, 2.5]}));
+                }
+                if let Some(kind) = kind {
+                    block.insert("type".into(), kind);
+                }
+                for (k, v) in [id, tool_use_id, name, content].into_iter().flatten() {
+                    block.insert(k, v);
+                }
+                Value::Object(block)
+            });
+        prop_oneof![8 => object, 1 => member()]
+    }
+
+    fn message() -> impl Strategy<Value = Value> {
+        let role = prop_oneof![
+            Just(json!("user")),
+            Just(json!("assistant")),
+            Just(json!("system")),
+            Just(json!("tool")),
+            member(),
+        ];
+        let content = prop_oneof![
+            2 => prop::collection::vec(block(), 0..4).prop_map(Value::Array),
+            1 => member(),
+        ];
+        (
+            prop::option::of(role),
+            prop::option::of(content),
+            any::<bool>(),
+        )
+            .prop_map(|(role, content, extra)| {
+                let mut message = serde_json::Map::new();
+                if extra {
+                    message.insert("id".into(), json!("msg_1"));
+                }
+                if let Some(role) = role {
+                    message.insert("role".into(), role);
+                }
+                if let Some(content) = content {
+                    message.insert("content".into(), content);
+                }
+                Value::Object(message)
+            })
+    }
+
+    proptest! {
+        /// What `pair/append` reads of a message's text is what it would
+        /// read of its value: a message the text reader takes is one the
+        /// checks accept, with the same side, items and compaction; a
+        /// message it leaves is read as a value, as before.
+        #[test]
+        fn the_text_reader_reads_what_the_value_gives(message in message()) {
+            let text = serde_json::to_string(&message).unwrap();
+            let valid = Anthropic.validate(&message, "message", true).is_ok();
+            match text_view(&text) {
+                Some(view) => {
+                    prop_assert!(valid, "taken but refused as a value: {}", text);
+                    prop_assert_eq!(view, View::of(&Anthropic, &message));
+                }
+                // Left to the value: only where a string member is not a
+                // string (the value's checks pass over some of those).
+                None => prop_assert!(
+                    !valid || text.contains(":5") || text.contains(":[\"a\"]") || text.contains(":null"),
+                    "a valid message left to the value: {}", text
+                ),
+            }
+        }
+    }
+
+    #[test]
+    fn a_pair_is_read_from_its_text() {
+        let call = r#"{"role":"assistant","content":[{"type":"text","text":"Let me build."},{"type":"tool_use","id":"toolu_1","name":"Bash","input":{"command":"make"}}]}"#;
+        let result = r#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"exit status 0"},{"type":"text","text":"go on"}]}"#;
+        for text in [call, result] {
+            let value: Value = serde_json::from_str(text).unwrap();
+            let view = text_view(text).expect("taken");
+            assert_eq!(view, View::of(&Anthropic, &value));
+            assert!(view.items.iter().all(|i| !matches!(i.id, Cow::Owned(_))));
+        }
+        assert_eq!(
+            text_view(call).unwrap().calls().collect::<Vec<_>>(),
+            [("toolu_1", "Bash")]
+        );
+        // Arrays, a second member and escaped keys are left to the value.
+        for text in [
+            r#"["user","hi"]"#,
+            r#"{"role":"user","role":"user","content":"hi"}"#,
+            r#"{"role":"user","content":[["text","hi"]]}"#,
+            r#"{"r\u006fle":"user","content":"hi"}"#,
+            r#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"a","tool_use_id":"b"}]}"#,
+        ] {
+            assert!(text_view(text).is_none(), "{text}");
+        }
+    }
 
     #[test]
     fn block_ids_are_strings_or_null() {

@@ -128,6 +128,52 @@ pub struct Item<'a> {
     pub positional: bool,
 }
 
+/// What the pair guard reads of a message: its side, its items and where
+/// its last server-side compaction stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct View<'a> {
+    pub side: Option<Side>,
+    pub items: Vec<Item<'a>>,
+    /// The item index of its last compaction ([`Dialect::compaction_index`]).
+    pub compaction: Option<usize>,
+}
+
+impl<'a> View<'a> {
+    /// The view of a parsed message.
+    pub fn of(dialect: &dyn Dialect, message: &'a Value) -> View<'a> {
+        View {
+            side: dialect.side(message),
+            items: dialect.items(message),
+            compaction: dialect.compaction_index(message),
+        }
+    }
+
+    /// The view with every string its own, borrowing nothing.
+    pub fn into_owned(self) -> View<'static> {
+        View {
+            side: self.side,
+            items: self
+                .items
+                .into_iter()
+                .map(|i| Item {
+                    id: Cow::Owned(i.id.into_owned()),
+                    name: Cow::Owned(i.name.into_owned()),
+                    ..i
+                })
+                .collect(),
+            compaction: self.compaction,
+        }
+    }
+
+    /// `(id, name)` of its calls, as [`calls`] gives them.
+    pub fn calls(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.items
+            .iter()
+            .filter(|i| i.kind == ItemKind::Call && !i.misplaced)
+            .map(|i| (&*i.id, &*i.name))
+    }
+}
+
 /// A message reduced to what state is built from, read from a transcript
 /// line without copying tool output.
 #[derive(Debug, Default)]
@@ -233,6 +279,12 @@ pub fn field<'a>(obj: &'a serde_json::Map<String, Value>, key: &str) -> Option<&
 /// output is mostly one string: then only two escapes need a look, since
 /// every letter escape is the one serde_json writes.
 pub fn is_compact_json(raw: &[u8]) -> bool {
+    is_compact_json_within(raw, usize::MAX)
+}
+
+/// [`is_compact_json`], and nested at most `max_depth` arrays and objects
+/// deep.
+pub fn is_compact_json_within(raw: &[u8], max_depth: usize) -> bool {
     if let [b'"', inner @ .., b'"'] = raw {
         // Log output has an escaped newline every line; finding the two
         // escapes that may differ (`\/`, `\u`) by a vector search for
@@ -256,7 +308,10 @@ pub fn is_compact_json(raw: &[u8]) -> bool {
     /// Objects with more keys than this are parsed instead (the duplicate
     /// check below is quadratic); tool results rarely have them.
     const MAX_KEYS: usize = 32;
-    let mut stack: Vec<Option<Vec<&[u8]>>> = Vec::new();
+    // The keys of every open object, one list: each open level holds where
+    // its object's keys start (`None` for an array).
+    let mut keys: Vec<&[u8]> = Vec::new();
+    let mut stack: Vec<Option<usize>> = Vec::new();
     let mut expect_key = false;
     let mut i = 0;
     while let Some(&b) = raw.get(i) {
@@ -265,9 +320,10 @@ pub fn is_compact_json(raw: &[u8]) -> bool {
                 let Some(end) = string_end(raw, i + 1) else {
                     return false;
                 };
-                if expect_key && let Some(Some(keys)) = stack.last_mut() {
+                if expect_key && let Some(&Some(start)) = stack.last() {
                     let key = &raw[i + 1..end];
-                    if keys.len() >= MAX_KEYS || keys.contains(&key) {
+                    let object = &keys[start..];
+                    if object.len() >= MAX_KEYS || object.contains(&key) {
                         return false;
                     }
                     keys.push(key);
@@ -275,17 +331,18 @@ pub fn is_compact_json(raw: &[u8]) -> bool {
                 expect_key = false;
                 i = end + 1;
             }
-            b'{' => {
-                stack.push(Some(Vec::new()));
-                expect_key = true;
-                i += 1;
-            }
-            b'[' => {
-                stack.push(None);
+            b'{' | b'[' => {
+                if stack.len() >= max_depth {
+                    return false;
+                }
+                stack.push((b == b'{').then_some(keys.len()));
+                expect_key = b == b'{';
                 i += 1;
             }
             b'}' | b']' => {
-                stack.pop();
+                if let Some(Some(start)) = stack.pop() {
+                    keys.truncate(start);
+                }
                 i += 1;
             }
             b',' => {
@@ -1217,6 +1274,12 @@ mod tests {
             assert!(is_compact_json(raw.as_bytes()), "{raw}");
             assert_eq!(compact(raw), raw);
         }
+        // Nesting: at most the depth asked for.
+        let deep = format!("{}1{}", "[".repeat(3), "]".repeat(3));
+        assert!(is_compact_json_within(deep.as_bytes(), 3));
+        assert!(!is_compact_json_within(deep.as_bytes(), 2));
+        assert!(is_compact_json_within(br#"{"a":{"a":1},"b":[{"a":2}]}"#, 3));
+        assert!(!is_compact_json_within(br#"{"a":{"a":1},"a":2}"#, 3));
     }
 
     /// The written forms: a SHA-256 digest as version 2 always wrote it

@@ -254,14 +254,19 @@ async fn apply_tracked(
     // Tool names from this request, the pending pair and the transcript.
     let exempt: HashSet<&str> = config.exempt_tools.iter().map(String::as_str).collect();
     let mut names = loaded.tool_names.clone();
-    let pending = loaded
+    for msg in &params.messages {
+        for (id, name) in format::calls(dialect, &msg.0) {
+            names.insert_mut(Id::from(&*id), Arc::from(&*name));
+        }
+    }
+    for msg in loaded
         .guard
         .pending()
         .into_iter()
-        .flat_map(|p| &p.assistant);
-    for msg in params.messages.iter().map(|m| &m.0).chain(pending) {
-        for (id, name) in format::calls(dialect, msg) {
-            names.insert_mut(Id::from(&*id), Arc::from(&*name));
+        .flat_map(|p| &p.assistant)
+    {
+        for (id, name) in msg.view(dialect).calls() {
+            names.insert_mut(Id::from(id), Arc::from(name));
         }
     }
     // Per-tool settings: the request's over the connection's, key by key.

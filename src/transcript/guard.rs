@@ -13,16 +13,18 @@
 //! plan. The caller writes the planned lines and applies the transition
 //! after the write succeeded, so a failed write changes nothing.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::Lines;
 use crate::error::{Error, Result};
-use crate::format::{self, Dialect, ItemKind, Side};
+use crate::format::{self, Dialect, ItemKind, Side, View};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -58,6 +60,74 @@ pub enum AbortMode {
 /// Identifies the client connection that buffered a pair.
 pub type Owner = u64;
 
+/// A message the guard holds: parsed, or (an Anthropic message that
+/// `pair/append` read straight from its request, already checked) the
+/// text it came in, which is byte for byte what serde_json writes of its
+/// value ([`format::is_compact_json`]). The text is written as it is and
+/// read again where the guard needs its items: a small message costs no
+/// tree of values to build and to free.
+#[derive(Debug, Clone)]
+pub enum Msg {
+    Value(Value),
+    Text {
+        text: Box<RawValue>,
+        /// What the guard reads of it, read once.
+        view: View<'static>,
+    },
+}
+
+impl Msg {
+    /// `text` as a message, when [`format::anthropic::text_view`] reads it;
+    /// else the text back. `text` must be compact JSON.
+    pub fn anthropic_text(text: Box<RawValue>) -> std::result::Result<Msg, Box<RawValue>> {
+        match format::anthropic::text_view(text.get()).map(View::into_owned) {
+            Some(view) => Ok(Msg::Text { text, view }),
+            None => Err(text),
+        }
+    }
+
+    pub fn side(&self, dialect: &dyn Dialect) -> Option<Side> {
+        match self {
+            Msg::Value(value) => dialect.side(value),
+            Msg::Text { view, .. } => view.side,
+        }
+    }
+
+    /// What the guard reads of the message.
+    pub fn view(&self, dialect: &dyn Dialect) -> Cow<'_, View<'_>> {
+        match self {
+            Msg::Value(value) => Cow::Owned(View::of(dialect, value)),
+            Msg::Text { view, .. } => Cow::Borrowed(view),
+        }
+    }
+
+    /// The message as a value (parsed again from its text).
+    pub fn value(&self) -> Option<Cow<'_, Value>> {
+        match self {
+            Msg::Value(value) => Some(Cow::Borrowed(value)),
+            Msg::Text { text, .. } => crate::json::from_slice(text.get().as_bytes())
+                .ok()
+                .map(Cow::Owned),
+        }
+    }
+}
+
+impl Serialize for Msg {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match self {
+            Msg::Value(value) => value.serialize(s),
+            Msg::Text { text, .. } => text.serialize(s),
+        }
+    }
+}
+
+/// Read back (a shared store's pending pair) as a value.
+impl<'de> Deserialize<'de> for Msg {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        Value::deserialize(d).map(Msg::Value)
+    }
+}
+
 /// A pending pair; serialized as JSON where a shared store keeps it
 /// (`toolwire_pending_pairs`), so any replica can carry it on.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -65,9 +135,9 @@ pub struct Pending {
     pub owner: Owner,
     /// The assistant turn: consecutive assistant messages are one turn, so
     /// a message that follows a tool-using one before any result joins it.
-    pub assistant: Vec<Value>,
+    pub assistant: Vec<Msg>,
     /// User messages that answered some of the calls so far.
-    pub answers: Vec<Value>,
+    pub answers: Vec<Msg>,
     /// Every call of the turn, `(id, tool name)`, in order.
     pub calls: Vec<(String, String)>,
     /// Call ids still waiting, in order.
@@ -87,11 +157,11 @@ pub enum Transition {
     Buffer(Box<Pending>),
     /// Another assistant message of the pending turn.
     Extend {
-        messages: Vec<Value>,
+        messages: Vec<Msg>,
         calls: Vec<(String, String)>,
     },
     Answer {
-        messages: Vec<Value>,
+        messages: Vec<Msg>,
         answered: Vec<String>,
     },
 }
@@ -152,14 +222,15 @@ impl PairGuard {
     pub fn append(
         &self,
         dialect: &dyn Dialect,
-        group: Vec<Value>,
+        group: Vec<Msg>,
         owner: Owner,
         abort: AbortMode,
         path: &str,
     ) -> Result<Step> {
+        let views: Vec<Cow<View>> = group.iter().map(|m| m.view(dialect)).collect();
         let mut side = None;
-        for (i, m) in group.iter().enumerate() {
-            match (side, dialect.side(m)) {
+        for (i, v) in views.iter().enumerate() {
+            match (side, v.side) {
                 (_, None) => {}
                 (None, s) => side = s,
                 (Some(a), Some(b)) if a != b => {
@@ -176,12 +247,16 @@ impl PairGuard {
         // A response with a server-side compaction: the provider drops what
         // stands before it (PROTOCOL.md 11.2), so calls there wait for no
         // result.
-        let cut = format::compaction_cut(dialect, group.iter());
-        let items: Vec<(usize, format::Item)> = group
+        let cut = views
             .iter()
             .enumerate()
-            .filter(|(_, m)| dialect.side(m).is_some())
-            .flat_map(|(m, msg)| dialect.items(msg).into_iter().map(move |i| (m, i)))
+            .rev()
+            .find_map(|(m, v)| Some((m, v.compaction?)));
+        let items: Vec<(usize, &format::Item)> = views
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.side.is_some())
+            .flat_map(|(m, v)| v.items.iter().map(move |i| (m, i)))
             .filter(|(m, i)| !format::before_cut(cut, *m, i.index))
             .collect();
         let item_path = |m: usize, index: usize| {
@@ -271,7 +346,7 @@ impl PairGuard {
                 .chain(&pending.answers)
                 .chain(&group)
             {
-                lines.push_message(m);
+                lines.push_msg(m);
             }
             return Ok(Step {
                 lines,
@@ -340,7 +415,7 @@ impl PairGuard {
             Some(pending) if cut.is_some() && side == Some(Side::Assistant) => {
                 let mut lines = Lines::default();
                 for m in pending.assistant.iter().chain(&pending.answers) {
-                    lines.push_message(m);
+                    lines.push_msg(m);
                 }
                 (lines, None)
             }
@@ -352,7 +427,7 @@ impl PairGuard {
         };
         if calls.is_empty() {
             for m in &group {
-                lines.push_message(m);
+                lines.push_msg(m);
             }
             return Ok(Step {
                 lines,
@@ -398,15 +473,15 @@ impl PairGuard {
                 // Items that were never part of the pair (a developer
                 // message between call and result) are kept.
                 for m in pending.assistant.iter().chain(&pending.answers) {
-                    if dialect.side(m).is_none() {
-                        lines.push_message(m);
+                    if m.side(dialect).is_none() {
+                        lines.push_msg(m);
                     }
                 }
                 result.written = lines.count;
             }
             AbortMode::Synthetic => {
                 for m in pending.assistant.iter().chain(&pending.answers) {
-                    lines.push_message(m);
+                    lines.push_msg(m);
                 }
                 // The calls still open: for ids answered by position, the
                 // last ones of that name.
@@ -419,7 +494,13 @@ impl PairGuard {
                 }
                 open.reverse();
                 let text = format::interrupted_text(reason);
-                for m in dialect.error_results(&open, &pending.assistant, &text) {
+                // The turn as values (a dialect may look up its calls there).
+                let turn: Vec<Value> = pending
+                    .assistant
+                    .iter()
+                    .filter_map(|m| m.value().map(Cow::into_owned))
+                    .collect();
+                for m in dialect.error_results(&open, &turn, &text) {
                     lines.push_message(&m);
                 }
                 result.synthesized = pending.outstanding.clone();

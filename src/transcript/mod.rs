@@ -171,6 +171,26 @@ impl Lines {
         self.count += 1;
     }
 
+    /// The line of a message the pair guard holds: a message held as its
+    /// compact text is written as it came, which is what
+    /// [`Lines::push_message`] writes of its value.
+    pub fn push_msg(&mut self, message: &guard::Msg) {
+        match message {
+            guard::Msg::Value(value) => self.push_message(value),
+            guard::Msg::Text { text, .. } => {
+                let text = text.get().as_bytes();
+                if self.bytes.capacity() == 0 {
+                    self.bytes.reserve(LINE_ROOM.max(text.len() + 32));
+                }
+                self.bytes
+                    .extend_from_slice(br#"{"type":"message","message":"#);
+                self.bytes.extend_from_slice(text);
+                self.bytes.extend_from_slice(b"}\n");
+                self.count += 1;
+            }
+        }
+    }
+
     pub fn push_record(&mut self, record: &ReplacementRecord) {
         self.push(&LineRef::Replacement { record });
     }
@@ -229,5 +249,28 @@ mod tests {
         }
         assert_eq!(String::from_utf8(lines.bytes), String::from_utf8(expected));
         assert_eq!(lines.count, 2);
+    }
+
+    #[test]
+    fn a_message_held_as_text_is_written_as_its_value() {
+        let text = r#"{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"Bash","input":{"n":1e+5,"s":"a\"\u0001é"}}]}"#;
+        assert!(crate::format::is_compact_json(text.as_bytes()));
+        let raw = serde_json::value::RawValue::from_string(text.to_owned()).unwrap();
+        let held = guard::Msg::anthropic_text(raw).unwrap();
+        let mut lines = Lines::default();
+        lines.push_msg(&held);
+        let mut expected = Lines::default();
+        expected.push_message(&serde_json::from_str(text).unwrap());
+        assert_eq!(
+            String::from_utf8(lines.bytes),
+            String::from_utf8(expected.bytes)
+        );
+        assert_eq!(lines.count, 1);
+        // As a shared store keeps a pending pair: the same JSON.
+        let value: Value = serde_json::from_str(text).unwrap();
+        assert_eq!(
+            serde_json::to_string(&held).unwrap(),
+            serde_json::to_string(&guard::Msg::Value(value)).unwrap()
+        );
     }
 }
