@@ -63,8 +63,8 @@ pub type Owner = u64;
 /// A message the guard holds: parsed, or (an Anthropic message that
 /// `pair/append` read straight from its request, already checked) the
 /// text it came in, which is byte for byte what serde_json writes of its
-/// value ([`format::is_compact_json`]). The text is written as it is and
-/// read again where the guard needs its items: a small message costs no
+/// value ([`format::is_compact_json`]). The text is written as it is, and
+/// what the guard reads of it is kept beside it: a small message costs no
 /// tree of values to build and to free.
 #[derive(Debug, Clone)]
 pub enum Msg {
