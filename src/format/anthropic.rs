@@ -496,7 +496,6 @@ enum TextContent<'a> {
 
 /// A block as [`text_view`] reads it: an object, with the strings the
 /// pairing rules look at.
-#[derive(Default)]
 struct TextBlock<'a> {
     kind: Option<Cow<'a, str>>,
     id: Option<Cow<'a, str>>,
