@@ -54,10 +54,7 @@ fuzz_target!(|data: &[u8]| {
             value
         }
         Err(err) => {
-            assert_eq!(
-                lifted.err().map(|e| e.to_string()),
-                Some(err.to_string())
-            );
+            assert_eq!(lifted.err().map(|e| e.to_string()), Some(err.to_string()));
             let _ = toolwire::json::request_id(data);
             return;
         }

@@ -32,10 +32,17 @@ fuzz_target!(|data: &[u8]| {
     let p = presented(path, &http::HeaderMap::new());
     if path.starts_with("/t/") {
         assert!(p.path.starts_with('/'), "{path:?} -> {:?}", p.path);
-        assert!(path.ends_with(&p.path) || p.path == "/", "{path:?} -> {:?}", p.path);
+        assert!(
+            path.ends_with(&p.path) || p.path == "/",
+            "{path:?} -> {:?}",
+            p.path
+        );
         if let Some(Ok(token)) = &p.token {
             assert!(!token.is_empty() && token.len() <= 256, "{token:?}");
-            assert!(!loggable_path(path).contains(&format!("/t/{token}")), "{path:?}");
+            assert!(
+                !loggable_path(path).contains(&format!("/t/{token}")),
+                "{path:?}"
+            );
         }
     } else {
         assert_eq!(p.token, None);
