@@ -39,7 +39,12 @@ pub fn server_runtime() -> io::Result<tokio::runtime::Runtime> {
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         builder.worker_threads(server_workers(cores));
     }
-    builder.build()
+    let runtime = builder.build()?;
+    tracing::debug!(
+        workers = runtime.metrics().num_workers(),
+        "the server's runtime started"
+    );
+    Ok(runtime)
 }
 
 /// The variable tokio reads for its number of workers.

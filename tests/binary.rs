@@ -688,3 +688,38 @@ fn set_tree_modes(root: &std::path::Path, dirs: u32, files: Option<u32>) {
         }
     }
 }
+
+/// `serve` runs on half the cores' runtime workers, at least one, unless
+/// `TOKIO_WORKER_THREADS` says otherwise (`process::server_workers`); the
+/// runtime's own count, as its debug log line gives it.
+#[test]
+fn serve_runs_on_half_the_cores_workers_or_the_operators_number() {
+    let workers = |env: Option<&str>| -> usize {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_toolwire"));
+        cmd.arg("serve")
+            .current_dir(dir.path())
+            .env("RUST_LOG", "toolwire=debug")
+            .env_remove("TOKIO_WORKER_THREADS")
+            .stdin(std::process::Stdio::null());
+        if let Some(n) = env {
+            cmd.env("TOKIO_WORKER_THREADS", n);
+        }
+        // No client: input ends at once, and the server stops.
+        let out = cmd.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let line = stderr
+            .lines()
+            .find(|l| l.contains("the server's runtime started"))
+            .unwrap_or_else(|| panic!("no runtime line in: {stderr}"));
+        let n = line.split("workers=").nth(1).unwrap();
+        n.split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    assert_eq!(workers(None), (cores / 2).max(1));
+    assert_eq!(workers(Some("3")), 3);
+}
