@@ -430,9 +430,10 @@ impl<'de: 'a, 'a> Deserialize<'de> for ContentHead<'a> {
 /// where a string is read, nesting past serde_json's limit) is read as a
 /// value, which also words any error.
 pub fn text_view(text: &str) -> Option<View<'_>> {
-    let head: TextMessage<'_> = serde_json::from_str(text).ok()?;
-    let side = side_of(head.role.as_deref()?);
-    let role_known = side.is_some() || head.role.as_deref() == Some("system");
+    let Object(head) = serde_json::from_str::<Object<TextMessage>>(text).ok()?;
+    let role = head.role.flatten()?;
+    let side = side_of(&role);
+    let role_known = side.is_some() || role == "system";
     if !role_known {
         return None;
     }
@@ -449,19 +450,19 @@ pub fn text_view(text: &str) -> Option<View<'_>> {
     let mut items = Vec::with_capacity(blocks.len());
     let mut compaction = None;
     for (index, block) in blocks.into_iter().enumerate() {
-        let item = match &*block.kind? {
+        let item = match &*block.kind.flatten()? {
             "tool_use" if side == Some(Side::Assistant) => Item {
                 kind: ItemKind::Call,
                 index,
-                id: block.id.filter(|id| !id.is_empty())?,
-                name: block.name.unwrap_or_default(),
+                id: block.id.flatten().filter(|id| !id.is_empty())?,
+                name: block.name.flatten().unwrap_or_default(),
                 misplaced: false,
                 positional: false,
             },
             "tool_result" if side == Some(Side::User) => Item {
                 kind: ItemKind::Result,
                 index,
-                id: block.tool_use_id.filter(|id| !id.is_empty())?,
+                id: block.tool_use_id.flatten().filter(|id| !id.is_empty())?,
                 name: Cow::Borrowed(""),
                 misplaced: false,
                 positional: false,
@@ -483,9 +484,13 @@ pub fn text_view(text: &str) -> Option<View<'_>> {
     })
 }
 
-/// A message as [`text_view`] reads it: an object, its role and content.
+/// A member as [`text_view`] reads it: absent, null or a string.
+type Member<'a> = Option<Option<Cow<'a, str>>>;
+
+/// A message as [`text_view`] reads it: its role and content.
+#[derive(Default)]
 struct TextMessage<'a> {
-    role: Option<Cow<'a, str>>,
+    role: Member<'a>,
     content: Option<TextContent<'a>>,
 }
 
@@ -494,13 +499,14 @@ enum TextContent<'a> {
     Blocks(Vec<TextBlock<'a>>),
 }
 
-/// A block as [`text_view`] reads it: an object, with the strings the
-/// pairing rules look at.
+/// A block as [`text_view`] reads it: the strings the pairing rules look
+/// at.
+#[derive(Default)]
 struct TextBlock<'a> {
-    kind: Option<Cow<'a, str>>,
-    id: Option<Cow<'a, str>>,
-    tool_use_id: Option<Cow<'a, str>>,
-    name: Option<Cow<'a, str>>,
+    kind: Member<'a>,
+    id: Member<'a>,
+    tool_use_id: Member<'a>,
+    name: Member<'a>,
 }
 
 /// A string or null, borrowed unless it has escapes ([`text`]).
@@ -514,53 +520,85 @@ impl<'de> Deserialize<'de> for Text<'de> {
 
 /// Set a member read once; a second one (which serde_json's map would
 /// keep the last of) leaves the message to the value's reading.
-fn once<'a, E: serde::de::Error>(
-    slot: &mut Option<Option<Cow<'a, str>>>,
-    value: Option<Cow<'a, str>>,
-) -> std::result::Result<(), E> {
+fn once<T, E: serde::de::Error>(slot: &mut Option<T>, value: T) -> std::result::Result<(), E> {
     match slot.replace(value) {
         None => Ok(()),
         Some(_) => Err(E::custom("a member given twice")),
     }
 }
 
-impl<'de> Deserialize<'de> for TextMessage<'de> {
+/// What [`Object`] reads an object into, member by member.
+trait Members<'de>: Default {
+    /// Read the value of `key` from `map`; `false` for a key this reader
+    /// does not look at, whose value is then skipped unparsed.
+    fn member<A: serde::de::MapAccess<'de>>(
+        &mut self,
+        key: &'de str,
+        map: &mut A,
+    ) -> std::result::Result<bool, A::Error>;
+}
+
+/// An object read into `T` with its keys borrowed. Anything but an object
+/// (serde's derive would take an array too), an escaped key or a member
+/// given twice is refused, which leaves the message to the value's reading.
+struct Object<T>(T);
+
+impl<'de, T: Members<'de>> Deserialize<'de> for Object<T> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        struct Visit;
-        impl<'de> serde::de::Visitor<'de> for Visit {
-            type Value = TextMessage<'de>;
+        struct Visit<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Members<'de>> serde::de::Visitor<'de> for Visit<T> {
+            type Value = T;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a message object")
+                f.write_str("an object")
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(
                 self,
                 mut map: A,
-            ) -> std::result::Result<Self::Value, A::Error> {
-                let mut role = None;
-                let mut content = None;
+            ) -> std::result::Result<T, A::Error> {
+                let mut object = T::default();
                 while let Some(key) = map.next_key::<&'de str>()? {
-                    match key {
-                        "role" => once(&mut role, map.next_value::<Text<'de>>()?.0)?,
-                        "content" => {
-                            if content
-                                .replace(map.next_value::<TextContent<'de>>()?)
-                                .is_some()
-                            {
-                                return Err(serde::de::Error::custom("a member given twice"));
-                            }
-                        }
-                        _ => {
-                            map.next_value::<serde::de::IgnoredAny>()?;
-                        }
+                    if !object.member(key, &mut map)? {
+                        map.next_value::<serde::de::IgnoredAny>()?;
                     }
                 }
-                Ok(TextMessage {
-                    role: role.flatten(),
-                    content,
-                })
+                Ok(object)
             }
         }
-        d.deserialize_map(Visit)
+        d.deserialize_map(Visit(std::marker::PhantomData))
+            .map(Object)
+    }
+}
+
+impl<'de> Members<'de> for TextMessage<'de> {
+    fn member<A: serde::de::MapAccess<'de>>(
+        &mut self,
+        key: &'de str,
+        map: &mut A,
+    ) -> std::result::Result<bool, A::Error> {
+        match key {
+            "role" => once(&mut self.role, map.next_value::<Text<'de>>()?.0)?,
+            "content" => once(&mut self.content, map.next_value::<TextContent<'de>>()?)?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+impl<'de> Members<'de> for TextBlock<'de> {
+    fn member<A: serde::de::MapAccess<'de>>(
+        &mut self,
+        key: &'de str,
+        map: &mut A,
+    ) -> std::result::Result<bool, A::Error> {
+        let slot = match key {
+            "type" => &mut self.kind,
+            "id" => &mut self.id,
+            "tool_use_id" => &mut self.tool_use_id,
+            "name" => &mut self.name,
+            _ => return Ok(false),
+        };
+        once(slot, map.next_value::<Text<'de>>()?.0)?;
+        Ok(true)
     }
 }
 
@@ -580,51 +618,13 @@ impl<'de> Deserialize<'de> for TextContent<'de> {
                 mut seq: A,
             ) -> std::result::Result<Self::Value, A::Error> {
                 let mut blocks = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
-                while let Some(block) = seq.next_element::<TextBlock<'de>>()? {
+                while let Some(Object(block)) = seq.next_element::<Object<TextBlock<'de>>>()? {
                     blocks.push(block);
                 }
                 Ok(TextContent::Blocks(blocks))
             }
         }
         d.deserialize_any(Visit)
-    }
-}
-
-impl<'de> Deserialize<'de> for TextBlock<'de> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        struct Visit;
-        impl<'de> serde::de::Visitor<'de> for Visit {
-            type Value = TextBlock<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a content block object")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> std::result::Result<Self::Value, A::Error> {
-                let (mut kind, mut id, mut tool_use_id, mut name) = (None, None, None, None);
-                while let Some(key) = map.next_key::<&'de str>()? {
-                    let slot = match key {
-                        "type" => &mut kind,
-                        "id" => &mut id,
-                        "tool_use_id" => &mut tool_use_id,
-                        "name" => &mut name,
-                        _ => {
-                            map.next_value::<serde::de::IgnoredAny>()?;
-                            continue;
-                        }
-                    };
-                    once(slot, map.next_value::<Text<'de>>()?.0)?;
-                }
-                Ok(TextBlock {
-                    kind: kind.flatten(),
-                    id: id.flatten(),
-                    tool_use_id: tool_use_id.flatten(),
-                    name: name.flatten(),
-                })
-            }
-        }
-        d.deserialize_map(Visit)
     }
 }
 

@@ -1023,10 +1023,17 @@ pub fn compaction_cut<'m>(
     dialect: &dyn Dialect,
     messages: impl DoubleEndedIterator<Item = &'m Value> + ExactSizeIterator,
 ) -> Option<(usize, usize)> {
-    messages
+    last_compaction(messages.map(|message| dialect.compaction_index(message)))
+}
+
+/// [`compaction_cut`] from each message's compaction index, already read.
+pub fn last_compaction(
+    indexes: impl DoubleEndedIterator<Item = Option<usize>> + ExactSizeIterator,
+) -> Option<(usize, usize)> {
+    indexes
         .enumerate()
         .rev()
-        .find_map(|(m, message)| Some((m, dialect.compaction_index(message)?)))
+        .find_map(|(m, index)| Some((m, index?)))
 }
 
 /// Whether the item `(message, index)` stands before `cut`.

@@ -247,11 +247,7 @@ impl PairGuard {
         // A response with a server-side compaction: the provider drops what
         // stands before it (PROTOCOL.md 11.2), so calls there wait for no
         // result.
-        let cut = views
-            .iter()
-            .enumerate()
-            .rev()
-            .find_map(|(m, v)| Some((m, v.compaction?)));
+        let cut = format::last_compaction(views.iter().map(|v| v.compaction));
         let items: Vec<(usize, &format::Item)> = views
             .iter()
             .enumerate()
